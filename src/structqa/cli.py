@@ -1,0 +1,258 @@
+"""`structqa`: one command with subcommands (train, evaluate, predict, score, quickstart)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+log = logging.getLogger("structqa")
+
+QUICKSTART_OVERRIDES = [
+    "data.train_size=512",
+    "train.seed=0",
+    "train.output_dir=runs/quickstart",
+    "train.eval_every_epoch=false",
+]
+QUICKSTART_QUESTION = (
+    "Which NFL team represented the AFC at Super Bowl 50?",
+    "Super Bowl 50 was an American football game to determine the champion of the National "
+    "Football League (NFL) for the 2015 season. The American Football Conference (AFC) champion "
+    "Denver Broncos defeated the National Football Conference (NFC) champion Carolina Panthers "
+    "24-10 to earn their third Super Bowl title.",
+)
+
+
+def _setup_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(show_path=False, rich_tracebacks=False)],
+    )
+    for noisy in ("transformers", "accelerate", "httpx", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _config(args: argparse.Namespace, extra: list[str], base: list[str] | None = None):
+    from structqa.config import load_config
+
+    overrides = list(base or []) + list(extra)
+    if getattr(args, "data", None):
+        overrides.append(f"data.dir={args.data}")
+    return load_config(getattr(args, "config", None), overrides)
+
+
+def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.training.loop import run
+
+    cfg = _config(args, extra)
+    result = run(cfg, resume=args.resume, progress=not args.no_progress)
+    if result is not None:
+        print(json.dumps(result.metrics, indent=2))
+    return 0
+
+
+def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
+    from rich.console import Console
+
+    from structqa.serving.predictor import Predictor
+    from structqa.training.loop import run
+
+    console = Console()
+    cfg = _config(args, extra, QUICKSTART_OVERRIDES)
+    console.rule("[bold]structqa quickstart")
+    console.print(
+        f"Fine-tuning {cfg.model.encoder} encoder + {cfg.model.head} head on "
+        f"{cfg.data.train_size} questions of {cfg.data.train} (seed {cfg.train.seed}), "
+        f"evaluating on {cfg.data.eval}"
+    )
+    t0 = time.perf_counter()
+    result = run(cfg, resume=args.resume, progress=True)
+    best = Path(cfg.train.output_dir) / "best"
+    if result is None:
+        result_metrics = json.loads((best / "metrics.json").read_text())
+    else:
+        result_metrics = result.metrics
+    console.print(
+        f"[bold green]held-out EM {result_metrics.get('exact_match', result_metrics.get('exact', 0)):.2f}"
+        f"  F1 {result_metrics.get('f1', 0):.2f}[/]  ({time.perf_counter() - t0:.0f} s)"
+    )
+    predictor = Predictor.from_checkpoint(best)
+    q, c = QUICKSTART_QUESTION
+    ans = predictor.predict(q, c)
+    console.print(
+        f"Q: {q}\nA: [bold]{ans.text}[/] (chars {ans.start}-{ans.end}, score {ans.score:.2f})"
+    )
+    console.print(f"checkpoint: {best}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.evaluation import evaluate_model, write_outputs
+    from structqa.features.squad import featurize
+    from structqa.models.build import model_from_checkpoint
+    from structqa.runtime import use_bf16
+    from structqa.training.data import feature_config, load_eval_examples
+
+    model, tokenizer, cfg = model_from_checkpoint(args.checkpoint)
+    from structqa.config import _apply  # reuse validation for the command-line overrides
+
+    if args.data:
+        cfg.data.dir = args.data
+    if args.eval_size is not None:
+        cfg.data.eval_size = args.eval_size
+    for item in extra:
+        k, _, v = item.lstrip("-").partition("=")
+        section, _, key = k.partition(".")
+        _apply(cfg, {section: {key: v}}, "")
+    examples, v2 = load_eval_examples(cfg, args.eval)
+    features, rep = featurize(examples, tokenizer, feature_config(cfg))
+    log.info("eval: %s", rep.summary())
+    from structqa.decoding import DecodeConfig
+
+    bf16 = use_bf16(args.bf16, next(model.parameters()).device)
+    t0 = time.perf_counter()
+    result = evaluate_model(
+        model,
+        examples,
+        features,
+        DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length),
+        v2,
+        cfg.train.eval_batch_size,
+        bf16,
+    )
+    log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
+    out = Path(args.out or Path(args.checkpoint) / "eval")
+    write_outputs(result, out)
+    print(json.dumps(result.metrics, indent=2))
+    log.info(
+        "wrote predictions.json, nbest_predictions.json, null_odds.json, metrics.json to %s", out
+    )
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.serving.predictor import Predictor
+
+    predictor = Predictor.from_checkpoint(args.checkpoint, bf16=args.bf16)
+    if args.file:
+        from structqa.data import read_examples
+        from structqa.io import write_json
+
+        ds = read_examples(args.file)
+        log.info(ds.report.summary())
+        preds = predictor.predict_examples(ds.examples)
+        answers = {k: p.answer(predictor.null_threshold) for k, p in preds.items()}
+        out = args.out or "predictions.json"
+        write_json(out, answers)
+        write_json(
+            Path(out).with_name("null_odds.json"), {k: p.null_odds for k, p in preds.items()}
+        )
+        log.info("wrote %d predictions to %s", len(answers), out)
+        return 0
+    if not (args.question and args.context):
+        raise SystemExit("predict: give --question and --context, or --file DATA")
+    ans = predictor.predict(args.question, args.context)
+    print(
+        json.dumps(
+            {
+                "answer": ans.text,
+                "start": ans.start,
+                "end": ans.end,
+                "score": ans.score,
+                "no_answer": ans.no_answer,
+                "nbest": [
+                    {"text": c.text, "probability": round(c.probability, 4)} for c in ans.nbest[:5]
+                ],
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.scoring import score_file
+
+    print(
+        json.dumps(score_file(args.data_file, args.predictions, args.na_probs, args.na_prob_thresh))
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="structqa",
+        description="Extractive QA with structural attention biases.",
+        epilog="Config overrides: --section.key=value (e.g. --train.lr=3e-5 --data.train_size=all)",
+    )
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="fine-tune a span-extraction model")
+    t.add_argument("config", nargs="?", help="YAML config (defaults if omitted)")
+    t.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
+    t.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(func=cmd_train)
+
+    q = sub.add_parser("quickstart", help="train on 512 SQuAD questions, evaluate, answer one")
+    q.add_argument("--data")
+    q.add_argument("--resume", action="store_true")
+    q.set_defaults(func=cmd_quickstart, config=None)
+
+    e = sub.add_parser("evaluate", help="evaluate a checkpoint on a dataset")
+    e.add_argument("checkpoint")
+    e.add_argument("--eval", help="dataset file (default: the checkpoint config's data.eval)")
+    e.add_argument("--data")
+    e.add_argument("--eval-size", type=int)
+    e.add_argument("--out", help="output directory (default CHECKPOINT/eval)")
+    e.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    e.set_defaults(func=cmd_evaluate)
+
+    pr = sub.add_parser("predict", help="answer one question, or every question of a file")
+    pr.add_argument("checkpoint")
+    pr.add_argument("--question")
+    pr.add_argument("--context")
+    pr.add_argument("--file", help="SQuAD/MRQA file to answer")
+    pr.add_argument("--out", help="predictions file (default predictions.json)")
+    pr.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    pr.set_defaults(func=cmd_predict)
+
+    s = sub.add_parser("score", help="score a predictions file like the official scripts")
+    s.add_argument("data_file")
+    s.add_argument("predictions")
+    s.add_argument("--na-probs", help="SQuAD 2.0 no-answer probabilities (null_odds.json)")
+    s.add_argument("--na-prob-thresh", type=float, default=1.0)
+    s.set_defaults(func=cmd_score)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    bad = [x for x in extra if not (x.startswith("--") and "=" in x and "." in x.split("=")[0])]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    if extra and args.func in (cmd_score, cmd_predict):
+        parser.error(f"{args.command} takes no config overrides: {' '.join(extra)}")
+    _setup_logging(args.verbose)
+    try:
+        return args.func(args, extra)
+    except (FileNotFoundError, ValueError) as e:
+        from structqa.config import ConfigError
+        from structqa.data.records import DataError
+
+        if isinstance(e, (FileNotFoundError, ConfigError, DataError)):
+            print(f"structqa {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

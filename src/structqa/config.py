@@ -1,0 +1,183 @@
+"""Experiment configuration: nested dataclasses, YAML files and ``--section.key=value`` overrides.
+
+Unknown keys are errors that name the closest valid key. The resolved config is saved with
+every checkpoint and every result file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass
+class ModelConfig:
+    encoder: str = "default"  # "default" (all-MiniLM-L6-v2 from PyPI) or a local HF BERT dir
+    head: str = "independent"
+    block: list[str] | None = None  # encoder sub-layer stacking, e.g. [sa, naa, ffn]
+
+
+@dataclass
+class DataConfig:
+    dir: str | None = None  # data root; else $STRUCTQA_DATA or ../shared/data
+    train: str = "splits/squad1-train.mrqa.jsonl.gz"
+    eval: str = "splits/squad1-heldout.mrqa.jsonl.gz"
+    train_size: str = "512"  # a number of questions or "all"
+    eval_size: int | None = None  # evaluate on the first N questions only (quick checks)
+    max_seq_len: int = 384
+    doc_stride: int = 128
+    max_query_len: int = 64
+
+
+@dataclass
+class TrainConfig:
+    output_dir: str = "runs/default"
+    seed: int = 0
+    lr: float = 1e-4
+    head_lr: float | None = None  # learning rate of head parameters (default: lr)
+    weight_decay: float = 0.01
+    batch_size: int = 12
+    eval_batch_size: int = 64
+    grad_accum: int = 1
+    epochs: float = 10.0
+    max_steps: int | None = None  # overrides epochs when set
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    bf16: str = "auto"  # auto (use it where the hardware runs it natively) | on | off
+    eval_every_epoch: bool = True
+    save_every_steps: int | None = None  # extra resumable checkpoints inside an epoch
+    log_every_steps: int = 10
+    dropout: float | None = None  # override the encoder's dropout
+
+
+@dataclass
+class DecodeSettings:
+    n_best: int = 20
+    max_answer_length: int = 30
+    version_2: bool | None = None  # None: decide from the data (any unanswerable question)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeSettings = field(default_factory=DecodeSettings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _closest(name: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.4)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(options)}"
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{where}: cannot parse {value!r}")
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], where) for v in value] if args else value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "no", "0", "off"):
+            return False
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+        try:
+            out = tp(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}") from None
+        if tp is int and isinstance(value, float) and value != out:
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return out
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _apply(obj: Any, values: dict[str, Any], where: str) -> None:
+    hints = typing.get_type_hints(type(obj))
+    names = [f.name for f in dataclasses.fields(obj)]
+    for key, value in values.items():
+        path = f"{where}.{key}" if where else key
+        if key not in names:
+            raise ConfigError(f"unknown config key {path!r}{_closest(key, names)}")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: expected a section (mapping), got {value!r}")
+            _apply(current, value, path)
+        else:
+            setattr(obj, key, _coerce(value, hints[key], path))
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, cls: type = Config
+) -> Any:
+    """Defaults <- YAML file <- ``section.key=value`` overrides (leading dashes optional)."""
+    cfg = cls()
+    if path is not None:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        _apply(cfg, data, "")
+    for item in overrides or []:
+        item = item.lstrip("-")
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        dotted, raw = item.split("=", 1)
+        parsed = yaml.safe_load(raw) if raw else ""
+        nested: dict[str, Any] = {}
+        cur = nested
+        parts = dotted.split(".")
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = parsed if not isinstance(parsed, dict) else raw
+        _apply(cfg, nested, "")
+    return cfg
+
+
+def config_from_dict(d: dict[str, Any], cls: type = Config) -> Any:
+    cfg = cls()
+    _apply(cfg, d, "")
+    return cfg
+
+
+def dump_config(cfg: Any) -> str:
+    return yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False)

@@ -1,0 +1,157 @@
+"""Reader for the MRQA 2019 shared-task format (``.jsonl`` or ``.jsonl.gz``).
+
+The first line is a ``{"header": ...}`` object; every other line is one context with its
+questions. Located answers come from ``detected_answers[*].char_spans`` (end inclusive) with
+the text taken from the context, so they always match it; ``answers`` are the gold strings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
+from structqa.data.squad import (
+    check_type,
+    check_unique_id,
+    finish,
+    get_field,
+    make_example,
+    note_skip,
+    note_warning,
+    numbered_lines,
+    open_text,
+)
+
+
+def read_mrqa(path: str | Path) -> Dataset:
+    """Read an MRQA jsonl(.gz) file into examples (version ``"mrqa"``)."""
+    path = Path(path)
+    name = str(path)
+    report = ReadReport(path=name)
+    seen: set[str] = set()
+    examples: list[Example] = []
+    first = True
+    with open_text(path) as handle:
+        for lineno, line in numbered_lines(handle, name):
+            if not line.strip():
+                continue
+            where = f"line {lineno}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(
+                    name, where, "(json)", f"invalid JSON at column {err.colno}: {err.msg}"
+                ) from None
+            check_type(record, dict, path=name, record=where, field_name="(line)")
+            if first and "header" in record:
+                first = False
+                continue
+            if first:
+                # No data is lost by reading on, but the file is not quite MRQA.
+                note_warning(report, "missing_header", f"{where}: first line is not a header")
+                first = False
+            examples.extend(_read_context(record, lineno, seen=seen, report=report))
+    return finish(report, examples, "mrqa")
+
+
+def _question_id(qa: dict[str, Any], *, path: str, where: str) -> str:
+    # MRQA keeps the source dataset's id in `id` (used by its official scorer) and adds its
+    # own `qid`; some MRQA files leave `id` empty, so `qid` is the fallback.
+    for key in ("id", "qid"):
+        value = qa.get(key)
+        if value is None or value == "":
+            continue
+        return check_type(value, str, path=path, record=where, field_name=key)
+    raise DataError(path, where, "id", "missing question id (neither 'id' nor 'qid' is set)")
+
+
+def _read_context(
+    record: dict[str, Any], lineno: int, *, seen: set[str], report: ReadReport
+) -> list[Example]:
+    name = report.path
+    where = f"line {lineno}"
+    context = get_field(record, "context", str, path=name, record=where)
+    qas = get_field(record, "qas", list, path=name, record=where)
+    examples: list[Example] = []
+    for k, qa in enumerate(qas):
+        qa_where = f"line {lineno} qas[{k}]"
+        check_type(qa, dict, path=name, record=qa_where, field_name="qas")
+        qid = _question_id(qa, path=name, where=qa_where)
+        rec = f"{qid} ({where})"
+        check_unique_id(seen, qid, path=name, record=rec)
+        question = get_field(qa, "question", str, path=name, record=rec)
+        if not context.strip():
+            note_skip(report, "empty_context", f"question {qid!r} ({where}): empty context")
+            continue
+        if not question.strip():
+            note_skip(report, "empty_question", f"question {qid!r} ({where}): empty question")
+            continue
+        gold_texts = get_field(qa, "answers", list, path=name, record=rec)
+        if not gold_texts:
+            raise DataError(name, rec, "answers", "no gold answers (MRQA has no unanswerables)")
+        for m, text in enumerate(gold_texts):
+            check_type(text, str, path=name, record=rec, field_name=f"answers[{m}]")
+        located = _located_answers(qa, context, rec=rec, report=report)
+        examples.append(
+            make_example(
+                report,
+                qid=qid,
+                question=question,
+                context=context,
+                located=located,
+                gold_texts=gold_texts,
+                is_impossible=False,
+                title="",
+            )
+        )
+    return examples
+
+
+def _located_answers(
+    qa: dict[str, Any], context: str, *, rec: str, report: ReadReport
+) -> list[Answer]:
+    name = report.path
+    detected = get_field(qa, "detected_answers", list, path=name, record=rec)
+    # Several annotators often give the same answer; judge each distinct span once.
+    spans: dict[tuple[int, int, str], str] = {}
+    for m, item in enumerate(detected):
+        field = f"detected_answers[{m}]"
+        check_type(item, dict, path=name, record=rec, field_name=field)
+        text = get_field(item, "text", str, path=name, record=rec, field_name=f"{field}.text")
+        char_spans = get_field(
+            item, "char_spans", list, path=name, record=rec, field_name=f"{field}.char_spans"
+        )
+        for n, span in enumerate(char_spans):
+            span_field = f"{field}.char_spans[{n}]"
+            if not (isinstance(span, list) and len(span) == 2):
+                raise DataError(name, rec, span_field, f"expected [start, end], got {span!r}")
+            for bound in span:
+                check_type(bound, int, path=name, record=rec, field_name=span_field)
+            spans.setdefault((span[0], span[1], text), span_field)
+
+    located: list[Answer] = []
+    for (start, end, text), span_field in spans.items():
+        if not 0 <= start <= end < len(context):
+            note_warning(
+                report,
+                "char_span_out_of_range",
+                f"question {rec}: {span_field} [{start}, {end}] outside the context "
+                f"(length {len(context)})",
+            )
+            continue
+        sliced = context[start : end + 1]
+        if sliced != text:
+            # MRQA matched answers after normalisation (case, articles), so the span can
+            # differ from the detected text; the span is what the context really says.
+            note_warning(
+                report,
+                "span_text_differs",
+                f"question {rec}: {span_field} covers {sliced!r}, detected text is {text!r}",
+                # Expected in every MRQA file (a few % of spans): counted, but not alarming.
+                level=logging.DEBUG,
+            )
+        located.append(Answer(text=sliced, start=start))
+    return located

@@ -1,0 +1,82 @@
+"""Readers by name, and format detection from a file's name and first bytes."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from structqa.data.mrqa import read_mrqa
+from structqa.data.records import Dataset
+from structqa.data.squad import open_text, read_squad
+
+Reader = Callable[[str | Path], Dataset]
+
+#: Format name -> reader. Other modules may add entries (e.g. ``READERS["drop"] = read_drop``).
+READERS: dict[str, Reader] = {
+    "squad": read_squad,
+    "mrqa": read_mrqa,
+}
+
+# Enough of a file to see the first record's keys without loading a large file twice.
+_SNIFF_CHARS = 64 * 1024
+# Key patterns that identify a JSON format, checked in order.
+_JSON_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("squad", re.compile(r'"paragraphs"\s*:')),
+    ("drop", re.compile(r'"qa_pairs"\s*:')),
+)
+
+
+def get_reader(name: str) -> Reader:
+    """Return the reader registered under ``name``, or raise ValueError naming the known ones."""
+    try:
+        return READERS[name]
+    except KeyError:
+        known = ", ".join(sorted(READERS))
+        raise ValueError(f"unknown data format {name!r}; known formats: {known}") from None
+
+
+def detect_format(path: str | Path) -> str:
+    """Guess a file's format: ``.jsonl[.gz]`` is MRQA; JSON is told apart by its keys."""
+    path = Path(path)
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    if suffixes and suffixes[-1] == ".jsonl":
+        return "mrqa"
+    with open_text(path) as handle:
+        head = handle.read(_SNIFF_CHARS)
+    first_line = head.split("\n", 1)[0]
+    if _is_mrqa_header(first_line):
+        return "mrqa"
+    for name, signature in _JSON_SIGNATURES:
+        if signature.search(head):
+            return name
+    known = ", ".join(sorted(READERS))
+    raise ValueError(
+        f"{path}: cannot tell the data format from its name or first {_SNIFF_CHARS} characters; "
+        f"pass the format explicitly (known formats: {known})"
+    )
+
+
+def _is_mrqa_header(line: str) -> bool:
+    try:
+        first = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(first, dict) and "header" in first
+
+
+def read_examples(path: str | Path, format: str | None = None) -> Dataset:
+    """Read ``path`` with the reader for ``format``, detected from the file when None."""
+    if format is not None:
+        return get_reader(format)(path)
+    name = detect_format(path)
+    if name not in READERS:
+        known = ", ".join(sorted(READERS))
+        raise ValueError(
+            f"{path} looks like {name!r} data, but no reader is registered for it "
+            f"(known formats: {known})"
+        )
+    return READERS[name](path)

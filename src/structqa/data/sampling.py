@@ -1,0 +1,86 @@
+"""Deterministic training subsets and validation splits.
+
+Choices are made by ranking items on a keyed BLAKE2 hash of ``(seed, key)``, so they depend
+only on the seed and the data: not on Python's hash randomization, the Python version's
+``random`` algorithms, or the process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Literal
+
+from structqa.data.records import Example
+
+TrainSize = int | Literal["all"]
+
+
+def _rank(seed: int, key: str) -> int:
+    digest = hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def parse_train_size(text: str) -> TrainSize:
+    """Parse a ``--train-size`` value: a positive integer or ``"all"``."""
+    cleaned = text.strip().lower()
+    if cleaned == "all":
+        return "all"
+    try:
+        size = int(cleaned)
+    except ValueError:
+        raise ValueError(f"train size must be a positive integer or 'all', got {text!r}") from None
+    if size <= 0:
+        raise ValueError(f"train size must be a positive integer or 'all', got {text!r}")
+    return size
+
+
+def train_subset(examples: Sequence[Example], size: TrainSize, seed: int) -> tuple[Example, ...]:
+    """Pick ``size`` questions (or all) chosen by ``seed``, returned in their original order.
+
+    Questions are sampled individually, not by paragraph. The same ``(size, seed)`` and pool
+    give the same subset in every run and process.
+    """
+    if size == "all":
+        return tuple(examples)
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ValueError(f"train size must be a positive integer or 'all', got {size!r}")
+    if size > len(examples):
+        raise ValueError(
+            f"train size {size} is larger than the pool of {len(examples)} questions; "
+            "use a smaller size or 'all'"
+        )
+    # The index breaks ties (and separates repeated ids if pools were concatenated).
+    order = sorted(range(len(examples)), key=lambda i: (_rank(seed, examples[i].id), i))
+    chosen = sorted(order[:size])
+    return tuple(examples[i] for i in chosen)
+
+
+def validation_split(
+    examples: Sequence[Example], fraction: float, seed: int
+) -> tuple[tuple[Example, ...], tuple[Example, ...]]:
+    """Split into ``(train, val)`` by context, so no paragraph has questions in both.
+
+    ``val`` gets whole paragraphs, chosen by ``seed``, until it holds at least ``fraction``
+    of the questions. Use it to choose recipes without touching held-out data.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"validation fraction must be between 0 and 1 (exclusive), got {fraction}")
+    by_context: dict[str, list[int]] = {}
+    for i, example in enumerate(examples):
+        by_context.setdefault(example.context, []).append(i)
+    if len(by_context) < 2:
+        raise ValueError(
+            f"cannot split {len(examples)} questions over {len(by_context)} context(s) by "
+            "context: need at least two distinct contexts"
+        )
+    target = max(1, round(fraction * len(examples)))
+    contexts = sorted(by_context, key=lambda c: (_rank(seed, c), by_context[c][0]))
+    val_indices: set[int] = set()
+    for context in contexts[:-1]:  # the last context always stays in train
+        if len(val_indices) >= target:
+            break
+        val_indices.update(by_context[context])
+    train = tuple(e for i, e in enumerate(examples) if i not in val_indices)
+    val = tuple(e for i, e in enumerate(examples) if i in val_indices)
+    return train, val

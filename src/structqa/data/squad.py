@@ -1,0 +1,297 @@
+"""SQuAD v1.1 / v2.0 JSON reader, and the checks every SQuAD-family reader shares.
+
+Rules for bad input (the project standard): structural problems (invalid JSON, a missing or
+mistyped field, a duplicate question id, contradictory answer fields) raise ``DataError``
+naming file, record and field; problems that are safe to skip or repair are counted in the
+``ReadReport`` and the first few of each kind are logged.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
+
+# One logger for every reader's reports and problems, so they are filtered together.
+logger = logging.getLogger("structqa.data")
+
+#: How far (chars) a SQuAD ``answer_start`` may be off and still be repaired. Real data has
+#: off-by-one offsets and offsets shifted by whitespace normalisation, rarely more.
+REPAIR_WINDOW = 20
+# The summary line counts every problem; logging each one would flood the log on big files.
+_LOGGED_PER_REASON = 5
+
+# Failures of decompression or decoding that mean the file itself is unreadable.
+_UNREADABLE = (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open a UTF-8 text file for reading, decompressing ``.gz`` transparently."""
+    # utf-8-sig: tolerate a byte-order mark, which some editors write into JSON files.
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return path.open(encoding="utf-8-sig")
+
+
+def load_json(path: Path) -> Any:
+    """Parse a whole (optionally gzipped) JSON file, raising DataError on invalid content."""
+    try:
+        with open_text(path) as handle:
+            text = handle.read()
+    except _UNREADABLE as err:
+        raise DataError(str(path), "(file)", "(encoding)", f"unreadable file: {err}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DataError(
+            str(path),
+            f"line {err.lineno}",
+            "(json)",
+            f"invalid JSON at column {err.colno}: {err.msg}",
+        ) from None
+
+
+def numbered_lines(handle: Iterable[str], path: str) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` from 1, turning decoding failures into DataError."""
+    lineno = 0
+    try:
+        for lineno, line in enumerate(handle, start=1):
+            yield lineno, line
+    except _UNREADABLE as err:
+        raise DataError(path, f"line {lineno + 1}", "(file)", f"unreadable data: {err}") from None
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {str: "string", int: "integer", list: "list", dict: "object", bool: "boolean"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def check_type(
+    value: Any, kind: type | tuple[type, ...], *, path: str, record: str, field_name: str
+) -> Any:
+    """Return ``value`` if it has type ``kind``, else raise DataError."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    # bool is a subclass of int, but `true` is never a valid offset.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise DataError(
+            path, record, field_name, f"expected {_type_name(kind)}, got {type(value).__name__}"
+        )
+    return value
+
+
+def get_field(
+    obj: dict[str, Any],
+    key: str,
+    kind: type | tuple[type, ...],
+    *,
+    path: str,
+    record: str,
+    field_name: str | None = None,
+) -> Any:
+    """Return ``obj[key]``, raising DataError if it is missing or of the wrong type."""
+    name = field_name or key
+    if key not in obj:
+        raise DataError(path, record, name, "missing required field")
+    return check_type(obj[key], kind, path=path, record=record, field_name=name)
+
+
+def check_unique_id(seen: set[str], qid: str, *, path: str, record: str) -> None:
+    """Record ``qid`` in ``seen``; a repeat is an error because scorers key predictions by id."""
+    if qid in seen:
+        raise DataError(path, record, "id", f"duplicate question id {qid!r}")
+    seen.add(qid)
+
+
+def note_skip(report: ReadReport, reason: str, detail: str) -> None:
+    """Count one skipped question and log the first few of each reason."""
+    report.skip(reason, detail)
+    if report.skipped[reason] <= _LOGGED_PER_REASON:
+        logger.warning("%s: skipped %s [%s]", report.path, detail, reason)
+
+
+def note_warning(
+    report: ReadReport, reason: str, detail: str, *, level: int = logging.WARNING
+) -> None:
+    """Count one kept-but-suspect item and log the first few of each reason at ``level``."""
+    report.warn(reason, detail)
+    if report.warnings[reason] <= _LOGGED_PER_REASON:
+        logger.log(level, "%s: %s [%s]", report.path, detail, reason)
+
+
+def make_example(
+    report: ReadReport,
+    *,
+    qid: str,
+    question: str,
+    context: str,
+    located: Iterable[Answer],
+    gold_texts: Iterable[str],
+    is_impossible: bool,
+    title: str,
+) -> Example:
+    """Build an Example, de-duplicating located answers and flagging answerable ones without any."""
+    # Repeated annotations add nothing as training targets; order is kept so the first
+    # annotator's answer stays first. gold_texts keep repeats: scorers take a max over them.
+    answers = tuple(dict.fromkeys(located))
+    if not is_impossible and not answers:
+        note_warning(
+            report,
+            "no_located_answer",
+            f"question {qid!r}: no gold answer located in the context (kept; scored only)",
+        )
+    return Example(
+        id=qid,
+        question=question,
+        context=context,
+        answers=answers,
+        gold_texts=tuple(gold_texts),
+        is_impossible=is_impossible,
+        title=title,
+    )
+
+
+def finish(report: ReadReport, examples: list[Example], version: str) -> Dataset:
+    """Close the report, log its summary and wrap the examples."""
+    report.read = len(examples)
+    logger.info("%s", report.summary())
+    return Dataset(examples=tuple(examples), report=report, version=version)
+
+
+def locate_answer(context: str, text: str, start: int) -> int | None:
+    """Return a verified start for ``text``: ``start`` itself if it matches, else the nearest
+    exact occurrence within ``REPAIR_WINDOW`` chars (the earlier one on a tie), else None."""
+    if start >= 0 and context.startswith(text, start):
+        return start
+    low, high = max(0, start - REPAIR_WINDOW), start + REPAIR_WINDOW
+    best: int | None = None
+    found = context.find(text, low, high + len(text))
+    while found != -1:
+        if best is None or abs(found - start) < abs(best - start):
+            best = found
+        found = context.find(text, found + 1, high + len(text))
+    return best
+
+
+def _squad_version(doc: dict[str, Any], saw_is_impossible: bool) -> str:
+    # Content wins over the declared version: v2.0 questions carry is_impossible.
+    if saw_is_impossible:
+        return "2.0"
+    declared = str(doc.get("version", "")).lstrip("vV")
+    return "2.0" if declared.startswith("2") else "1.1"
+
+
+def read_squad(path: str | Path) -> Dataset:
+    """Read a SQuAD v1.1 or v2.0 JSON file (optionally ``.gz``) into examples.
+
+    v2.0 unanswerable questions get ``is_impossible=True`` and no answers; their
+    ``plausible_answers`` are not gold and are ignored.
+    """
+    path = Path(path)
+    name = str(path)
+    report = ReadReport(path=name)
+    doc = load_json(path)
+    top = "(top level)"
+    check_type(doc, dict, path=name, record=top, field_name="data")
+    articles = get_field(doc, "data", list, path=name, record=top)
+    seen: set[str] = set()
+    examples: list[Example] = []
+    saw_is_impossible = False
+    for i, article in enumerate(articles):
+        where = f"data[{i}]"
+        check_type(article, dict, path=name, record=where, field_name="data")
+        title = check_type(
+            article.get("title", ""), str, path=name, record=where, field_name="title"
+        )
+        paragraphs = get_field(article, "paragraphs", list, path=name, record=where)
+        for j, paragraph in enumerate(paragraphs):
+            where = f"data[{i}].paragraphs[{j}]"
+            check_type(paragraph, dict, path=name, record=where, field_name="paragraphs")
+            context = get_field(paragraph, "context", str, path=name, record=where)
+            qas = get_field(paragraph, "qas", list, path=name, record=where)
+            for k, qa in enumerate(qas):
+                check_type(qa, dict, path=name, record=f"{where}.qas[{k}]", field_name="qas")
+                saw_is_impossible = saw_is_impossible or "is_impossible" in qa
+                example = _read_question(
+                    qa, context, title, where=f"{where}.qas[{k}]", seen=seen, report=report
+                )
+                if example is not None:
+                    examples.append(example)
+    return finish(report, examples, _squad_version(doc, saw_is_impossible))
+
+
+def _read_question(
+    qa: dict[str, Any],
+    context: str,
+    title: str,
+    *,
+    where: str,
+    seen: set[str],
+    report: ReadReport,
+) -> Example | None:
+    name = report.path
+    qid = get_field(qa, "id", str, path=name, record=where)
+    if not qid:
+        raise DataError(name, where, "id", "empty question id")
+    check_unique_id(seen, qid, path=name, record=qid)
+    question = get_field(qa, "question", str, path=name, record=qid)
+    if not context.strip():
+        note_skip(report, "empty_context", f"question {qid!r}: empty context")
+        return None
+    if not question.strip():
+        note_skip(report, "empty_question", f"question {qid!r}: empty question")
+        return None
+    is_impossible = check_type(
+        qa.get("is_impossible", False), bool, path=name, record=qid, field_name="is_impossible"
+    )
+    answers = get_field(qa, "answers", list, path=name, record=qid)
+    if is_impossible and answers:
+        raise DataError(name, qid, "answers", "is_impossible is true but answers is not empty")
+    if not is_impossible and not answers:
+        raise DataError(name, qid, "answers", "no answers, and the question is not is_impossible")
+
+    gold_texts: list[str] = []
+    located: list[Answer] = []
+    for m, answer in enumerate(answers):
+        field = f"answers[{m}]"
+        check_type(answer, dict, path=name, record=qid, field_name=field)
+        text = get_field(answer, "text", str, path=name, record=qid, field_name=f"{field}.text")
+        start = get_field(
+            answer, "answer_start", int, path=name, record=qid, field_name=f"{field}.answer_start"
+        )
+        gold_texts.append(text)
+        if not text.strip():
+            note_warning(report, "empty_answer_text", f"question {qid!r}: {field} has empty text")
+            continue
+        found = locate_answer(context, text, start)
+        if found is None:
+            note_warning(
+                report,
+                "answer_start_mismatch",
+                f"question {qid!r}: {field} {text!r} not found near answer_start {start} "
+                "(text kept for scoring, not located)",
+            )
+            continue
+        if found != start:
+            note_warning(
+                report,
+                "answer_start_repaired",
+                f"question {qid!r}: {field} answer_start {start} -> {found}",
+            )
+        located.append(Answer(text=text, start=found))
+    return make_example(
+        report,
+        qid=qid,
+        question=question,
+        context=context,
+        located=located,
+        gold_texts=gold_texts,
+        is_impossible=is_impossible,
+        title=title,
+    )

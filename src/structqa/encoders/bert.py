@@ -1,0 +1,381 @@
+"""A compact BERT-family encoder that loads Hugging Face BERT checkpoints.
+
+Blocks are stacks of post-layer-norm sub-layers named by a spec such as ``("sa", "ffn")``
+(BERT), ``("sa", "naa", "ffn")`` (ANNA) or ``("sa", "xa", "ffn")`` (a decoder block that
+cross-attends to an encoder). Extra vectors can be inserted after the embedding layer
+(DyReF) and an extra mask function can restrict attention everywhere or per layer.
+
+Dimension letters: B batch, N tokens, P inserted prefix vectors, H heads, D width.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from structqa.attention.masks import MaskMod, and_masks, key_padding, materialize, no_self
+from structqa.attention.module import MultiHeadAttention
+
+log = logging.getLogger(__name__)
+
+SUBLAYER_KINDS = ("sa", "naa", "xa", "ffn")
+
+
+@dataclass
+class EncoderConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 384
+    num_layers: int = 6
+    num_heads: int = 12
+    intermediate_size: int = 1536
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    pad_token_id: int = 0
+    hidden_act: str = "gelu"
+    block: tuple[str, ...] = ("sa", "ffn")
+
+    def __post_init__(self) -> None:
+        self.block = tuple(self.block)
+        bad = [k for k in self.block if k not in SUBLAYER_KINDS]
+        if bad:
+            raise ValueError(f"unknown sub-layer kind(s) {bad}; known: {SUBLAYER_KINDS}")
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> EncoderConfig:
+        if hf.get("model_type", "bert") not in ("bert",):
+            log.warning("checkpoint model_type %r is treated as BERT", hf.get("model_type"))
+        if hf.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError("only absolute position embeddings are supported for HF checkpoints")
+        return cls(
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=hf["num_attention_heads"],
+            intermediate_size=hf["intermediate_size"],
+            max_position_embeddings=hf.get("max_position_embeddings", 512),
+            type_vocab_size=hf.get("type_vocab_size", 2),
+            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+            hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
+            attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+            pad_token_id=hf.get("pad_token_id", 0) or 0,
+            hidden_act=hf.get("hidden_act", "gelu"),
+            block=tuple(hf.get("structqa_block", ("sa", "ffn"))),
+        )
+
+    def to_hf(self) -> dict:
+        return {
+            "architectures": ["BertModel"],
+            "model_type": "bert",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "intermediate_size": self.intermediate_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "type_vocab_size": self.type_vocab_size,
+            "layer_norm_eps": self.layer_norm_eps,
+            "hidden_dropout_prob": self.hidden_dropout,
+            "attention_probs_dropout_prob": self.attention_dropout,
+            "pad_token_id": self.pad_token_id,
+            "hidden_act": self.hidden_act,
+            "position_embedding_type": "absolute",
+            "structqa_block": list(self.block),
+        }
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EncoderConfig:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _activation(name: str):
+    if name == "gelu":
+        return F.gelu
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    raise ValueError(f"unsupported hidden_act {name!r}")
+
+
+class Embeddings(nn.Module):
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, cfg.pad_token_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None) -> Tensor:
+        n = input_ids.shape[1]
+        positions = torch.arange(n, device=input_ids.device)[None, :]
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(token_type_ids)
+        )
+        return self.dropout(self.LayerNorm(x))
+
+
+class AttentionSublayer(nn.Module):
+    """Attention + dropout + residual + layer norm. ``neighbor_aware`` removes the diagonal."""
+
+    def __init__(self, cfg: EncoderConfig, neighbor_aware: bool = False, cross: bool = False):
+        super().__init__()
+        self.attn = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout)
+        self.neighbor_aware, self.cross = neighbor_aware, cross
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        memory: Tensor | None,
+        memory_mask: Tensor | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        if self.cross:
+            out, probs = self.attn(x, memory_mask, memory=memory, need_weights=need_weights)
+        else:
+            if self.neighbor_aware:
+                diag = materialize(no_self, 1, 1, x.shape[1], x.shape[1], x.device)
+                mask = diag if mask is None else mask & diag
+            out, probs = self.attn(x, mask, need_weights=need_weights)
+        return self.LayerNorm(x + self.dropout(out)), probs
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.intermediate = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.output = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.act = _activation(cfg.hidden_act)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.LayerNorm(x + self.dropout(self.output(self.act(self.intermediate(x)))))
+
+
+class Block(nn.Module):
+    """One encoder (or decoder) layer: the sub-layers of ``cfg.block`` in order."""
+
+    def __init__(self, cfg: EncoderConfig, spec: Sequence[str] | None = None):
+        super().__init__()
+        self.spec = tuple(spec or cfg.block)
+        subs: list[nn.Module] = []
+        for kind in self.spec:
+            if kind == "ffn":
+                subs.append(FeedForward(cfg))
+            else:
+                subs.append(
+                    AttentionSublayer(cfg, neighbor_aware=kind == "naa", cross=kind == "xa")
+                )
+        self.sublayers = nn.ModuleList(subs)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
+        weights: list[Tensor] = []
+        for kind, sub in zip(self.spec, self.sublayers, strict=True):
+            if kind == "ffn":
+                x = sub(x)
+            else:
+                x, probs = sub(x, mask, memory, memory_mask, need_weights)
+                if probs is not None:
+                    weights.append(probs)
+        return x, weights
+
+
+@dataclass
+class EncoderOutput:
+    last_hidden_state: Tensor  # (B, P + N, D)
+    hidden_states: tuple[Tensor, ...] = ()
+    attentions: tuple[Tensor, ...] = ()  # per attention sub-layer: (B, H, Q, K)
+    mask: Tensor | None = field(default=None, repr=False)
+
+
+class BertEncoder(nn.Module):
+    """Embeddings + a stack of blocks (+ optional extra blocks on top)."""
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.config = cfg
+        self.embeddings = Embeddings(cfg)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        prefix: Tensor | None = None,
+        extra_mask: MaskMod | None = None,
+        layer_masks: Sequence[MaskMod | None] | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> EncoderOutput:
+        """Encode a batch.
+
+        prefix: (B, P, D) vectors inserted after the embedding layer, before the tokens; token
+        position ids are unchanged. attention_mask: (B, N), 1 for real tokens. extra_mask and
+        layer_masks are mask functions over the full (P + N) sequence, AND-ed with padding.
+        """
+        x = self.embeddings(input_ids, token_type_ids)  # (B, N, D)
+        b, n = input_ids.shape
+        valid = (
+            torch.ones(b, n, dtype=torch.bool, device=x.device)
+            if attention_mask is None
+            else attention_mask.bool()
+        )
+        if prefix is not None:
+            x = torch.cat([prefix.to(x.dtype), x], dim=1)  # (B, P + N, D)
+            valid = torch.cat([valid.new_ones(b, prefix.shape[1]), valid], dim=1)
+        total = x.shape[1]
+        heads = self.config.num_heads
+        base_mod = key_padding(valid)
+        if extra_mask is not None:
+            base_mod = and_masks(base_mod, extra_mask)
+        base = materialize(base_mod, b, heads, total, total, x.device)
+        hidden, attns = [x], []
+        for i, layer in enumerate(self.layers):
+            mask = base
+            if layer_masks is not None and layer_masks[i] is not None:
+                mask = base & materialize(layer_masks[i], b, heads, total, total, x.device)
+            x, w = layer(x, mask, need_weights=output_attentions)
+            attns.extend(w)
+            if output_hidden_states:
+                hidden.append(x)
+        return EncoderOutput(
+            last_hidden_state=x,
+            hidden_states=tuple(hidden) if output_hidden_states else (),
+            attentions=tuple(attns),
+            mask=base,
+        )
+
+    # ---- checkpoints -------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, block: Sequence[str] | None = None) -> BertEncoder:
+        """Load an HF BERT checkpoint directory (config.json + model.safetensors or .bin)."""
+        path = Path(path)
+        cfg_file = path / "config.json"
+        if not cfg_file.exists():
+            raise FileNotFoundError(f"{path}: no config.json; is this an HF BERT checkpoint dir?")
+        cfg = EncoderConfig.from_hf(json.loads(cfg_file.read_text()))
+        if block is not None:
+            cfg.block = tuple(block)
+        model = cls(cfg)
+        state = load_state_dict(path)
+        model.load_hf_state_dict(state)
+        return model
+
+    def load_hf_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Load HF BertModel weights; sub-layers that HF lacks keep their initialization."""
+        mapped = {}
+        for key, value in state.items():
+            new = hf_to_structqa_key(key, self.config.block)
+            if new is not None:
+                mapped[new] = value
+        missing, unexpected = self.load_state_dict(mapped, strict=False)
+        if unexpected:
+            raise ValueError(f"unexpected weights in checkpoint: {unexpected[:5]}")
+        if missing:
+            log.info(
+                "%d parameters not in the checkpoint keep their initialization: %s",
+                len(missing),
+                missing[:4],
+            )
+
+
+def load_state_dict(path: Path) -> dict[str, Tensor]:
+    """Read model.safetensors or pytorch_model.bin from an HF checkpoint directory."""
+    st = path / "model.safetensors"
+    if st.exists():
+        from safetensors.torch import load_file
+
+        return load_file(str(st))
+    pt = path / "pytorch_model.bin"
+    if pt.exists():
+        return torch.load(pt, map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"{path}: neither model.safetensors nor pytorch_model.bin found")
+
+
+_HF_ATTN = {
+    "attention.self.query": "attn.query",
+    "attention.self.key": "attn.key",
+    "attention.self.value": "attn.value",
+    "attention.output.dense": "attn.output",
+    "attention.output.LayerNorm": "LayerNorm",
+}
+_HF_FFN = {
+    "intermediate.dense": "intermediate",
+    "output.dense": "output",
+    "output.LayerNorm": "LayerNorm",
+}
+
+
+def hf_to_structqa_key(key: str, block: Sequence[str]) -> str | None:
+    """Map an HF BertModel parameter name to ours (None for weights we do not use).
+
+    HF's self-attention goes to the first "sa" sub-layer; when the block has no "sa" but a
+    "naa", the neighbor-aware sub-layer reuses those weights (ANNA's SA -> NAA replacement).
+    """
+    for prefix in ("bert.", "model."):
+        if key.startswith(prefix):
+            key = key[len(prefix) :]
+    if key.startswith(("pooler.", "cls.", "qa_outputs.")) or key.endswith("position_ids"):
+        return None
+    if key.startswith("embeddings."):
+        return key
+    if not key.startswith("encoder.layer."):
+        return None
+    rest = key[len("encoder.layer.") :]
+    idx, _, name = rest.partition(".")
+    attn_kind = "sa" if "sa" in block else "naa"
+    for hf_name, ours in _HF_ATTN.items():
+        if name.startswith(hf_name + "."):
+            sub = block.index(attn_kind)
+            return f"layers.{idx}.sublayers.{sub}.{ours}{name[len(hf_name) :]}"
+    for hf_name, ours in _HF_FFN.items():
+        if name.startswith(hf_name + "."):
+            sub = block.index("ffn")
+            return f"layers.{idx}.sublayers.{sub}.{ours}{name[len(hf_name) :]}"
+    return None

@@ -1,0 +1,94 @@
+"""Evaluate a model on examples: predictions, official metrics and the output files."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from structqa.data.records import Example
+from structqa.decoding import DecodeConfig, Prediction
+from structqa.features.squad import Feature
+from structqa.io import write_json
+from structqa.metrics.squad import squad_v1, squad_v2
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, float]
+    predictions: dict[str, Prediction]
+    null_threshold: float | None  # None for SQuAD 1.1-style (always answer)
+
+    @property
+    def f1(self) -> float:
+        return self.metrics.get("best_f1", self.metrics.get("f1", 0.0))
+
+    def answers(self) -> dict[str, str]:
+        return {k: p.answer(self.null_threshold) for k, p in self.predictions.items()}
+
+
+def score_predictions(
+    examples: Sequence[Example], predictions: dict[str, Prediction], version_2: bool
+) -> EvalResult:
+    """SQuAD v1.1 metrics (also MRQA), or v2.0 with the null threshold tuned on this set."""
+    gold = {ex.id: list(ex.gold_texts) for ex in examples}
+    if not version_2:
+        answers = {k: p.text for k, p in predictions.items()}
+        return EvalResult(squad_v1(gold, answers), predictions, None)
+    na = {k: p.null_odds for k, p in predictions.items()}
+    texts = {k: p.text for k, p in predictions.items()}
+    metrics = squad_v2(gold, texts, na_probs=na)
+    # best_f1_thresh: predicting "" where null_odds > thresh maximizes F1 on this set
+    thresh = float(metrics["best_f1_thresh"])
+    final = {k: p.answer(thresh) for k, p in predictions.items()}
+    at_thresh = squad_v2(gold, final)
+    metrics = {**metrics, **{f"thresholded_{k}": v for k, v in at_thresh.items()}}
+    return EvalResult(metrics, predictions, thresh)
+
+
+def write_outputs(result: EvalResult, out_dir: str | Path) -> None:
+    """predictions.json (official format), nbest_predictions.json, null_odds.json, metrics.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "predictions.json", result.answers())
+    write_json(
+        out / "nbest_predictions.json",
+        {
+            k: [
+                {
+                    "text": c.text,
+                    "probability": c.probability,
+                    "score": c.score,
+                    "start_char": c.start_char,
+                    "end_char": c.end_char,
+                }
+                for c in p.nbest
+            ]
+            for k, p in result.predictions.items()
+        },
+    )
+    write_json(out / "null_odds.json", {k: p.null_odds for k, p in result.predictions.items()})
+    write_json(out / "metrics.json", {**result.metrics, "null_threshold": result.null_threshold})
+
+
+def evaluate_model(
+    model,
+    examples: Sequence[Example],
+    features: Sequence[Feature],
+    decode: DecodeConfig,
+    version_2: bool,
+    batch_size: int = 64,
+    bf16: bool = False,
+    progress=None,
+) -> EvalResult:
+    from structqa.inference import run_inference
+
+    collector = run_inference(model, features, decode, batch_size, bf16, progress=progress)
+    predictions = collector.predictions(examples, features)
+    for ex in examples:  # an example whose windows all vanished still gets a (null) answer
+        if ex.id not in predictions:
+            predictions[ex.id] = Prediction(ex.id, "", -1, -1, 0.0, 0.0, 0.0, ())
+    return score_predictions(examples, predictions, version_2)

@@ -1,0 +1,66 @@
+"""The span-head interface shared by every extractive objective.
+
+Dimension letters: B batch, N tokens, D width, L max answer length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from structqa.features.batching import Batch
+
+NEG = -1e4  # finite: masked logits stay finite in bf16 and fp32
+
+
+@dataclass
+class HeadOutput:
+    start_logits: Tensor  # (B, N), non-answer tokens masked to NEG
+    end_logits: Tensor  # (B, N)
+    loss: Tensor | None = None
+    span_scores: Tensor | None = None  # (B, N, L) for heads that score spans jointly
+    null_scores: Tensor | None = None  # (B,) score of the no-answer span
+    attentions: tuple[Tensor, ...] = ()  # per attention sub-layer, when asked for
+
+
+class SpanHead(nn.Module):
+    """A span head scores answer spans from encoder states.
+
+    ``encoder_inputs`` lets a head change the encoder call (DyReF inserts query vectors);
+    ``forward`` turns hidden states into a :class:`HeadOutput`.
+    """
+
+    def encoder_inputs(self, batch: Batch) -> dict[str, Any]:
+        return {}
+
+    def token_states(self, hidden: Tensor) -> Tensor:
+        """The part of the encoder output that belongs to the input tokens."""
+        return hidden
+
+    def forward(self, hidden: Tensor, batch: Batch) -> HeadOutput:  # pragma: no cover
+        raise NotImplementedError
+
+
+def masked_start_end(start: Tensor, end: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+    """Restrict logits to context tokens and [CLS] (float32, so the softmax is exact)."""
+    allowed = batch.answer_mask
+    start = start.float().masked_fill(~allowed, NEG)
+    end = end.float().masked_fill(~allowed, NEG)
+    return start, end
+
+
+def start_end_loss(start: Tensor, end: Tensor, batch: Batch) -> Tensor:
+    """Mean of the start and end cross-entropies (BERT's independent objective)."""
+    ce = nn.functional.cross_entropy
+    return (ce(start, batch.start_positions) + ce(end, batch.end_positions)) / 2
+
+
+def span_band(start: Tensor, end: Tensor, max_len: int) -> Tensor:
+    """Scores of spans (i, i + l) for l < max_len: (B, N, L); spans past the end get NEG."""
+    b, n = end.shape
+    padded = torch.cat([end, end.new_full((b, max_len - 1), NEG)], dim=1)
+    end_band = padded.unfold(1, max_len, 1)  # (B, N, L)
+    return start[:, :, None] + end_band

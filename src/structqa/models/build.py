@@ -1,0 +1,77 @@
+"""Build a model and its tokenizer from a config, or load both from a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from structqa.config import Config
+from structqa.encoders.bert import BertEncoder, EncoderConfig
+from structqa.heads import build_head
+from structqa.models.extractive import ExtractiveQAModel
+
+log = logging.getLogger(__name__)
+
+
+def resolve_encoder_path(name: str) -> Path:
+    if name == "default":
+        from structqa.paths import default_encoder_path
+
+        return default_encoder_path()
+    path = Path(name).expanduser()
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(
+            f"encoder {name!r}: not a local HF BERT checkpoint directory (no config.json); "
+            "models are loaded from local paths only"
+        )
+    return path
+
+
+def load_tokenizer(path: str | Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path), use_fast=True)
+    if not tok.is_fast:
+        raise ValueError(f"{path}: a fast tokenizer (tokenizer.json or vocab.txt) is required")
+    return tok
+
+
+def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
+    """A pretrained encoder (from cfg.model.encoder) plus a freshly initialized head."""
+    path = resolve_encoder_path(cfg.model.encoder)
+    encoder = BertEncoder.from_pretrained(path, block=cfg.model.block)
+    if cfg.train.dropout is not None:
+        set_dropout(encoder, cfg.train.dropout)
+    head = build_head(cfg.model.head, encoder.hidden_size, num_heads=encoder.config.num_heads)
+    return ExtractiveQAModel(encoder, head), load_tokenizer(path)
+
+
+def set_dropout(module, p: float) -> None:
+    import torch.nn as nn
+
+    for m in module.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = p
+    for m in module.modules():
+        if hasattr(m, "dropout") and isinstance(m.dropout, float):
+            m.dropout = p
+
+
+def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, Config]:
+    """Rebuild the exact model saved by the trainer (weights, config, tokenizer)."""
+    from safetensors.torch import load_file
+
+    from structqa.config import config_from_dict
+
+    path = Path(path)
+    if not (path / "model.safetensors").exists():
+        raise FileNotFoundError(f"{path}: not a structqa checkpoint (no model.safetensors)")
+    cfg = config_from_dict(json.loads((path / "structqa_config.json").read_text()))
+    enc_cfg = EncoderConfig.from_dict(json.loads((path / "encoder_config.json").read_text()))
+    encoder = BertEncoder(enc_cfg)
+    head = build_head(cfg.model.head, encoder.hidden_size, num_heads=enc_cfg.num_heads)
+    model = ExtractiveQAModel(encoder, head)
+    model.load_state_dict(load_file(str(path / "model.safetensors")))
+    model.eval()
+    return model, load_tokenizer(path), cfg

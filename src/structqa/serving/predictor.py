@@ -1,0 +1,103 @@
+"""The one inference entry point: a trained checkpoint answering questions about passages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from structqa.data.records import Example
+from structqa.decoding import Candidate, DecodeConfig
+from structqa.features.squad import FeatureConfig, featurize
+from structqa.inference import run_inference
+from structqa.models.build import model_from_checkpoint
+from structqa.runtime import use_bf16
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer: its text, its char span in the context, its score and the n-best list."""
+
+    text: str
+    start: int
+    end: int
+    score: float
+    null_odds: float
+    nbest: tuple[Candidate, ...]
+    no_answer: bool = False
+
+
+class Predictor:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        config,
+        null_threshold: float | None = None,
+        bf16: str = "auto",
+        batch_size: int = 64,
+    ):
+        self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
+        self.device = next(model.parameters()).device
+        self.bf16 = use_bf16(bf16, self.device)
+        self.null_threshold = null_threshold
+        self.batch_size = batch_size
+        self.features = FeatureConfig(
+            config.data.max_seq_len, config.data.doc_stride, config.data.max_query_len
+        )
+        self.decode = DecodeConfig(config.decode.n_best, config.decode.max_answer_length)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | Path,
+        device: str | None = None,
+        bf16: str = "auto",
+        null_threshold: float | None = None,
+    ) -> Predictor:
+        """Load a checkpoint written by ``structqa train`` (its ``best`` or ``last`` dir).
+
+        For SQuAD 2.0-style models the no-answer threshold tuned at evaluation is used
+        unless ``null_threshold`` is given."""
+        import json
+
+        model, tokenizer, cfg = model_from_checkpoint(path)
+        if device:
+            model.to(torch.device(device))
+        metrics_file = Path(path) / "metrics.json"
+        if null_threshold is None and metrics_file.exists():
+            null_threshold = json.loads(metrics_file.read_text()).get("null_threshold")
+        return cls(model, tokenizer, cfg, null_threshold, bf16)
+
+    def predict(self, question: str, context: str) -> Answer:
+        return self.predict_batch([(question, context)])[0]
+
+    def predict_batch(self, pairs: Sequence[tuple[str, str]]) -> list[Answer]:
+        """Answer many (question, context) pairs in dynamically padded batches."""
+        examples = [Example(id=str(i), question=q, context=c) for i, (q, c) in enumerate(pairs)]
+        for ex in examples:
+            if not ex.question.strip() or not ex.context.strip():
+                raise ValueError(f"pair {ex.id}: question and context must be non-empty")
+        return [self._answer(p) for p in self.predict_examples(examples).values()]
+
+    def predict_examples(self, examples: Sequence[Example]):
+        """Raw predictions (``structqa.decoding.Prediction``) keyed by example id."""
+        features, _ = featurize(examples, self.tokenizer, self.features)
+        collector = run_inference(
+            self.model, features, self.decode, self.batch_size, self.bf16, self.device
+        )
+        return collector.predictions(examples, features)
+
+    def _answer(self, p) -> Answer:
+        text = p.answer(self.null_threshold)
+        return Answer(
+            text=text,
+            start=p.start_char if text else -1,
+            end=p.end_char if text else -1,
+            score=p.score,
+            null_odds=p.null_odds,
+            nbest=p.nbest,
+            no_answer=not text,
+        )

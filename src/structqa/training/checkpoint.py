@@ -1,0 +1,89 @@
+"""Checkpoints: model weights (safetensors), resolved config, tokenizer, and resume state.
+
+Every checkpoint is written into a temporary directory and swapped into place, so an
+interruption mid-write never leaves a half checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from structqa.io import replace_dir, write_json
+
+
+@dataclass
+class TrainState:
+    """Where training stands; enough to continue exactly where it stopped."""
+
+    epoch: int = 0  # current epoch (0-based)
+    batch_in_epoch: int = 0  # micro-batches of this epoch already consumed
+    global_step: int = 0  # optimizer steps taken
+    best_f1: float = -1.0
+    best_epoch: int = -1
+    finished: bool = False
+
+
+def save_checkpoint(
+    target: Path,
+    model: torch.nn.Module,
+    tokenizer,
+    config: dict[str, Any],
+    state: TrainState,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    metrics: dict[str, Any] | None = None,
+) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(weights, str(tmp / "model.safetensors"))
+    write_json(tmp / "structqa_config.json", config)
+    write_json(tmp / "encoder_config.json", model.encoder.config.to_dict())
+    tokenizer.save_pretrained(str(tmp))
+    write_json(tmp / "train_state.json", asdict(state))
+    if metrics is not None:
+        write_json(tmp / "metrics.json", metrics)
+    if optimizer is not None:
+        torch.save(
+            {
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "rng": rng_state(),
+            },
+            tmp / "resume.pt",
+        )
+    replace_dir(tmp, target)
+
+
+def load_resume(path: Path) -> tuple[TrainState, dict[str, Any]]:
+    state = TrainState(**json.loads((path / "train_state.json").read_text()))
+    extra = torch.load(path / "resume.pt", map_location="cpu", weights_only=False)
+    return state, extra
+
+
+def rng_state() -> dict[str, Any]:
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def set_rng_state(s: dict[str, Any]) -> None:
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    torch.set_rng_state(s["torch"])
+    if s.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])

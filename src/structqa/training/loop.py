@@ -1,0 +1,268 @@
+"""The training loop: one explicit function, read top to bottom (HF Accelerate underneath).
+
+Runs on one CPU, one GPU, or many processes under ``accelerate launch``. Each process takes
+every world_size-th batch of the same seeded, length-grouped batch order. Checkpoints:
+``last`` (resumable: optimizer, scheduler, RNG and position inside the epoch) and ``best``
+(by held-out F1 at epoch ends). SIGINT/SIGTERM stop cleanly after the current step, saving
+``last`` so that ``--resume`` continues exactly where training stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import time
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+
+from structqa.config import Config
+from structqa.decoding import DecodeConfig
+from structqa.evaluation import EvalResult, evaluate_model, write_outputs
+from structqa.features.batching import collate, length_grouped_batches
+from structqa.features.squad import Feature
+from structqa.io import append_jsonl, write_json
+from structqa.models.build import build_model
+from structqa.runtime import autocast, use_bf16
+from structqa.training.checkpoint import TrainState, load_resume, save_checkpoint, set_rng_state
+from structqa.training.data import TrainData, prepare_data
+from structqa.training.optim import build_optimizer, linear_warmup_decay
+
+log = logging.getLogger(__name__)
+
+
+class _StopFlag:
+    def __init__(self) -> None:
+        self.stop = False
+
+    def __call__(self, signum, frame) -> None:  # noqa: ARG002
+        log.warning("signal %s: saving and stopping after this step", signum)
+        self.stop = True
+
+
+def epoch_batches(features: list[Feature], cfg: Config, epoch: int, world: int) -> list[list[int]]:
+    """The batch order of one epoch: a function of (seed, epoch) only, so resume can rebuild it."""
+    batches = length_grouped_batches(
+        [len(f) for f in features], cfg.train.batch_size, seed=cfg.train.seed * 100_003 + epoch
+    )
+    usable = len(batches) - len(batches) % world  # every process gets the same number
+    return batches[:usable]
+
+
+def run(cfg: Config, resume: bool = False, progress: bool = True) -> EvalResult | None:
+    """Seed, build the model, read and featurize the data, train."""
+    set_seed(cfg.train.seed)
+    model, tokenizer = build_model(cfg)
+    data = prepare_data(cfg, tokenizer)
+    return train(cfg, model, tokenizer, data, resume=resume, progress=progress)
+
+
+def train(
+    cfg: Config, model, tokenizer, data: TrainData, resume: bool = False, progress: bool = True
+) -> EvalResult | None:
+    tc = cfg.train
+    out = Path(tc.output_dir)
+    accelerator = Accelerator(mixed_precision="no")  # autocast is ours: same code on CPU/GPU
+    device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
+    bf16 = use_bf16(tc.bf16, device)
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    log.info("device %s, %d process(es), bf16 %s", device, world, bf16)
+    batches_per_epoch = len(epoch_batches(data.train_features, cfg, 0, world)) // world
+    steps_per_epoch = math.ceil(batches_per_epoch / tc.grad_accum)
+    total_steps = tc.max_steps or math.ceil(steps_per_epoch * tc.epochs)
+    optimizer = build_optimizer(model, tc.lr, tc.head_lr, tc.weight_decay)
+    scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
+
+    state = TrainState()
+    last_dir, best_dir = out / "last", out / "best"
+    if resume and (last_dir / "resume.pt").exists():
+        from safetensors.torch import load_file
+
+        state, extra = load_resume(last_dir)
+        model.load_state_dict(load_file(str(last_dir / "model.safetensors")))
+        optimizer.load_state_dict(extra["optimizer"])
+        scheduler.load_state_dict(extra["scheduler"])
+        set_rng_state(extra["rng"])
+        log.info(
+            "resumed at epoch %d, batch %d, step %d",
+            state.epoch,
+            state.batch_in_epoch,
+            state.global_step,
+        )
+        if state.finished:
+            log.info("run already finished")
+            return None
+    elif resume:
+        log.info("nothing to resume in %s; starting fresh", last_dir)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    raw_model = accelerator.unwrap_model(model)
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "config.json", cfg.to_dict())
+    log_path = out / "metrics.jsonl"
+    decode = DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length)
+
+    stop = _StopFlag()
+    old_handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    bar = _Progress(total_steps, enabled=progress and accelerator.is_main_process)
+    best: EvalResult | None = None
+    try:
+        model.train()
+        bar.advance(state.global_step)
+        while state.global_step < total_steps and not stop.stop:
+            batches = epoch_batches(data.train_features, cfg, state.epoch, world)[rank::world]
+            t0, seen, tokens = time.perf_counter(), 0, 0
+            while state.batch_in_epoch < len(batches) and state.global_step < total_steps:
+                group = batches[state.batch_in_epoch : state.batch_in_epoch + tc.grad_accum]
+                loss_sum = 0.0
+                for i, idx in enumerate(group):
+                    batch = collate(data.train_features, idx).to(device)
+                    sync = i == len(group) - 1
+                    ctx = accelerator.no_sync(model) if (world > 1 and not sync) else _null()
+                    with ctx, autocast(device, bf16):
+                        loss = model(batch).loss / len(group)
+                    accelerator.backward(loss)
+                    loss_sum += loss.item()
+                    seen += len(idx)
+                    tokens += int(batch.attention_mask.sum())
+                if tc.max_grad_norm:
+                    accelerator.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                state.batch_in_epoch += len(group)
+                state.global_step += 1
+                rate = seen * world / max(time.perf_counter() - t0, 1e-9)
+                bar.update(loss_sum, rate, state.epoch)
+                if accelerator.is_main_process and state.global_step % tc.log_every_steps == 0:
+                    append_jsonl(
+                        log_path,
+                        {
+                            "step": state.global_step,
+                            "epoch": state.epoch,
+                            "loss": loss_sum,
+                            "lr": scheduler.get_last_lr()[0],
+                            "features_per_s": rate,
+                            "tokens_per_s": tokens * world / max(time.perf_counter() - t0, 1e-9),
+                        },
+                    )
+                if tc.save_every_steps and state.global_step % tc.save_every_steps == 0:
+                    _save(
+                        accelerator,
+                        out / "last",
+                        raw_model,
+                        tokenizer,
+                        cfg,
+                        state,
+                        optimizer,
+                        scheduler,
+                    )
+                if stop.stop:
+                    break
+            if stop.stop:
+                break
+            # epoch finished
+            state.epoch += 1
+            state.batch_in_epoch = 0
+            last_epoch = state.global_step >= total_steps
+            if accelerator.is_main_process and (tc.eval_every_epoch or last_epoch):
+                result = evaluate_model(
+                    raw_model,
+                    data.eval_examples,
+                    data.eval_features,
+                    decode,
+                    data.version_2,
+                    tc.eval_batch_size,
+                    bf16,
+                )
+                model.train()
+                entry = {"step": state.global_step, "epoch": state.epoch, "eval": result.metrics}
+                append_jsonl(log_path, entry)
+                bar.note(f"epoch {state.epoch}: F1 {result.f1:.2f}")
+                if result.f1 > state.best_f1:
+                    state.best_f1, state.best_epoch, best = result.f1, state.epoch, result
+                    save_checkpoint(
+                        best_dir, raw_model, tokenizer, cfg.to_dict(), state, metrics=result.metrics
+                    )
+                    write_outputs(result, best_dir)
+            accelerator.wait_for_everyone()
+            state.finished = state.global_step >= total_steps
+            _save(accelerator, out / "last", raw_model, tokenizer, cfg, state, optimizer, scheduler)
+        if stop.stop:
+            _save(accelerator, out / "last", raw_model, tokenizer, cfg, state, optimizer, scheduler)
+            log.warning("stopped at step %d; continue with --resume", state.global_step)
+    finally:
+        bar.close()
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+    accelerator.wait_for_everyone()
+    if best is None and accelerator.is_main_process and (best_dir / "metrics.json").exists():
+        log.info(
+            "best checkpoint from an earlier session: %s",
+            json.loads((best_dir / "metrics.json").read_text()),
+        )
+    return best
+
+
+def _save(accelerator, target, model, tokenizer, cfg, state, optimizer, scheduler) -> None:
+    if accelerator.is_main_process:
+        save_checkpoint(target, model, tokenizer, cfg.to_dict(), state, optimizer, scheduler)
+    accelerator.wait_for_everyone()
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+class _Progress:
+    """A rich progress bar with loss and throughput (silent when disabled)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.enabled = enabled
+        if enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.p = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+            )
+            self.task = self.p.add_task("train", total=total, info="")
+            self.p.start()
+
+    def advance(self, n: int) -> None:
+        if self.enabled and n:
+            self.p.update(self.task, advance=n)
+
+    def update(self, loss: float, rate: float, epoch: int) -> None:
+        if self.enabled:
+            self.p.update(
+                self.task, advance=1, info=f"epoch {epoch + 1} loss {loss:.3f} {rate:.1f} feat/s"
+            )
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            self.p.console.log(text)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.p.stop()
