@@ -145,7 +145,6 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
         from structqa.io import write_json
 
         ds = read_examples(args.file)
-        log.info(ds.report.summary())
         preds = predictor.predict_examples(ds.examples)
         answers = {k: p.answer(predictor.null_threshold) for k, p in preds.items()}
         out = args.out or "predictions.json"

@@ -54,7 +54,10 @@ class TrainConfig:
     eval_every_epoch: bool = True
     save_every_steps: int | None = None  # extra resumable checkpoints inside an epoch
     log_every_steps: int = 10
-    dropout: float | None = None  # override the encoder's dropout
+    dropout: float | None = None  # override the encoder's hidden dropout
+    # Attention-probability dropout forces PyTorch's unfused attention on CPU and halves
+    # training throughput there (measured: 6.2 -> 12.0 features/s); fine-tuning default off.
+    attention_dropout: float | None = 0.0
 
 
 @dataclass

@@ -19,9 +19,10 @@ def cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def use_bf16(setting: str, device: torch.device) -> bool:
+def use_bf16(setting: str | bool, device: torch.device) -> bool:
     """Resolve the ``bf16`` setting (auto|on|off) for a device."""
-    setting = setting.lower()
+    # YAML reads a bare on/off as a boolean
+    setting = {"true": "on", "false": "off"}.get(str(setting).lower(), str(setting).lower())
     if setting not in ("auto", "on", "off"):
         raise ValueError(f"bf16 must be auto, on or off, not {setting!r}")
     if setting == "off":

@@ -6,6 +6,9 @@ import json
 import logging
 from pathlib import Path
 
+from torch import nn
+
+from structqa.attention.module import MultiHeadAttention
 from structqa.config import Config
 from structqa.encoders.bert import BertEncoder, EncoderConfig
 from structqa.heads import build_head
@@ -41,21 +44,19 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     """A pretrained encoder (from cfg.model.encoder) plus a freshly initialized head."""
     path = resolve_encoder_path(cfg.model.encoder)
     encoder = BertEncoder.from_pretrained(path, block=cfg.model.block)
-    if cfg.train.dropout is not None:
-        set_dropout(encoder, cfg.train.dropout)
+    set_dropout(encoder, cfg.train.dropout, cfg.train.attention_dropout)
     head = build_head(cfg.model.head, encoder.hidden_size, num_heads=encoder.config.num_heads)
     return ExtractiveQAModel(encoder, head), load_tokenizer(path)
 
 
-def set_dropout(module, p: float) -> None:
-    import torch.nn as nn
-
+def set_dropout(module: nn.Module, hidden: float | None, attention: float | None) -> None:
+    """Override hidden (nn.Dropout) and attention-probability dropout; None keeps the
+    checkpoint's value."""
     for m in module.modules():
-        if isinstance(m, nn.Dropout):
-            m.p = p
-    for m in module.modules():
-        if hasattr(m, "dropout") and isinstance(m.dropout, float):
-            m.dropout = p
+        if hidden is not None and isinstance(m, nn.Dropout):
+            m.p = hidden
+        if attention is not None and isinstance(m, MultiHeadAttention):
+            m.dropout = attention
 
 
 def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, Config]:

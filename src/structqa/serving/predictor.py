@@ -80,7 +80,8 @@ class Predictor:
         for ex in examples:
             if not ex.question.strip() or not ex.context.strip():
                 raise ValueError(f"pair {ex.id}: question and context must be non-empty")
-        return [self._answer(p) for p in self.predict_examples(examples).values()]
+        predictions = self.predict_examples(examples)  # keyed by id; order is not the input's
+        return [self._answer(predictions[ex.id]) for ex in examples]
 
     def predict_examples(self, examples: Sequence[Example]):
         """Raw predictions (``structqa.decoding.Prediction``) keyed by example id."""

@@ -34,7 +34,6 @@ def data_path(cfg: Config, name: str) -> Path:
 
 def load_eval_examples(cfg: Config, path: str | None = None) -> tuple[list[Example], bool]:
     ds = read_examples(data_path(cfg, path or cfg.data.eval))
-    log.info(ds.report.summary())
     examples = list(ds.examples)
     if cfg.data.eval_size is not None:
         examples = examples[: cfg.data.eval_size]
@@ -49,8 +48,7 @@ def feature_config(cfg: Config) -> FeatureConfig:
 
 
 def prepare_data(cfg: Config, tokenizer) -> TrainData:
-    train_ds = read_examples(data_path(cfg, cfg.data.train))
-    log.info(train_ds.report.summary())
+    train_ds = read_examples(data_path(cfg, cfg.data.train))  # the reader logs its report
     train = list(
         train_subset(train_ds.examples, parse_train_size(cfg.data.train_size), cfg.train.seed)
     )

@@ -66,7 +66,8 @@ def train(
 ) -> EvalResult | None:
     tc = cfg.train
     out = Path(tc.output_dir)
-    accelerator = Accelerator(mixed_precision="no")  # autocast is ours: same code on CPU/GPU
+    # autocast is ours (same code on CPU and GPU); cpu=True lets Accelerate run gloo processes
+    accelerator = Accelerator(mixed_precision="no", cpu=not torch.cuda.is_available())
     device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
     bf16 = use_bf16(tc.bf16, device)
     if device.type == "cpu":

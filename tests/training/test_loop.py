@@ -1,0 +1,120 @@
+"""Training loop: overfitting a tiny set, exact resume after interruption, 2-process gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from structqa.config import load_config
+from structqa.training import loop
+
+MINI = "fixtures/squad-v1.1-mini.json"
+
+
+def tiny_config(tmp: Path, ckpt: Path, data: Path, *extra: str):
+    return load_config(
+        overrides=[
+            f"model.encoder={ckpt}",
+            f"data.dir={data}",
+            f"data.train={MINI}",
+            f"data.eval={MINI}",
+            "data.train_size=all",
+            "data.max_seq_len=128",
+            "data.doc_stride=32",
+            f"train.output_dir={tmp}",
+            "train.batch_size=2",
+            "train.bf16=off",
+            "train.log_every_steps=1",
+            *extra,
+        ]
+    )
+
+
+def test_overfits_tiny_set_to_em_100(tmp_path, tiny_checkpoint, shared_data):
+    # The fixture's answer "Father Julius Nieuwl" ends inside the word "Nieuwland", which no
+    # token span can reproduce exactly; the other four answers are token-aligned.
+    data = json.loads((shared_data / MINI).read_text())
+    for article in data["data"]:
+        for par in article["paragraphs"]:
+            par["qas"] = [qa for qa in par["qas"] if qa["answers"][0]["text"] != "Father Julius Nieuwl"]
+    (tmp_path / "mini4.json").write_text(json.dumps(data))
+    cfg = tiny_config(
+        tmp_path / "run", tiny_checkpoint, shared_data,
+        f"data.train={tmp_path / 'mini4.json'}", f"data.eval={tmp_path / 'mini4.json'}",
+        "train.lr=3e-3", "train.epochs=60", "train.warmup_ratio=0.05", "train.dropout=0.0",
+        "train.eval_every_epoch=false", "train.weight_decay=0.0",
+    )
+    result = loop.run(cfg, progress=False)
+    assert result is not None
+    assert result.metrics["exact_match"] == 100.0, result.metrics
+    best = tmp_path / "run" / "best"
+    for name in ("model.safetensors", "structqa_config.json", "tokenizer.json", "metrics.json",
+                 "predictions.json", "nbest_predictions.json", "null_odds.json"):
+        assert (best / name).exists(), name
+    log = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [x["loss"] for x in log if "loss" in x]
+    assert losses[-1] < losses[0] / 10
+
+
+def test_resume_continues_exactly(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
+    args = ("train.max_steps=7", "train.lr=1e-3", "train.dropout=0.1")
+    straight = tiny_config(tmp_path / "a", tiny_checkpoint, shared_data, *args)
+    loop.run(straight, progress=False)
+    expected = load_file(str(tmp_path / "a" / "last" / "model.safetensors"))
+
+    # interrupt run b with a real SIGINT in the middle of its second epoch (after batch 4)
+    calls = {"n": 0}
+    real_collate = loop.collate
+
+    def collate_then_interrupt(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_collate(*a, **kw)
+
+    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
+    interrupted = tiny_config(tmp_path / "b", tiny_checkpoint, shared_data, *args)
+    loop.run(interrupted, progress=False)
+    state = json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())
+    assert state["global_step"] == 5 and not state["finished"]
+
+    monkeypatch.setattr(loop, "collate", real_collate)
+    loop.run(interrupted, resume=True, progress=False)
+    resumed = load_file(str(tmp_path / "b" / "last" / "model.safetensors"))
+    assert json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())["finished"]
+    for name, tensor in expected.items():
+        assert torch.equal(tensor, resumed[name]), name
+
+
+def test_two_process_gloo_training(tmp_path, tiny_checkpoint, shared_data):
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun not on PATH")
+    out = tmp_path / "ddp"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+        "--master_port=29517", "-m", "structqa.cli", "train", "--no-progress",
+        f"--model.encoder={tiny_checkpoint}", f"--data.dir={shared_data}",
+        f"--data.train={MINI}", f"--data.eval={MINI}", "--data.train_size=all",
+        "--data.max_seq_len=128", "--data.doc_stride=32", f"--train.output_dir={out}",
+        "--train.batch_size=1", "--train.max_steps=4", "--train.bf16=off",
+        "--train.log_every_steps=1",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 process(es)" in proc.stderr + proc.stdout
+    state = json.loads((out / "last" / "train_state.json").read_text())
+    assert state["finished"] and state["global_step"] == 4
+    log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in log if "loss" in x] == [1, 2, 3, 4]
+    assert all(torch.isfinite(torch.tensor(x["loss"])) for x in log if "loss" in x)
+    assert "exact_match" in json.loads((out / "best" / "metrics.json").read_text())
