@@ -365,7 +365,7 @@ def structqa_quick(
     }
     res.update(structqa_evaluate(model, cfg, eval_ex, eval_feats, bf16, device))
     res["config"] = cfg.to_dict()
-    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work.parent, ignore_errors=True)  # quick-work: checkpoints not kept
     return res
 
 
@@ -650,6 +650,10 @@ def print_report(
             f"{m.get('attn_implementation')}, attention dropout "
             f"{m.get('attention_probs_dropout_prob')}"
         )
+    print(
+        "features = windows, each side counting its own (same questions, max_len, stride: "
+        "same windows; HF pads each to max_len, structqa pads per batch)"
+    )
     print(f"{'':28s}{'structqa':>14s}{'HF':>14s}")
     for label, key, fmt in ROWS:
         if not ((sq and key in sq) or (hf and key in hf)):

@@ -20,8 +20,12 @@ def _stdout_json(capsys) -> dict:
 
 def test_score_v1_perfect_and_empty(tmp_path, shared_data, capsys):
     data = json.loads((shared_data / MINI).read_text())
-    gold = {qa["id"]: qa["answers"][0]["text"]
-            for art in data["data"] for p in art["paragraphs"] for qa in p["qas"]}
+    gold = {
+        qa["id"]: qa["answers"][0]["text"]
+        for art in data["data"]
+        for p in art["paragraphs"]
+        for qa in p["qas"]
+    }
     preds = tmp_path / "p.json"
     preds.write_text(json.dumps(gold))
     assert main(["score", str(shared_data / MINI), str(preds)]) == 0
@@ -35,13 +39,19 @@ def test_score_v2_with_na_probs_matches_metric(tmp_path, shared_data, capsys):
     path = shared_data / "splits" / "squad2-heldout.v2.0.json"
     data = json.loads(path.read_text())
     qas = [qa for art in data["data"] for p in art["paragraphs"] for qa in p["qas"]]
-    preds = {qa["id"]: (qa["answers"][0]["text"] if qa["answers"] and i % 3 else "x")
-             for i, qa in enumerate(qas)}
+    preds = {
+        qa["id"]: (qa["answers"][0]["text"] if qa["answers"] and i % 3 else "x")
+        for i, qa in enumerate(qas)
+    }
     probs = {qa["id"]: (i % 7) / 7 for i, qa in enumerate(qas)}
     (tmp_path / "p.json").write_text(json.dumps(preds))
     (tmp_path / "na.json").write_text(json.dumps(probs))
-    assert main(["score", str(path), str(tmp_path / "p.json"), "--na-probs",
-                 str(tmp_path / "na.json")]) == 0
+    assert (
+        main(
+            ["score", str(path), str(tmp_path / "p.json"), "--na-probs", str(tmp_path / "na.json")]
+        )
+        == 0
+    )
     got = _stdout_json(capsys)
     gold = {qa["id"]: [a["text"] for a in qa["answers"]] for qa in qas}
     assert got == pytest.approx(squad_v2(gold, preds, probs))
@@ -63,17 +73,36 @@ def test_missing_data_dir_is_a_clear_error(tmp_path, capsys):
 def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_data, capsys):
     out = tmp_path / "run"
     args = [
-        "train", "--no-progress", f"--data={shared_data}",
-        f"--model.encoder={tiny_checkpoint}", f"--data.train={MINI}", f"--data.eval={MINI}",
-        "--data.train_size=all", f"--train.output_dir={out}", "--train.max_steps=3",
-        "--train.batch_size=2", "--train.bf16=off",
+        "train",
+        "--no-progress",
+        f"--data={shared_data}",
+        f"--model.encoder={tiny_checkpoint}",
+        f"--data.train={MINI}",
+        f"--data.eval={MINI}",
+        "--data.train_size=all",
+        f"--train.output_dir={out}",
+        "--train.max_steps=3",
+        "--train.batch_size=2",
+        "--train.bf16=off",
     ]
     assert main(args) == 0
     metrics = _stdout_json(capsys)
     assert set(metrics) == {"exact_match", "f1"}
     best = out / "best"
-    assert main(["evaluate", str(best), f"--data={shared_data}", "--out", str(tmp_path / "ev"),
-                 "--bf16", "off"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(best),
+                f"--data={shared_data}",
+                "--out",
+                str(tmp_path / "ev"),
+                "--bf16",
+                "off",
+            ]
+        )
+        == 0
+    )
     assert _stdout_json(capsys) == pytest.approx(metrics)  # same model, same data
     preds = json.loads((tmp_path / "ev" / "predictions.json").read_text())
     assert len(preds) == 5
@@ -85,11 +114,12 @@ def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_dat
     context = "Denver Broncos defeated the Carolina Panthers to win the title."
     assert main(["predict", str(best), "--question", "Who won?", "--context", context]) == 0
     answer = _stdout_json(capsys)
-    assert answer["answer"] == context[answer["start"]: answer["end"]]
+    assert answer["answer"] == context[answer["start"] : answer["end"]]
     assert answer["answer"] and len(answer["nbest"]) >= 1
     out_file = tmp_path / "answers.json"
-    assert main(["predict", str(best), "--file", str(shared_data / MINI), "--out",
-                 str(out_file)]) == 0
+    assert (
+        main(["predict", str(best), "--file", str(shared_data / MINI), "--out", str(out_file)]) == 0
+    )
     assert json.loads(out_file.read_text()) == preds
 
 
@@ -97,16 +127,29 @@ def test_predictor_batch_matches_single(tmp_path, tiny_checkpoint, shared_data):
     from structqa.serving.predictor import Predictor
 
     out = tmp_path / "run"
-    main(["train", "--no-progress", f"--data={shared_data}", f"--model.encoder={tiny_checkpoint}",
-          f"--data.train={MINI}", f"--data.eval={MINI}", "--data.train_size=all",
-          f"--train.output_dir={out}", "--train.max_steps=2", "--train.bf16=off"])
+    main(
+        [
+            "train",
+            "--no-progress",
+            f"--data={shared_data}",
+            f"--model.encoder={tiny_checkpoint}",
+            f"--data.train={MINI}",
+            f"--data.eval={MINI}",
+            "--data.train_size=all",
+            f"--train.output_dir={out}",
+            "--train.max_steps=2",
+            "--train.bf16=off",
+        ]
+    )
     predictor = Predictor.from_checkpoint(Path(out) / "best", bf16="off")
-    pairs = [("Who won?", "The Broncos won the game in Denver."),
-             ("Where is the grotto?", "The grotto is a replica of the grotto at Lourdes. " * 30)]
+    pairs = [
+        ("Who won?", "The Broncos won the game in Denver."),
+        ("Where is the grotto?", "The grotto is a replica of the grotto at Lourdes. " * 30),
+    ]
     batch = predictor.predict_batch(pairs)
     for (q, c), b in zip(pairs, batch, strict=True):
         single = predictor.predict(q, c)
         assert single.text == b.text and single.score == pytest.approx(b.score, abs=1e-4)
-        assert c[b.start: b.end] == b.text
+        assert c[b.start : b.end] == b.text
     with pytest.raises(ValueError, match="non-empty"):
         predictor.predict("", "context")

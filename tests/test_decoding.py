@@ -171,14 +171,6 @@ def test_window_without_context_gives_empty_prediction() -> None:
     assert pred.answer(0.0) == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "decoding.py SpanCollector.add keeps only the top n_best spans per window before "
-        "predictions() dedupes by text, so a window whose best spans repeat one text (a word "
-        "occurring twice) yields fewer than n_best distinct answers"
-    ),
-)
 def test_repeated_text_in_one_window_does_not_shrink_the_n_best() -> None:
     ex = make_example(0, ["x", "y", "x", "z"])
     (f,) = windows(0, ["x", "y", "x", "z"], size=8, overlap=3)

@@ -5,7 +5,6 @@ Dimension letters: B batch of windows, N tokens, L max answer length, K n-best.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +21,7 @@ from structqa.heads.base import NEG, HeadOutput, span_band
 class DecodeConfig:
     n_best: int = 20
     max_answer_length: int = 30
+    window_factor: int = 3  # spans kept per window = n_best * window_factor
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,10 @@ class SpanCollector:
         pad = ctx.new_zeros(b, L - 1)
         end_ok = torch.cat([ctx, pad], 1).unfold(1, L, 1)  # (B, N, L)
         valid = ctx[:, :, None] & end_ok
-        band = band[:, :, : end_ok.shape[2]].masked_fill(~valid, -torch.inf)
-        k = min(self.cfg.n_best, n * L)
+        band = band.masked_fill(~valid, -torch.inf)
+        # more spans than n_best per window: the same text can recur at several positions,
+        # and the n-best list holds distinct texts
+        k = min(self.cfg.n_best * self.cfg.window_factor, n * L)
         scores, flat = band.reshape(b, -1).topk(k, dim=1)  # (B, K)
         keep = scores > NEG / 2
         starts, lens = flat // L, flat % L
@@ -98,26 +100,34 @@ class SpanCollector:
         self, examples: Sequence[Example], features: Sequence[Feature]
     ) -> dict[str, Prediction]:
         """Merge windows: per example, the best distinct answer texts across its windows."""
-        feat = np.concatenate(self._feat) if self._feat else np.zeros(0, dtype=np.int64)
-        starts = np.concatenate(self._start) if self._start else feat
-        ends = np.concatenate(self._end) if self._end else feat
-        scores = np.concatenate(self._score) if self._score else feat.astype(float)
-        null_by_example: dict[int, float] = {}
-        for f, s in zip(np.concatenate(self._null_feat), np.concatenate(self._null), strict=True):
-            e = features[f].example_index
-            null_by_example[e] = min(null_by_example.get(e, np.inf), float(s))
-        by_example: dict[int, list[int]] = defaultdict(list)
-        for row, f in enumerate(feat):
-            by_example[features[f].example_index].append(row)
+        if not self._null:
+            return {}
+        feat = np.concatenate(self._feat)
+        starts, ends = np.concatenate(self._start), np.concatenate(self._end)
+        scores = np.concatenate(self._score)
+        example_of = np.fromiter((f.example_index for f in features), np.int64, len(features))
+        # char spans of every candidate at once, from one flat offsets table
+        base = np.zeros(len(features) + 1, dtype=np.int64)
+        np.cumsum([len(f) for f in features], out=base[1:])
+        flat = np.concatenate([f.offsets for f in features])  # (sum N, 2)
+        char_start = flat[base[feat] + starts, 0]
+        char_end = flat[base[feat] + ends, 1]
+        # candidates grouped by example, best first
+        cand_ex = example_of[feat]
+        order = np.lexsort((-scores, cand_ex))
+        cand_ex = cand_ex[order]
+        bounds = np.searchsorted(cand_ex, np.arange(len(examples) + 1))
+        # the null score of an example: the lowest over its windows (as in BERT's run_squad)
+        null_feat, null = np.concatenate(self._null_feat), np.concatenate(self._null)
+        null_by_ex = np.full(len(examples), np.inf)
+        np.minimum.at(null_by_ex, example_of[null_feat], null)
         out: dict[str, Prediction] = {}
-        for e, null in null_by_example.items():
+        for e in np.unique(example_of[null_feat]).tolist():
             ex = examples[e]
-            rows = sorted(by_example.get(e, []), key=lambda r: -scores[r])
             cands: list[Candidate] = []
             seen: set[str] = set()
-            for r in rows:
-                offs = features[feat[r]].offsets
-                cs, ce = int(offs[starts[r], 0]), int(offs[ends[r], 1])
+            for r in order[bounds[e] : bounds[e + 1]].tolist():
+                cs, ce = int(char_start[r]), int(char_end[r])
                 text = ex.context[cs:ce]
                 if text in seen:
                     continue
@@ -136,14 +146,15 @@ class SpanCollector:
                 best = cands[0]
             else:
                 best = Candidate("", -1, -1, NEG)
+            null_score = float(null_by_ex[e])
             out[ex.id] = Prediction(
                 id=ex.id,
                 text=best.text,
                 start_char=best.start_char,
                 end_char=best.end_char,
                 score=best.score,
-                null_score=null,
-                null_odds=null - best.score,
+                null_score=null_score,
+                null_odds=null_score - best.score,
                 nbest=tuple(cands),
             )
         return out

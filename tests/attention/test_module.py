@@ -179,14 +179,6 @@ def test_empty_rows_have_finite_gradients(need_weights: bool) -> None:
     assert all(bool(torch.isfinite(p.grad).all()) for p in attn.parameters())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "module.py: the empty-row guard is skipped for query-broadcast masks "
-        "(mask.shape[-2] == 1), so a batch row whose (B, 1, 1, K) padding mask allows no key "
-        "averages V over forbidden keys in the SDPA path instead of giving zeros"
-    ),
-)
 def test_padding_shaped_mask_with_no_valid_key_gives_zero_context_in_sdpa_path() -> None:
     attn = make_attention()
     torch.manual_seed(11)

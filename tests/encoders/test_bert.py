@@ -302,13 +302,6 @@ def test_unknown_block_kind_in_config_is_rejected() -> None:
         EncoderConfig(block=("sa", "mlp"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bert.py BertEncoder.from_pretrained sets cfg.block after EncoderConfig validation, so "
-        "an unknown kind is silently built as plain self-attention"
-    ),
-)
 def test_unknown_block_kind_in_from_pretrained_is_rejected(tiny_checkpoint: Path) -> None:
     with pytest.raises(ValueError, match="unknown sub-layer kind"):
         BertEncoder.from_pretrained(tiny_checkpoint, block=("sa", "bogus", "ffn"))

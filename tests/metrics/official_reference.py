@@ -38,7 +38,9 @@ def load_reference() -> types.ModuleType | None:
     }
     for old, new in stand_ins.items():
         src = src.replace(old, new)
-    src = src.replace("from ...tokenization_utils_base import", "# from ...tokenization_utils_base import")
+    src = src.replace(
+        "from ...tokenization_utils_base import", "# from ...tokenization_utils_base import"
+    )
     mod = types.ModuleType("squad_metrics_reference")
     mod.__dict__["logging"] = logging
     exec(compile(src, f"{wheel}!{MEMBER}", "exec"), mod.__dict__)

@@ -45,20 +45,36 @@ def test_overfits_tiny_set_to_em_100(tmp_path, tiny_checkpoint, shared_data):
     data = json.loads((shared_data / MINI).read_text())
     for article in data["data"]:
         for par in article["paragraphs"]:
-            par["qas"] = [qa for qa in par["qas"] if qa["answers"][0]["text"] != "Father Julius Nieuwl"]
+            par["qas"] = [
+                qa for qa in par["qas"] if qa["answers"][0]["text"] != "Father Julius Nieuwl"
+            ]
     (tmp_path / "mini4.json").write_text(json.dumps(data))
     cfg = tiny_config(
-        tmp_path / "run", tiny_checkpoint, shared_data,
-        f"data.train={tmp_path / 'mini4.json'}", f"data.eval={tmp_path / 'mini4.json'}",
-        "train.lr=3e-3", "train.epochs=60", "train.warmup_ratio=0.05", "train.dropout=0.0",
-        "train.eval_every_epoch=false", "train.weight_decay=0.0",
+        tmp_path / "run",
+        tiny_checkpoint,
+        shared_data,
+        f"data.train={tmp_path / 'mini4.json'}",
+        f"data.eval={tmp_path / 'mini4.json'}",
+        "train.lr=3e-3",
+        "train.epochs=60",
+        "train.warmup_ratio=0.05",
+        "train.dropout=0.0",
+        "train.eval_every_epoch=false",
+        "train.weight_decay=0.0",
     )
     result = loop.run(cfg, progress=False)
     assert result is not None
     assert result.metrics["exact_match"] == 100.0, result.metrics
     best = tmp_path / "run" / "best"
-    for name in ("model.safetensors", "structqa_config.json", "tokenizer.json", "metrics.json",
-                 "predictions.json", "nbest_predictions.json", "null_odds.json"):
+    for name in (
+        "model.safetensors",
+        "structqa_config.json",
+        "tokenizer.json",
+        "metrics.json",
+        "predictions.json",
+        "nbest_predictions.json",
+        "null_odds.json",
+    ):
         assert (best / name).exists(), name
     log = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [x["loss"] for x in log if "loss" in x]
@@ -100,12 +116,26 @@ def test_two_process_gloo_training(tmp_path, tiny_checkpoint, shared_data):
         pytest.skip("torchrun not on PATH")
     out = tmp_path / "ddp"
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-        "--master_port=29517", "-m", "structqa.cli", "train", "--no-progress",
-        f"--model.encoder={tiny_checkpoint}", f"--data.dir={shared_data}",
-        f"--data.train={MINI}", f"--data.eval={MINI}", "--data.train_size=all",
-        "--data.max_seq_len=128", "--data.doc_stride=32", f"--train.output_dir={out}",
-        "--train.batch_size=1", "--train.max_steps=4", "--train.bf16=off",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port=29517",
+        "-m",
+        "structqa.cli",
+        "train",
+        "--no-progress",
+        f"--model.encoder={tiny_checkpoint}",
+        f"--data.dir={shared_data}",
+        f"--data.train={MINI}",
+        f"--data.eval={MINI}",
+        "--data.train_size=all",
+        "--data.max_seq_len=128",
+        "--data.doc_stride=32",
+        f"--train.output_dir={out}",
+        "--train.batch_size=1",
+        "--train.max_steps=4",
+        "--train.bf16=off",
         "--train.log_every_steps=1",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

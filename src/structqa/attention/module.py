@@ -52,19 +52,22 @@ class MultiHeadAttention(nn.Module):
         bias = None if mask is None else to_additive_bias(mask, q.dtype)
         p = self.dropout if self.training else 0.0
         probs = None
+        has_key = None if mask is None else mask.any(-1, keepdim=True)  # (B|1, H|1, Q|1, 1)
+        if has_key is not None and bool(has_key.all()):
+            has_key = None  # the common case: every query row may attend somewhere
         if need_weights:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, Q, K)
             if bias is not None:
                 scores = scores + bias
             probs = scores.softmax(-1)
-            if mask is not None:
-                probs = probs * mask.any(-1, keepdim=True)
+            if has_key is not None:
+                probs = probs * has_key
             out = F.dropout(probs, p, self.training) @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
-        if mask is not None and mask.shape[-2] != 1:
+        if has_key is not None:
             # rows whose every key is masked would average over forbidden keys: zero them
-            out = out * mask.any(-1, keepdim=True).to(out.dtype)
+            out = out * has_key.to(out.dtype)
         b, _, n, _ = out.shape
         out = out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)  # (B, Q, D)
         return self.output(out), probs

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -301,7 +301,7 @@ class BertEncoder(nn.Module):
             raise FileNotFoundError(f"{path}: no config.json; is this an HF BERT checkpoint dir?")
         cfg = EncoderConfig.from_hf(json.loads(cfg_file.read_text()))
         if block is not None:
-            cfg.block = tuple(block)
+            cfg = replace(cfg, block=tuple(block))  # re-runs the validation
         model = cls(cfg)
         state = load_state_dict(path)
         model.load_hf_state_dict(state)
