@@ -62,3 +62,31 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, shared_data: Path)
 
     out = tmp_path_factory.mktemp("tiny-bert")
     return make_tiny_checkpoint(out, mini_squad_texts(shared_data))
+
+
+@pytest.fixture(scope="session")
+def tiny_trained_run(
+    tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, shared_data: Path
+) -> Path:
+    """A run directory (with ``best/`` and ``last/``) of the tiny encoder trained for two steps
+    on the mini fixture; read-only for the tests that share it."""
+    from structqa.cli import main
+
+    out = tmp_path_factory.mktemp("tiny-run") / "run"
+    mini = "fixtures/squad-v1.1-mini.json"
+    code = main(
+        [
+            "train",
+            "--no-progress",
+            f"--data={shared_data}",
+            f"--model.encoder={tiny_checkpoint}",
+            f"--data.train={mini}",
+            f"--data.eval={mini}",
+            "--data.train_size=all",
+            f"--train.output_dir={out}",
+            "--train.max_steps=2",
+            "--train.bf16=off",
+        ]
+    )
+    assert code == 0
+    return out

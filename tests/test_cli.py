@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -123,25 +122,10 @@ def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_dat
     assert json.loads(out_file.read_text()) == preds
 
 
-def test_predictor_batch_matches_single(tmp_path, tiny_checkpoint, shared_data):
+def test_predictor_batch_matches_single(tiny_trained_run):
     from structqa.serving.predictor import Predictor
 
-    out = tmp_path / "run"
-    main(
-        [
-            "train",
-            "--no-progress",
-            f"--data={shared_data}",
-            f"--model.encoder={tiny_checkpoint}",
-            f"--data.train={MINI}",
-            f"--data.eval={MINI}",
-            "--data.train_size=all",
-            f"--train.output_dir={out}",
-            "--train.max_steps=2",
-            "--train.bf16=off",
-        ]
-    )
-    predictor = Predictor.from_checkpoint(Path(out) / "best", bf16="off")
+    predictor = Predictor.from_checkpoint(tiny_trained_run / "best", bf16="off")
     pairs = [
         ("Who won?", "The Broncos won the game in Denver."),
         ("Where is the grotto?", "The grotto is a replica of the grotto at Lourdes. " * 30),

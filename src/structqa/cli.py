@@ -78,9 +78,10 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
         result_metrics = json.loads((best / "metrics.json").read_text())
     else:
         result_metrics = result.metrics
+    em = result_metrics.get("exact_match", result_metrics.get("exact", 0.0))
     console.print(
-        f"[bold green]held-out EM {result_metrics.get('exact_match', result_metrics.get('exact', 0)):.2f}"
-        f"  F1 {result_metrics.get('f1', 0):.2f}[/]  ({time.perf_counter() - t0:.0f} s)"
+        f"[bold green]held-out EM {em:.2f}  F1 {result_metrics.get('f1', 0.0):.2f}[/]  "
+        f"({time.perf_counter() - t0:.0f} s)"
     )
     predictor = Predictor.from_checkpoint(best)
     q, c = QUICKSTART_QUESTION
@@ -184,6 +185,28 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.serving.app import make_server
+    from structqa.serving.predictor import Predictor
+
+    server = make_server(
+        Predictor.from_checkpoint(args.checkpoint, bf16=args.bf16), args.host, args.port
+    )
+    log.info(
+        "serving %s on http://%s:%d (POST /predict, GET /health)",
+        args.checkpoint,
+        args.host,
+        server.server_address[1],
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="structqa",
@@ -223,6 +246,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
     pr.set_defaults(func=cmd_predict)
 
+    sv = sub.add_parser("serve", help="answer questions over HTTP (POST /predict)")
+    sv.add_argument("checkpoint")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    sv.set_defaults(func=cmd_serve)
+
+    from structqa.experiments.command import add_parser as add_experiment_parser
+
+    add_experiment_parser(sub)
+
     s = sub.add_parser("score", help="score a predictions file like the official scripts")
     s.add_argument("data_file")
     s.add_argument("predictions")
@@ -238,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in extra if not (x.startswith("--") and "=" in x and "." in x.split("=")[0])]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
-    if extra and args.func in (cmd_score, cmd_predict):
+    if extra and args.func in (cmd_score, cmd_predict, cmd_serve):
         parser.error(f"{args.command} takes no config overrides: {' '.join(extra)}")
     _setup_logging(args.verbose)
     try:

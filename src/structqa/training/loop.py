@@ -115,7 +115,9 @@ def train(
     try:
         model.train()
         bar.advance(state.global_step)
-        while state.global_step < total_steps and not stop.stop:
+        # runs until the final evaluation has been done: a run stopped during its last step
+        # resumes straight into that evaluation
+        while not state.finished and not stop.stop:
             batches = epoch_batches(data.train_features, cfg, state.epoch, world)[rank::world]
             t0, seen, tokens = time.perf_counter(), 0, 0
             while state.batch_in_epoch < len(batches) and state.global_step < total_steps:

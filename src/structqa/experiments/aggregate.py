@@ -1,0 +1,255 @@
+"""Results of an experiment's runs -> mean ± std tables (markdown) and a summary JSON.
+
+A cell is one combination of the table's row and column keys; its runs differ only by seed.
+Cells show ``mean ± std (n)`` with the sample standard deviation (ddof=1); a single seed has no
+std and shows ``n/a``. Only runs of the current plan are counted, so a changed grid never
+mixes stale results into its table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from structqa.io import write_json, write_text
+
+if TYPE_CHECKING:
+    from structqa.experiments.grid import Experiment, Run
+
+log = logging.getLogger(__name__)
+
+METRIC_NAMES = {"f1": "F1", "em": "EM"}
+_EM_KEYS = ("exact_match", "exact")  # SQuAD v1.1 / MRQA, and v2.0
+
+
+def metric_value(metrics: Mapping[str, Any], name: str) -> float:
+    """``f1``, ``em`` (exact_match, or v2.0's exact) or any key of a metrics.json."""
+    keys = _EM_KEYS if name in ("em", *_EM_KEYS) else (name,)
+    for key in keys:
+        if key in metrics:
+            return float(metrics[key])
+    raise KeyError(f"metric {name!r} not in the results' metrics ({', '.join(sorted(metrics))})")
+
+
+def sample_std(values: Sequence[float]) -> float | None:
+    """Sample standard deviation (ddof=1); None for fewer than two values."""
+    return statistics.stdev(values) if len(values) >= 2 else None
+
+
+@dataclass(frozen=True)
+class CellStats:
+    seeds: tuple[int, ...]  # seeds with a result, sorted
+    expected: int  # runs the plan has for this cell
+    means: dict[str, float | None]
+    stds: dict[str, float | None]
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    def format(self, metric: str) -> str:
+        mean, std = self.means[metric], self.stds[metric]
+        if mean is None:
+            return "—"
+        return f"{mean:.2f} ± {'n/a' if std is None else f'{std:.2f}'} ({self.n})"
+
+
+def cell_stats(
+    runs: Sequence[Run], results: Mapping[str, Mapping[str, Any]], metrics: Sequence[str]
+) -> CellStats:
+    done = [r for r in runs if r.name in results]
+    means: dict[str, float | None] = {}
+    stds: dict[str, float | None] = {}
+    for metric in metrics:
+        values = [metric_value(results[r.name]["metrics"], metric) for r in done]
+        means[metric] = statistics.fmean(values) if values else None
+        stds[metric] = sample_std(values)
+    return CellStats(tuple(sorted(r.seed for r in done)), len(runs), means, stds)
+
+
+def _cells(experiment: Experiment, runs: Sequence[Run]) -> dict[tuple[str, ...], list[Run]]:
+    """Runs grouped by (row labels..., column label), in plan order."""
+    spec = experiment.table
+    keys = [*spec.rows, *([spec.columns] if spec.columns else [])]
+    cells: dict[tuple[str, ...], list[Run]] = {}
+    for run in runs:
+        cells.setdefault(run.cell(keys), []).append(run)
+    return cells
+
+
+def _axis_values(cells: Mapping[tuple[str, ...], Any], n_rows: int) -> tuple[list, list]:
+    rows = list(dict.fromkeys(key[:n_rows] for key in cells))
+    columns = list(dict.fromkeys(key[n_rows:] for key in cells))
+    return rows, columns
+
+
+def _key_label(experiment: Experiment, key: str) -> str:
+    return experiment.labels.get(key, key)
+
+
+def _cell_name(experiment: Experiment, keys: Sequence[str], labels: Sequence[str]) -> str:
+    pairs = zip(keys, labels, strict=True)
+    return ", ".join(f"{_key_label(experiment, k)}={v}" for k, v in pairs) or "all"
+
+
+def summary(
+    experiment: Experiment, runs: Sequence[Run], results: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """``{row: {column: {"f1_mean", "f1_std", "em_mean", "em_std", "seeds"}}}`` (``{row: {...}}``
+    without a column key). Several row keys join their labels with commas. Cells without any
+    result are left out; a single seed's std is null."""
+    spec = experiment.table
+    out: dict[str, Any] = {}
+    for key, members in _cells(experiment, runs).items():
+        stats = cell_stats(members, results, spec.metrics)
+        if not stats.n:
+            continue
+        entry: dict[str, Any] = {}
+        for metric in spec.metrics:
+            entry[f"{metric}_mean"] = stats.means[metric]
+            entry[f"{metric}_std"] = stats.stds[metric]
+        entry["seeds"] = list(stats.seeds)
+        row = ",".join(key[: len(spec.rows)])
+        if spec.columns:
+            out.setdefault(row, {})[key[-1]] = entry
+        else:
+            out[row] = entry
+    return out
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes = seconds / 60
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+def _machine(result: Mapping[str, Any]) -> str:
+    m = result.get("machine", {})
+    parts = [
+        str(m.get("cpu", "unknown CPU")),
+        f"{m.get('cores', '?')} cores",
+        f"{m.get('torch_threads', '?')} torch threads",
+        f"torch {m.get('torch', '?')}",
+    ]
+    if m.get("gpu"):
+        parts.append(f"GPU {m['gpu']}")
+    parts.append(f"{result.get('device', '?')}, bf16 {'on' if result.get('bf16') else 'off'}")
+    return " · ".join(parts)
+
+
+def _commit(result: Mapping[str, Any]) -> str:
+    git = result.get("git") or {}
+    if not git.get("commit"):
+        return "`unknown` (not a git checkout)"
+    return f"`{git['commit'][:12]}` ({'dirty' if git.get('dirty') else 'clean'})"
+
+
+def render_table(
+    experiment: Experiment,
+    runs: Sequence[Run],
+    results: Mapping[str, Mapping[str, Any]],
+    config_file: str,
+) -> str:
+    """The markdown of table.md: a provenance header, then the tables."""
+    spec = experiment.table
+    cells = _cells(experiment, runs)
+    done = [results[r.name] for r in runs if r.name in results]
+    planned = {r.name for r in runs}
+    ignored = sorted(set(results) - planned)
+    cell_keys = [*spec.rows, *([spec.columns] if spec.columns else [])]
+    stats = {key: cell_stats(members, results, spec.metrics) for key, members in cells.items()}
+
+    lines = [f"# {spec.title or experiment.name}", ""]
+    if experiment.description:
+        lines += [experiment.description.strip(), ""]
+    lines.append(f"- config: `{config_file}`")
+    lines.append(f"- reproduce: `structqa experiment {config_file}`")
+    total = sum(float(r.get("wall_time_s", 0.0)) for r in done)
+    extra = sum(r.extra for r in runs)
+    extra_note = f", incl. {extra} extra-seed runs" if extra else ""
+    lines.append(
+        f"- runs: {len(done)} of {len(runs)} finished{extra_note}; "
+        f"total wall time {_duration(total)}"
+    )
+    commits = list(dict.fromkeys(_commit(r) for r in done))
+    machines = list(dict.fromkeys(_machine(r) for r in done))
+    lines.append(f"- commit(s): {', '.join(commits) or '—'}")
+    lines.append(f"- machine(s): {'; '.join(machines) or '—'}")
+    lines.append(
+        "- cells: mean ± sample std (ddof=1) over seeds, (n) = seeds with a result; "
+        "the std of a single seed is n/a"
+    )
+    noisy = experiment.seeds_if_noisy
+    if noisy is not None:
+        lines.append(
+            f"- extra seeds: a cell whose {METRIC_NAMES.get(noisy.metric, noisy.metric)} std "
+            f"over its grid seeds exceeds {noisy.std_above:g} also runs seeds "
+            f"{', '.join(map(str, noisy.seeds))}"
+        )
+    incomplete = [
+        f"{_cell_name(experiment, cell_keys, key)} ({s.n} of {s.expected})"
+        for key, s in stats.items()
+        if s.n < s.expected
+    ]
+    lines.append(f"- incomplete cells: {'; '.join(incomplete) if incomplete else 'none'}")
+    if ignored:
+        lines.append(f"- results of runs not in this grid (ignored): {len(ignored)}")
+    lines.append("")
+
+    rows, columns = _axis_values(cells, len(spec.rows))
+    row_head = [_key_label(experiment, k) for k in spec.rows] or ["run"]
+    if spec.columns:
+        col_label = _key_label(experiment, spec.columns)
+        for metric in spec.metrics:
+            lines += [f"## {METRIC_NAMES.get(metric, metric)}", ""]
+            head = row_head + [f"{col_label}={c[0]}" for c in columns]
+            lines += [_md_row(head), _md_row(["---"] * len(head))]
+            for row in rows:
+                values = [
+                    stats[row + col].format(metric) if row + col in stats else "—"
+                    for col in columns
+                ]
+                lines.append(_md_row([*(row or ("all",)), *values]))
+            lines.append("")
+    else:
+        head = row_head + [METRIC_NAMES.get(m, m) for m in spec.metrics]
+        lines += [_md_row(head), _md_row(["---"] * len(head))]
+        for row in rows:
+            s = stats[row]
+            lines.append(_md_row([*(row or ("all",)), *(s.format(m) for m in spec.metrics)]))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def load_results(results_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """Every ``runs/*.json`` under an experiment's results directory, by run name."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted((Path(results_dir) / "runs").glob("*.json")):
+        result = json.loads(path.read_text(encoding="utf-8"))
+        out[result.get("run", path.stem)] = result
+    return out
+
+
+def refresh(
+    experiment: Experiment,
+    runs: Sequence[Run],
+    results: Mapping[str, Mapping[str, Any]],
+    results_dir: str | Path,
+    config_file: str,
+) -> None:
+    """Rewrite table.md (and summary.json when the table asks for it), atomically."""
+    results_dir = Path(results_dir)
+    write_text(results_dir / "table.md", render_table(experiment, runs, results, config_file))
+    if experiment.table.summary:
+        write_json(results_dir / "summary.json", summary(experiment, runs, results))
+    log.info("refreshed %s", results_dir / "table.md")

@@ -1,0 +1,508 @@
+"""`structqa experiment CONFIG.yaml`: run a grid of training runs one after another, resumably.
+
+Each run trains into ``<runs-dir>/<run>/`` and, once finished, leaves one result JSON in
+``<results>/runs/<run>.json`` (config, metrics, provenance); then the tables are refreshed.
+A run with a result is skipped; a run with an output directory but no result is resumed.
+SIGINT/SIGTERM stop the current run cleanly (the trainer saves ``last/``) and the runner exits
+without a result for it; the same command continues later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from structqa.config import Config, ConfigError
+from structqa.data import Example, read_examples, validation_split
+from structqa.experiments.aggregate import load_results, metric_value, refresh
+from structqa.experiments.grid import Experiment, Run, ValidationSpec, load_experiment, plan
+from structqa.io import write_json
+from structqa.training import loop
+from structqa.training.data import data_path
+
+log = logging.getLogger(__name__)
+
+EXIT_INTERRUPTED = 130
+_REPO_ROOT = Path(__file__).resolve().parents[3]
+_TIME_FILE = "experiment_time.json"  # wall time summed over the sessions of one run
+
+
+@dataclass(frozen=True)
+class Paths:
+    results: Path  # table.md, summary.json, runs/<run>.json
+    runs: Path  # <run>/ output directories (checkpoints; never committed)
+
+    @classmethod
+    def default(cls, experiment: Experiment) -> Paths:
+        return cls(Path("docs/results") / experiment.name, Path("runs") / experiment.name)
+
+    def result(self, run: Run) -> Path:
+        return self.results / "runs" / f"{run.name}.json"
+
+    def output(self, run: Run) -> Path:
+        return self.runs / run.name
+
+
+def run_status(paths: Paths, run: Run) -> str:
+    """``done`` (result written), ``partial`` (output directory started) or ``todo``."""
+    if paths.result(run).exists():
+        return "done"
+    out = paths.output(run)
+    if out.is_dir() and any(out.iterdir()):
+        return "partial"
+    return "todo"
+
+
+# ---- provenance ------------------------------------------------------------------------
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def git_info(repo: Path | None = None) -> dict[str, Any]:
+    """HEAD commit and whether tracked files differ from it (docs/results excluded: the runner
+    writes there). Looks at the package's checkout, else the working directory."""
+    for root in (repo,) if repo else (_REPO_ROOT, Path.cwd()):
+        head = _git(root, "rev-parse", "HEAD")
+        if head is None:
+            continue
+        status = _git(
+            root,
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":(exclude)docs/results",
+        )
+        return {"commit": head.strip(), "dirty": bool(status and status.strip())}
+    return {"commit": None, "dirty": None}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    import torch
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def _device_and_bf16(cfg: Config) -> tuple[str, bool]:
+    """What the trainer chose: CUDA when there is one, bf16 as ``train.bf16`` resolves there."""
+    import torch
+
+    from structqa.runtime import use_bf16
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return device.type, use_bf16(cfg.train.bf16, device)
+
+
+# ---- a validation split of the training file, as SQuAD JSON ------------------------------
+
+
+def _squad_answers(example: Example, targets: bool) -> list[dict[str, Any]]:
+    """The ``answers`` of one SQuAD question.
+
+    ``targets`` (the training part): the located answers, so that reading the file back gives
+    the same training targets. Otherwise (the part that is scored): every gold text in order,
+    so that scoring sees the same gold answers; a gold text with no located span gets
+    ``answer_start`` -1.
+    """
+    located = [{"text": a.text, "answer_start": a.start} for a in example.answers]
+    if targets and located:
+        return located
+    starts: dict[str, list[int]] = {}
+    for answer in example.answers:
+        starts.setdefault(answer.text, []).append(answer.start)
+    used: dict[str, int] = {}
+    out = []
+    for text in example.gold_texts:
+        options = starts.get(text, [-1])
+        out.append({"text": text, "answer_start": options[used.get(text, 0) % len(options)]})
+        used[text] = used.get(text, 0) + 1
+    return out
+
+
+def to_squad_json(examples: Iterable[Example], targets: bool) -> dict[str, Any]:
+    """Examples as a SQuAD JSON document (v2.0 if any question is unanswerable, else v1.1):
+    articles by title and paragraphs by context, in order of first appearance."""
+    examples = list(examples)
+    v2 = any(e.is_impossible for e in examples)
+    articles: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for ex in examples:
+        qa: dict[str, Any] = {"id": ex.id, "question": ex.question}
+        qa["answers"] = [] if ex.is_impossible else _squad_answers(ex, targets)
+        if v2:
+            qa["is_impossible"] = ex.is_impossible
+        articles.setdefault(ex.title, {}).setdefault(ex.context, []).append(qa)
+    data = [
+        {
+            "title": title,
+            "paragraphs": [{"context": c, "qas": qas} for c, qas in paragraphs.items()],
+        }
+        for title, paragraphs in articles.items()
+    ]
+    return {"version": "v2.0" if v2 else "1.1", "data": data}
+
+
+def validation_files(cfg: Config, spec: ValidationSpec, root: Path) -> tuple[Path, Path, dict]:
+    """Split ``cfg.data.train`` by context and write ``train.json``/``val.json`` under ``root``
+    (once; ``split.json``, written last, marks a complete split). Returns both paths and the
+    split's description."""
+    source = data_path(cfg, cfg.data.train)
+    folder = root / f"{source.name.split('.')[0]}-val{spec.fraction:g}-seed{spec.seed}"
+    train_file, val_file, info_file = (
+        folder / "train.json",
+        folder / "val.json",
+        folder / "split.json",
+    )
+    wanted = {"source": str(source), "fraction": spec.fraction, "seed": spec.seed}
+    if info_file.exists() and train_file.exists() and val_file.exists():
+        info = json.loads(info_file.read_text())
+        if all(info.get(k) == v for k, v in wanted.items()):
+            return train_file, val_file, info
+    train, val = validation_split(read_examples(source).examples, spec.fraction, spec.seed)
+    write_json(train_file, to_squad_json(train, targets=True), indent=None)
+    write_json(val_file, to_squad_json(val, targets=False), indent=None)
+    info = {
+        **wanted,
+        "train_questions": len(train),
+        "val_questions": len(val),
+        "train_contexts": len({e.context for e in train}),
+        "val_contexts": len({e.context for e in val}),
+    }
+    write_json(info_file, info)
+    log.info(
+        "validation split of %s: %d train / %d validation questions in %s",
+        source,
+        len(train),
+        len(val),
+        folder,
+    )
+    return train_file, val_file, info
+
+
+# ---- running -----------------------------------------------------------------------------
+
+
+def resolve_config(
+    experiment: Experiment, run: Run, paths: Paths, data_dir: str | None = None
+) -> tuple[Config, dict | None]:
+    """The run's config as it trains: its output directory, ``--data``, and the validation
+    split files in place of data.train/data.eval when the experiment asks for one."""
+    cfg = experiment.config_for(run)
+    cfg.train.output_dir = str(paths.output(run))
+    if data_dir:
+        cfg.data.dir = data_dir
+    split = None
+    if experiment.validation is not None:
+        train_file, val_file, split = validation_files(
+            cfg, experiment.validation, paths.runs / "_validation"
+        )
+        cfg.data.train, cfg.data.eval = str(train_file), str(val_file)
+    return cfg, split
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def _eval_history(out: Path) -> list[dict[str, Any]]:
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{"epoch": r["epoch"], "step": r["step"], **r["eval"]} for r in rows if "eval" in r]
+
+
+def execute_run(
+    experiment: Experiment,
+    run: Run,
+    paths: Paths,
+    *,
+    command: str,
+    provenance: Mapping[str, Any],
+    data_dir: str | None = None,
+    progress: bool = True,
+) -> bool:
+    """Train (or continue) one run; write its result JSON if it finished. True if it did."""
+    cfg, split = resolve_config(experiment, run, paths, data_dir)
+    out = Path(cfg.train.output_dir)
+    resume = run_status(paths, run) == "partial"
+    timing = _read_json(out / _TIME_FILE)
+    before = _read_json(out / "last" / "train_state.json")
+    t0 = time.perf_counter()
+    try:
+        loop.run(cfg, resume=resume, progress=progress)
+    finally:
+        timing = {
+            "wall_time_s": timing.get("wall_time_s", 0.0) + time.perf_counter() - t0,
+            "sessions": timing.get("sessions", 0) + 1,
+        }
+        if out.is_dir():
+            write_json(out / _TIME_FILE, timing)
+    state = _read_json(out / "last" / "train_state.json")
+    if not state.get("finished"):
+        if resume and state.get("global_step") == before.get("global_step"):
+            # A signal always lets the current step finish, so a resumed session that returns
+            # without a step and unfinished would do the same again on every call.
+            raise RuntimeError(
+                f"{run.name}: resuming made no progress (step {state.get('global_step')}, not "
+                f"finished); the trainer cannot finish this checkpoint. Delete {out} to rerun it."
+            )
+        return False
+    metrics_file = out / "best" / "metrics.json"
+    if not metrics_file.exists():
+        raise FileNotFoundError(f"{run.name}: training finished but {metrics_file} is missing")
+    device, bf16 = _device_and_bf16(cfg)
+    result = {
+        "experiment": experiment.name,
+        "run": run.name,
+        "grid": run.values,
+        "extra_seed": run.extra,
+        "seed": cfg.train.seed,
+        "metrics": json.loads(metrics_file.read_text()),
+        "best_epoch": _read_json(out / "best" / "train_state.json").get("best_epoch"),
+        "epochs": state.get("epoch"),
+        "steps": state.get("global_step"),
+        "eval_history": _eval_history(out),
+        "wall_time_s": round(timing["wall_time_s"], 3),
+        "sessions": timing["sessions"],
+        "device": device,
+        "bf16": bf16,
+        **provenance,
+        "command": command,
+        "config_file": experiment.source,
+        "validation": split,
+        "config": cfg.to_dict(),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    write_json(paths.result(run), result)
+    log.info(
+        "%s: F1 %.2f EM %.2f (best epoch %s)",
+        run.name,
+        metric_value(result["metrics"], "f1"),
+        metric_value(result["metrics"], "em"),
+        result["best_epoch"],
+    )
+    return True
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def display_path(path: str | Path) -> str:
+    """A path relative to the working directory where it lies under it (for commands)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def selected(runs: Sequence[Run], only: str | None) -> list[Run]:
+    return [r for r in runs if not only or only in r.name]
+
+
+def run_experiment(
+    experiment: Experiment,
+    paths: Paths,
+    *,
+    command: str,
+    only: str | None = None,
+    max_runs: int | None = None,
+    data_dir: str | None = None,
+    progress: bool = True,
+) -> int:
+    """Run every unfinished run of the plan in order; 0 when done or stopped by --max-runs,
+    130 when interrupted. The plan is recomputed after each run, so the extra seeds of a noisy
+    cell join the queue as soon as that cell's grid seeds are in."""
+    provenance = {"git": git_info(), "machine": machine_info()}
+    config_file = display_path(experiment.source) if experiment.source else experiment.name
+    finished = 0
+    tried: set[str] = set()
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    except ValueError:  # not the main thread: leave signals to the trainer
+        previous = None
+    try:
+        while True:
+            results = load_results(paths.results)
+            runs = plan(experiment, results)
+            todo = [
+                r for r in selected(runs, only) if r.name not in results and r.name not in tried
+            ]
+            if not todo:
+                break
+            if max_runs is not None and finished >= max_runs:
+                log.info("stopping after %d run(s) (--max-runs); %d left", finished, len(todo))
+                break
+            run = todo[0]
+            tried.add(run.name)
+            left = len(todo)
+            log.info(
+                "run %s (%s; %d left in this selection)", run.name, run_status(paths, run), left
+            )
+            if not execute_run(
+                experiment,
+                run,
+                paths,
+                command=command,
+                provenance=provenance,
+                data_dir=data_dir,
+                progress=progress,
+            ):
+                log.warning(
+                    "%s stopped before finishing; run the same command to continue", run.name
+                )
+                return EXIT_INTERRUPTED
+            finished += 1
+            results = load_results(paths.results)
+            refresh(experiment, plan(experiment, results), results, paths.results, config_file)
+    except KeyboardInterrupt:
+        log.warning("interrupted; run the same command to continue")
+        return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    results = load_results(paths.results)
+    if results and not finished:  # (after a finished run the tables are fresh already)
+        refresh(experiment, plan(experiment, results), results, paths.results, config_file)
+    log.info("%d run(s) finished in this session; results in %s", finished, paths.results)
+    return 0
+
+
+def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) -> None:
+    """The --dry-run listing: every planned run with its status (and scores when done)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    results = load_results(paths.results)
+    runs = selected(plan(experiment, results), only)
+    table = Table(title=f"{experiment.name}: {len(runs)} run(s)")
+    for col in ("#", "run", "status", "F1", "EM"):
+        table.add_column(col, justify="right" if col in ("#", "F1", "EM") else "left")
+    counts: dict[str, int] = {}
+    for i, run in enumerate(runs, 1):
+        status = run_status(paths, run)
+        counts[status] = counts.get(status, 0) + 1
+        scores = ["", ""]
+        if run.name in results:
+            m = results[run.name]["metrics"]
+            scores = [f"{metric_value(m, 'f1'):.2f}", f"{metric_value(m, 'em'):.2f}"]
+        name = run.name + (" (extra seed)" if run.extra else "")
+        table.add_row(str(i), name, status, *scores)
+    console = Console()
+    console.print(table)
+    console.print(", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo")))
+    console.print(f"outputs: {paths.runs}  results: {paths.results}")
+
+
+# ---- the CLI subcommand ------------------------------------------------------------------
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command as typed when it came from the command line, else an equivalent one."""
+    if "experiment" in sys.argv[1:]:
+        return shlex.join(["structqa", *sys.argv[1:]])
+    parts = ["structqa", "experiment", args.config]
+    for flag, value in (
+        ("--only", args.only),
+        ("--max-runs", args.max_runs),
+        ("--results", args.results),
+        ("--runs-dir", args.runs_dir),
+        ("--data", args.data),
+    ):
+        if value is not None:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
+
+
+def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> int:
+    if extra:
+        raise ConfigError(
+            f"experiment takes no config overrides ({' '.join(extra)}); set them in the "
+            "YAML's base or grid"
+        )
+    experiment = load_experiment(args.config)
+    default = Paths.default(experiment)
+    paths = Paths(
+        Path(args.results) if args.results else default.results,
+        Path(args.runs_dir) if args.runs_dir else default.runs,
+    )
+    if args.max_runs is not None and args.max_runs < 1:
+        raise ConfigError("--max-runs must be at least 1")
+    if args.dry_run:
+        print_plan(experiment, paths, args.only)
+        return 0
+    return run_experiment(
+        experiment,
+        paths,
+        command=_command_line(args),
+        only=args.only,
+        max_runs=args.max_runs,
+        data_dir=args.data,
+        progress=not args.no_progress,
+    )
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``experiment`` on a ``parser.add_subparsers()`` object."""
+    p = subparsers.add_parser(
+        "experiment",
+        help="run a grid of training runs from a YAML config, resumably, and tabulate results",
+        description="Runs every run of CONFIG.yaml's grid in order (skipping finished ones, "
+        "resuming interrupted ones), writing one result JSON per run and refreshing table.md.",
+    )
+    p.add_argument("config", help="experiment YAML (name, base, grid/variants, table)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs with their status")
+    p.add_argument("--only", metavar="SUBSTRING", help="only runs whose name contains this")
+    p.add_argument("--max-runs", type=int, metavar="N", help="stop after N finished runs")
+    p.add_argument("--results", metavar="DIR", help="default docs/results/<name>")
+    p.add_argument("--runs-dir", metavar="DIR", help="run outputs; default runs/<name>")
+    p.add_argument(
+        "--data", metavar="DIR", help="data directory (else $STRUCTQA_DATA or ../shared/data)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no training progress bars")
+    p.set_defaults(func=cmd_experiment)
+    return p

@@ -1,0 +1,439 @@
+"""Experiment configs: a base config, grid axes and named variants, expanded into named runs.
+
+An experiment YAML holds ``name``, ``base`` (a mapping shaped like :class:`structqa.config.Config`),
+``grid`` (dotted config key -> list of values; their product), ``variants`` (named override
+mappings for axes that are not a product), ``table`` (how results are aggregated), and optionally
+``seeds_if_noisy`` and ``validation``. Every key is checked when the file is loaded: an unknown
+key is a :class:`~structqa.config.ConfigError` naming the closest valid one.
+
+Runs come out in a deterministic order: variants in file order (outermost), then the product of
+the grid axes in file order (the first axis outermost, the last one varying fastest). A run's
+name is its axis values, ``label=value`` joined by commas (``head=dyrex,train_size=512,seed=1``).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from structqa.config import Config, ConfigError, config_from_dict
+from structqa.experiments.aggregate import metric_value, sample_std
+
+SEED_KEY = "train.seed"
+VARIANT = "variant"  # the row/column key that means "the variant's name"
+# Keys the runner sets itself, so a grid must not vary them.
+RUNNER_KEYS = ("train.output_dir", "data.dir")
+TOP_KEYS = (
+    "name",
+    "description",
+    "base",
+    "grid",
+    "variants",
+    "table",
+    "seeds_if_noisy",
+    "validation",
+)
+TABLE_KEYS = ("rows", "columns", "metrics", "summary", "title")
+NOISY_KEYS = ("std_above", "seeds", "metric")
+VALIDATION_KEYS = ("fraction", "seed")
+_UNSAFE_NAME_CHARS = ("/", "\\", "\x00")
+
+
+def _did_you_mean(key: str, options: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, list(options), n=1, cutoff=0.4)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(options)}"
+
+
+def _check_keys(mapping: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+    for key in mapping:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key {key!r}{_did_you_mean(str(key), allowed)}")
+
+
+def nested(dotted: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"model.head": "dyrex"}`` -> ``{"model": {"head": "dyrex"}}``."""
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        parts = key.split(".")
+        cur = out
+        for part in parts[:-1]:
+            nxt = cur.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{key}: {part!r} is a value, not a section")
+            cur = nxt
+        cur[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def _lookup(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _resolve_value(key: str, value: Any, where: str) -> Any:
+    """Validate ``key=value`` against Config and return the value as Config stores it."""
+    if "." not in key:
+        raise ConfigError(f"{where}: {key!r} must be a dotted key like 'model.head'")
+    if key in RUNNER_KEYS:
+        raise ConfigError(f"{where}: {key!r} is set by the runner (see --runs-dir / --data)")
+    try:
+        cfg = config_from_dict(nested({key: value}))
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    return _lookup(cfg, key)
+
+
+def format_value(value: Any) -> str:
+    """A value as it appears in run names and tables: ``3e-05``, ``null``, ``true``, ``512``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "+".join(format_value(v) for v in value)
+    text = str(value)
+    for ch in _UNSAFE_NAME_CHARS:
+        text = text.replace(ch, "_")
+    return text
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """How results become a table: one markdown row per value of ``rows`` (grid keys or
+    ``variant``), one column per value of ``columns`` (or one column per metric without it);
+    the remaining axis, ``train.seed``, is what mean and std are taken over."""
+
+    rows: tuple[str, ...]
+    columns: str | None = None
+    metrics: tuple[str, ...] = ("f1", "em")
+    summary: bool = False  # also write summary.json: {row: {column: {f1_mean, ...}}}
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class NoisySeeds:
+    """Cells whose seed std of ``metric`` over the grid's own seeds exceeds ``std_above`` get
+    runs with ``seeds`` too, once all of the grid's seeds of that cell have finished."""
+
+    std_above: float
+    seeds: tuple[int, ...]
+    metric: str = "f1"
+
+
+@dataclass(frozen=True)
+class ValidationSpec:
+    """Split the training file by context: train on one part, evaluate on ``fraction``."""
+
+    fraction: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of an experiment."""
+
+    name: str
+    values: dict[str, Any]  # dotted key -> value (Config's type), plus "variant" -> name
+    overrides: dict[str, Any]  # dotted key -> value, what is applied to the base config
+    seed: int
+    extra: bool = False  # added by seeds_if_noisy
+
+    def label(self, key: str) -> str:
+        return format_value(self.values[key])
+
+    def cell(self, keys: Sequence[str]) -> tuple[str, ...]:
+        return tuple(self.label(k) for k in keys)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    source: str  # the YAML file it was read from ("" when built from a dict)
+    base: dict[str, Any]
+    axes: dict[str, list[Any]]  # dotted key -> values (Config's types), file order
+    variants: list[tuple[str, dict[str, Any]]]  # (name, dotted overrides), file order
+    table: TableSpec
+    description: str = ""
+    seeds_if_noisy: NoisySeeds | None = None
+    validation: ValidationSpec | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # dotted key -> short label in names
+
+    @property
+    def cell_keys(self) -> tuple[str, ...]:
+        """The keys that tell cells apart: everything that varies except the seed."""
+        keys = [VARIANT] if self.variants else []
+        return tuple(keys + [k for k in self.axes if k != SEED_KEY])
+
+    def config_for(self, run: Run) -> Config:
+        """The run's full config (before the runner sets output_dir, data.dir and split files)."""
+        return config_from_dict(_merge(self.base, nested(run.overrides)))
+
+    def runs(self) -> list[Run]:
+        """Every run of the grid itself, in execution order (no extra seeds)."""
+        return self._expand(list(self.axes.items()), extra=False)
+
+    def extra_runs(self, cell: tuple[str, ...]) -> list[Run]:
+        """The seeds_if_noisy runs of one cell (a tuple of labels in cell_keys order)."""
+        if self.seeds_if_noisy is None:
+            return []
+        axes = [(k, v) for k, v in self.axes.items() if k != SEED_KEY]
+        axes.append((SEED_KEY, list(self.seeds_if_noisy.seeds)))
+        return [r for r in self._expand(axes, extra=True) if r.cell(self.cell_keys) == cell]
+
+    def _expand(self, axes: list[tuple[str, list[Any]]], extra: bool) -> list[Run]:
+        variants = self.variants or [("", {})]
+        keys = [k for k, _ in axes]
+        base_seed = _lookup(config_from_dict(copy.deepcopy(self.base)), SEED_KEY)
+        out = []
+        for variant, var_overrides in variants:
+            for combo in itertools.product(*(vals for _, vals in axes)):
+                overrides = {**var_overrides, **dict(zip(keys, combo, strict=True))}
+                values = {VARIANT: variant} if self.variants else {}
+                values.update(zip(keys, combo, strict=True))
+                parts = [f"{VARIANT}={variant}"] if self.variants else []
+                parts += [
+                    f"{self.labels[k]}={format_value(v)}" for k, v in zip(keys, combo, strict=True)
+                ]
+                seed = overrides.get(SEED_KEY, base_seed)
+                out.append(
+                    Run(
+                        name=",".join(parts) or "base",
+                        values=values,
+                        overrides=overrides,
+                        seed=int(seed),
+                        extra=extra,
+                    )
+                )
+        return out
+
+
+def _labels(keys: Sequence[str]) -> dict[str, str]:
+    """Short labels: the last part of a dotted key, or the whole key where two would clash."""
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    return {
+        k: (s if last.count(s) == 1 and s != VARIANT else k)
+        for k, s in zip(keys, last, strict=True)
+    }
+
+
+def _parse_grid(raw: Any, where: str) -> dict[str, list[Any]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of dotted keys to lists of values")
+    axes: dict[str, list[Any]] = {}
+    for key, values in _flatten(raw).items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}.{key}: expected a non-empty list of values")
+        resolved = [_resolve_value(key, v, f"{where}.{key}") for v in values]
+        shown = [format_value(v) for v in resolved]
+        if len(set(shown)) != len(shown):
+            raise ConfigError(f"{where}.{key}: repeated values {shown}")
+        axes[key] = resolved
+    return axes
+
+
+def _parse_variants(
+    raw: Any, axes: Mapping[str, Any], where: str
+) -> list[tuple[str, dict[str, Any]]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where}: expected a non-empty list of mappings with a 'name'")
+    out: list[tuple[str, dict[str, Any]]] = []
+    for i, item in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(item, Mapping) or not item.get("name"):
+            raise ConfigError(f"{at}: each variant is a mapping with a 'name'")
+        name = str(item["name"])
+        if name != format_value(name) or "," in name or "=" in name:
+            raise ConfigError(f"{at}: variant name {name!r} may not contain / \\ , or =")
+        if name in {n for n, _ in out}:
+            raise ConfigError(f"{at}: repeated variant name {name!r}")
+        overrides = _flatten({k: v for k, v in item.items() if k != "name"})
+        resolved = {}
+        for key, value in overrides.items():
+            if key in axes:
+                raise ConfigError(f"{at}: {key!r} is also a grid axis; set it in one place")
+            resolved[key] = _resolve_value(key, value, f"{at}.{key}")
+        config_from_dict(nested(resolved))  # the variant's keys together
+        out.append((name, resolved))
+    return out
+
+
+def _parse_table(raw: Any, cell_keys: Sequence[str], where: str) -> TableSpec:
+    if raw is None:
+        raw = {"rows": list(cell_keys)[:1] or [VARIANT]} if cell_keys else {"rows": []}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping (rows, columns, metrics, summary)")
+    _check_keys(raw, TABLE_KEYS, where)
+    rows = raw.get("rows", [])
+    rows = [rows] if isinstance(rows, str) else list(rows)
+    columns = raw.get("columns")
+    used = [*rows, *([columns] if columns else [])]
+    for key in used:
+        if key not in cell_keys:
+            raise ConfigError(
+                f"{where}: {key!r} is not a grid key{_did_you_mean(key, cell_keys)}"
+                if cell_keys
+                else f"{where}: {key!r}: this experiment has no grid axes besides the seed"
+            )
+    missing = [k for k in cell_keys if k not in used]
+    if missing:
+        raise ConfigError(
+            f"{where}: grid keys {missing} are neither rows nor columns; only {SEED_KEY!r} "
+            "may be averaged over"
+        )
+    metrics = raw.get("metrics", ["f1", "em"])
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    if not metrics:
+        raise ConfigError(f"{where}.metrics: name at least one metric (f1, em, ...)")
+    return TableSpec(
+        rows=tuple(rows),
+        columns=columns,
+        metrics=tuple(str(m) for m in metrics),
+        summary=bool(raw.get("summary", False)),
+        title=str(raw.get("title", "")),
+    )
+
+
+def _parse_noisy(raw: Any, axes: Mapping[str, list[Any]], where: str) -> NoisySeeds | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping {{std_above: 2.0, seeds: [3, 4]}}")
+    _check_keys(raw, NOISY_KEYS, where)
+    if SEED_KEY not in axes:
+        raise ConfigError(f"{where}: needs {SEED_KEY!r} as a grid axis")
+    try:
+        threshold = float(raw["std_above"])
+        seeds = tuple(int(s) for s in raw["seeds"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(
+            f"{where}: needs std_above (a number) and seeds (a list of ints)"
+        ) from None
+    if not seeds or set(seeds) & set(axes[SEED_KEY]) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{where}.seeds: give new seeds, distinct from the grid's {SEED_KEY}")
+    if not math.isfinite(threshold) or threshold < 0:
+        raise ConfigError(f"{where}.std_above: expected a non-negative number")
+    return NoisySeeds(threshold, seeds, str(raw.get("metric", "f1")))
+
+
+def _parse_validation(raw: Any, where: str) -> ValidationSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping {{fraction: 0.2, seed: 1234}}")
+    _check_keys(raw, VALIDATION_KEYS, where)
+    try:
+        fraction, seed = float(raw["fraction"]), int(raw.get("seed", 0))
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{where}: needs fraction (a number in (0, 1)) and seed") from None
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"{where}.fraction: must be between 0 and 1, got {fraction}")
+    return ValidationSpec(fraction, seed)
+
+
+def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experiment:
+    where = source or "experiment"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: the top level must be a mapping")
+    _check_keys(data, TOP_KEYS, where)
+    name = data.get("name")
+    if not name or format_value(str(name)) != str(name):
+        raise ConfigError(f"{where}: needs a 'name' (used in paths; no slashes)")
+    base = data.get("base") or {}
+    if not isinstance(base, Mapping):
+        raise ConfigError(f"{where}.base: expected a mapping shaped like the train config")
+    try:
+        base_cfg = config_from_dict(copy.deepcopy(dict(base)))
+    except ConfigError as err:
+        raise ConfigError(f"{where}.base: {err}") from None
+    del base_cfg
+    axes = _parse_grid(data.get("grid"), f"{where}.grid")
+    variants = _parse_variants(data.get("variants"), axes, f"{where}.variants")
+    labels = _labels(list(axes))
+    cell_keys = ([VARIANT] if variants else []) + [k for k in axes if k != SEED_KEY]
+    experiment = Experiment(
+        name=str(name),
+        source=source,
+        base=copy.deepcopy(dict(base)),
+        axes=axes,
+        variants=variants,
+        table=_parse_table(data.get("table"), cell_keys, f"{where}.table"),
+        description=str(data.get("description", "")),
+        seeds_if_noisy=_parse_noisy(data.get("seeds_if_noisy"), axes, f"{where}.seeds_if_noisy"),
+        validation=_parse_validation(data.get("validation"), f"{where}.validation"),
+        labels=labels,
+    )
+    runs = experiment.runs()
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: two runs would share a name; make the variant names unique")
+    for run in runs[:1] + runs[-1:]:  # every key was checked alone; check a full combination
+        experiment.config_for(run)
+    return experiment
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment YAML file."""
+    path = Path(path)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return experiment_from_dict(data or {}, source=str(path))
+
+
+def plan(experiment: Experiment, finished: Mapping[str, Mapping[str, Any]]) -> list[Run]:
+    """The runs to have: the grid's runs, then extra seeds for noisy cells.
+
+    ``finished`` maps run names to their result dicts (with ``metrics``). A cell gets its
+    extra seeds once all of its grid seeds have results and their sample std (ddof=1) of the
+    chosen metric exceeds the threshold; the extra seeds never undo that decision.
+    """
+    runs = experiment.runs()
+    noisy = experiment.seeds_if_noisy
+    if noisy is None:
+        return runs
+    cells: dict[tuple[str, ...], list[Run]] = {}
+    for run in runs:
+        cells.setdefault(run.cell(experiment.cell_keys), []).append(run)
+    extra: list[Run] = []
+    for cell, members in cells.items():
+        if not all(r.name in finished for r in members):
+            continue
+        values = [metric_value(finished[r.name]["metrics"], noisy.metric) for r in members]
+        std = sample_std(values)
+        if std is not None and std > noisy.std_above:
+            extra.extend(experiment.extra_runs(cell))
+    return runs + extra

@@ -1,0 +1,182 @@
+"""Aggregation: mean ± sample std over seeds, the table.md header and the summary.json schema,
+checked on hand-made result files."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+import pytest
+
+from structqa.experiments.aggregate import (
+    cell_stats,
+    load_results,
+    metric_value,
+    refresh,
+    render_table,
+    sample_std,
+    summary,
+)
+from structqa.experiments.grid import experiment_from_dict, plan
+from structqa.io import write_json
+
+HEADS = {
+    "name": "lowdata",
+    "grid": {
+        "model.head": ["independent", "dyrex+joint"],
+        "data.train_size": [256, 512],
+        "train.seed": [0, 1, 2],
+    },
+    "table": {"rows": ["model.head"], "columns": "data.train_size", "summary": True},
+}
+
+
+def result(name: str, f1: float, em: float, *, wall: float = 60.0, dirty: bool = False):
+    return {
+        "run": name,
+        "metrics": {"exact_match": em, "f1": f1},
+        "wall_time_s": wall,
+        "git": {"commit": "0123456789abcdef0123", "dirty": dirty},
+        "machine": {"cpu": "Test CPU", "cores": 2, "torch_threads": 2, "torch": "2.x"},
+        "device": "cpu",
+        "bf16": False,
+    }
+
+
+def heads_results() -> dict[str, dict[str, Any]]:
+    return {
+        # independent @256: three seeds; F1 80/82/84 -> 82 ± 2 (ddof=1; population std 1.63)
+        "head=independent,train_size=256,seed=0": result("a", 80.0, 70.0),
+        "head=independent,train_size=256,seed=1": result("b", 82.0, 71.0),
+        "head=independent,train_size=256,seed=2": result("c", 84.0, 75.0, dirty=True),
+        # independent @512: one seed -> std n/a
+        "head=independent,train_size=512,seed=1": result("d", 90.0, 85.5),
+        # dyrex+joint @256: two seeds
+        "head=dyrex+joint,train_size=256,seed=0": result("e", 60.0, 50.0),
+        "head=dyrex+joint,train_size=256,seed=2": result("f", 61.0, 52.0),
+        # dyrex+joint @512: nothing yet
+    }
+
+
+def test_sample_std_uses_ddof_1_and_is_none_for_one_value():
+    assert sample_std([80.0, 82.0, 84.0]) == pytest.approx(2.0)
+    assert sample_std([1.0, 2.0]) == pytest.approx(statistics.stdev([1.0, 2.0]))
+    assert sample_std([5.0]) is None and sample_std([]) is None
+
+
+def test_metric_value_reads_v1_and_v2_names():
+    assert metric_value({"exact_match": 1.0, "f1": 2.0}, "em") == 1.0
+    assert metric_value({"exact": 3.0, "f1": 2.0, "best_f1": 4.0}, "em") == 3.0
+    assert metric_value({"exact": 3.0, "f1": 2.0, "best_f1": 4.0}, "best_f1") == 4.0
+    with pytest.raises(KeyError, match="f1"):
+        metric_value({"exact": 3.0}, "f1")
+
+
+def test_cell_stats_mean_std_and_seeds():
+    exp = experiment_from_dict(HEADS)
+    results = heads_results()
+    cell = [r for r in exp.runs() if r.name.startswith("head=independent,train_size=256")]
+    stats = cell_stats(cell, results, ("f1", "em"))
+    assert stats.seeds == (0, 1, 2) and stats.expected == 3
+    assert stats.means["f1"] == pytest.approx(82.0) and stats.stds["f1"] == pytest.approx(2.0)
+    assert stats.means["em"] == pytest.approx(72.0)
+    assert stats.stds["em"] == pytest.approx(statistics.stdev([70.0, 71.0, 75.0]))
+    assert stats.format("f1") == "82.00 ± 2.00 (3)"
+    one = [r for r in exp.runs() if r.name.startswith("head=independent,train_size=512")]
+    assert cell_stats(one, results, ("f1",)).format("f1") == "90.00 ± n/a (1)"
+    none = [r for r in exp.runs() if r.name.startswith("head=dyrex+joint,train_size=512")]
+    assert cell_stats(none, results, ("f1",)).format("f1") == "—"
+
+
+def test_summary_schema_for_the_lowdata_grid():
+    exp = experiment_from_dict(HEADS)
+    out = summary(exp, exp.runs(), heads_results())
+    assert list(out) == ["independent", "dyrex+joint"]
+    assert list(out["independent"]) == ["256", "512"]
+    assert list(out["dyrex+joint"]) == ["256"]  # cells without results are left out
+    cell = out["independent"]["256"]
+    assert set(cell) == {"f1_mean", "f1_std", "em_mean", "em_std", "seeds"}
+    assert cell["f1_mean"] == pytest.approx(82.0) and cell["f1_std"] == pytest.approx(2.0)
+    assert cell["seeds"] == [0, 1, 2]
+    single = out["independent"]["512"]
+    assert single["f1_std"] is None and single["em_std"] is None and single["seeds"] == [1]
+    assert out["dyrex+joint"]["256"]["em_mean"] == pytest.approx(51.0)
+    json.dumps(out)  # plain JSON
+
+
+def test_table_markdown_has_header_and_both_metric_tables(tmp_path):
+    exp = experiment_from_dict(HEADS, source="configs/lowdata/heads.yaml")
+    results = heads_results()
+    text = render_table(exp, exp.runs(), results, "configs/lowdata/heads.yaml")
+    assert "- config: `configs/lowdata/heads.yaml`" in text
+    assert "- reproduce: `structqa experiment configs/lowdata/heads.yaml`" in text
+    assert "`0123456789ab` (clean)" in text and "`0123456789ab` (dirty)" in text
+    assert "Test CPU · 2 cores · 2 torch threads · torch 2.x · cpu, bf16 off" in text
+    assert "6 of 12 finished" in text and "total wall time 6 min" in text
+    assert "sample std (ddof=1)" in text and "n/a" in text
+    assert "head=independent, train_size=512 (1 of 3)" in text
+    assert "head=dyrex+joint, train_size=512 (0 of 3)" in text
+    assert "head=independent, train_size=256 (" not in text  # complete
+    f1, em = text.split("## F1")[1].split("## EM")
+    assert "| head | train_size=256 | train_size=512 |" in f1
+    assert "| independent | 82.00 ± 2.00 (3) | 90.00 ± n/a (1) |" in f1
+    assert "| dyrex+joint | 60.50 ± 0.71 (2) | — |" in f1
+    assert "| independent | 72.00 ± 2.65 (3) | 85.50 ± n/a (1) |" in em
+
+
+def test_rows_only_table_puts_metrics_in_columns():
+    exp = experiment_from_dict(
+        {
+            "name": "masks",
+            "variants": [
+                {"name": "static", "model.head": "independent"},
+                {"name": "dyrex-causal", "model.head": "dyrex"},
+            ],
+            "grid": {"train.seed": [0, 1]},
+            "table": {"rows": ["variant"]},
+        }
+    )
+    results = {
+        "variant=static,seed=0": result("s0", 50.0, 40.0),
+        "variant=static,seed=1": result("s1", 52.0, 42.0),
+        "variant=dyrex-causal,seed=0": result("d0", 55.0, 45.0),
+    }
+    text = render_table(exp, exp.runs(), results, "configs/masks.yaml")
+    assert "| variant | F1 | EM |" in text
+    assert "| static | 51.00 ± 1.41 (2) | 41.00 ± 1.41 (2) |" in text
+    assert "| dyrex-causal | 55.00 ± n/a (1) | 45.00 ± n/a (1) |" in text
+
+
+def test_refresh_writes_table_and_summary_and_ignores_stale_results(tmp_path):
+    exp = experiment_from_dict(HEADS)
+    for name, res in heads_results().items():
+        write_json(tmp_path / "runs" / f"{name}.json", {**res, "run": name})
+    write_json(tmp_path / "runs" / "old.json", {**result("old", 1.0, 1.0), "run": "old"})
+    results = load_results(tmp_path)
+    assert len(results) == 7
+    refresh(exp, plan(exp, results), results, tmp_path, "configs/lowdata/heads.yaml")
+    table = (tmp_path / "table.md").read_text()
+    assert "not in this grid (ignored): 1" in table
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["independent"]["256"]["f1_mean"] == pytest.approx(82.0)
+    assert "old" not in json.dumps(data)
+
+
+def test_extra_seed_runs_count_in_their_cell():
+    data = {
+        **HEADS,
+        "grid": {"model.head": ["independent"], "data.train_size": [256], "train.seed": [0, 1, 2]},
+        "seeds_if_noisy": {"std_above": 2.0, "seeds": [3, 4]},
+    }
+    exp = experiment_from_dict(data)
+    results = {
+        f"head=independent,train_size=256,seed={s}": result(str(s), f1, 0.0)
+        for s, f1 in [(0, 70.0), (1, 80.0), (2, 75.0), (3, 75.0)]
+    }
+    runs = plan(exp, results)
+    assert len(runs) == 5
+    cell = summary(exp, runs, results)["independent"]["256"]
+    assert cell["seeds"] == [0, 1, 2, 3] and cell["f1_mean"] == pytest.approx(75.0)
+    text = render_table(exp, runs, results, "x.yaml")
+    assert "incl. 2 extra-seed runs" in text and "(4 of 5)" in text

@@ -1,0 +1,356 @@
+"""Experiment grids: expansion and validation, extra seeds for noisy cells, the runner's
+skip/resume/result files (on the tiny checkpoint), and the validation-split files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from structqa.config import ConfigError, ModelConfig
+from structqa.data import read_examples
+from structqa.experiments import command
+from structqa.experiments.command import (
+    Paths,
+    add_parser,
+    resolve_config,
+    run_experiment,
+    run_status,
+    validation_files,
+)
+from structqa.experiments.grid import (
+    ValidationSpec,
+    experiment_from_dict,
+    load_experiment,
+    plan,
+)
+from structqa.training import loop
+
+MINI = "fixtures/squad-v1.1-mini.json"
+POOL = "splits/squad1-train.mrqa.jsonl.gz"
+
+
+def spec(**extra: Any) -> dict[str, Any]:
+    return {"name": "t", "base": {"train": {"lr": 1e-4}}, **extra}
+
+
+# ---- expansion -------------------------------------------------------------------------
+
+
+def test_product_axes_expand_in_file_order_with_stable_names():
+    exp = experiment_from_dict(
+        spec(
+            grid={
+                "model.head": ["independent", "joint"],
+                "data.train_size": [256, 512],
+                "train.seed": [0, 1],
+            },
+            table={"rows": ["model.head"], "columns": "data.train_size"},
+        )
+    )
+    names = [r.name for r in exp.runs()]
+    assert names[:3] == [
+        "head=independent,train_size=256,seed=0",
+        "head=independent,train_size=256,seed=1",
+        "head=independent,train_size=512,seed=0",
+    ]
+    assert names[-1] == "head=joint,train_size=512,seed=1"
+    assert len(names) == len(set(names)) == 8
+    assert names == [r.name for r in exp.runs()]  # deterministic
+    run = exp.runs()[5]  # joint, 256, seed 1
+    cfg = exp.config_for(run)
+    assert (cfg.model.head, cfg.data.train_size, cfg.train.seed, cfg.train.lr) == (
+        "joint",
+        "256",
+        1,
+        1e-4,
+    )
+    assert run.seed == 1 and run.values == {
+        "model.head": "joint",
+        "data.train_size": "256",
+        "train.seed": 1,
+    }
+
+
+def test_variants_are_outermost_and_values_are_coerced_into_names():
+    exp = experiment_from_dict(
+        spec(
+            variants=[
+                {"name": "static", "model.head": "independent"},
+                {"name": "fast", "model": {"head": "joint"}, "train.lr": "3e-5"},
+            ],
+            grid={"train.head_lr": [None, 1e-3], "train.seed": [0, 1]},
+            table={"rows": ["variant", "train.head_lr"]},
+        )
+    )
+    names = [r.name for r in exp.runs()]
+    assert names[0] == "variant=static,head_lr=null,seed=0"
+    assert names[4] == "variant=fast,head_lr=null,seed=0"
+    assert names[-1] == "variant=fast,head_lr=0.001,seed=1"
+    cfg = exp.config_for(exp.runs()[-1])
+    assert cfg.model.head == "joint" and cfg.train.lr == 3e-5 and cfg.train.head_lr == 1e-3
+    assert exp.config_for(exp.runs()[0]).train.lr == 1e-4  # the base where no variant sets it
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        (spec(base={"model": {"haed": "joint"}}), "'head'"),
+        (spec(base={"trian": {}}), "'train'"),
+        (spec(grid={"train.lrr": [1e-4]}), "'lr'"),
+        (spec(grid={"modle.head": ["joint"]}), "'model'"),
+        (spec(gird={"train.seed": [0]}), "'grid'"),
+        (spec(variants=[{"name": "a", "train.seeed": 1}]), "'seed'"),
+        (spec(grid={"train.seed": [0]}, table={"rows": ["train.sed"]}), None),
+        (spec(grid={"train.seed": [0]}, table={"rowz": []}), "'rows'"),
+    ],
+)
+def test_unknown_keys_are_errors_naming_the_closest_key(data, named):
+    with pytest.raises(ConfigError) as err:
+        experiment_from_dict(data, source="x.yaml")
+    assert "x.yaml" in str(err.value)
+    if named:
+        assert f"did you mean {named}" in str(err.value), err.value
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        spec(grid={"train.seed": ["zero"]}),  # wrong type
+        spec(grid={"train.seed": []}),  # empty axis
+        spec(grid={"train.seed": [1, 1]}),  # repeated value
+        spec(grid={"train.output_dir": ["a", "b"]}),  # the runner's job
+        spec(grid={"model.head": ["a", "b"], "train.seed": [0]}, table={"rows": []}),
+        spec(variants=[{"name": "a/b", "train.lr": 1e-3}]),
+        spec(grid={"train.lr": [1e-3]}, variants=[{"name": "a", "train.lr": 1e-4}]),
+        spec(grid={"train.seed": [0, 1]}, seeds_if_noisy={"std_above": 2, "seeds": [1, 2]}),
+        spec(validation={"fraction": 1.5}),
+    ],
+)
+def test_invalid_experiments_are_rejected(data):
+    with pytest.raises(ConfigError):
+        experiment_from_dict(data)
+
+
+def test_lowdata_configs_expand_to_the_planned_grids():
+    root = Path(__file__).resolve().parents[2] / "configs" / "lowdata"
+    recipe = load_experiment(root / "recipe.yaml")
+    assert len(recipe.runs()) == 2 * 2 * 3 and recipe.validation == ValidationSpec(0.2, 1234)
+    assert recipe.runs()[0].name == "lr=3e-05,head_lr=null,seed=0"
+    if not all(hasattr(ModelConfig(), k) for k in ("query_mask", "dyrex_layers")):
+        pytest.skip("ModelConfig has no query_mask/dyrex_layers yet")
+    heads = load_experiment(root / "heads.yaml")
+    assert len(heads.runs()) == 6 * 3 * 3
+    assert heads.table.summary and heads.seeds_if_noisy.seeds == (3, 4)
+    masks = load_experiment(root / "masks.yaml")
+    assert len(masks.runs()) == 8 * 3 and masks.table.rows == ("variant",)
+
+
+# ---- extra seeds for noisy cells ---------------------------------------------------------
+
+
+def _result(f1: float) -> dict[str, Any]:
+    return {"metrics": {"f1": f1, "exact_match": f1 - 10}}
+
+
+def test_noisy_cells_get_extra_seeds_after_their_grid_seeds_finish():
+    exp = experiment_from_dict(
+        spec(
+            grid={"model.head": ["a", "b", "c"], "train.seed": [0, 1, 2]},
+            table={"rows": ["model.head"]},
+            seeds_if_noisy={"std_above": 2.0, "seeds": [3, 4]},
+        )
+    )
+    finished = {
+        # a: std 1.0 (quiet); b: std 5.0 (noisy); c: noisy but seed 2 is missing
+        "head=a,seed=0": _result(50),
+        "head=a,seed=1": _result(51),
+        "head=a,seed=2": _result(52),
+        "head=b,seed=0": _result(40),
+        "head=b,seed=1": _result(45),
+        "head=b,seed=2": _result(50),
+        "head=c,seed=0": _result(10),
+        "head=c,seed=1": _result(60),
+    }
+    runs = plan(exp, finished)
+    assert [r.name for r in runs[:9]] == [r.name for r in exp.runs()]
+    assert [r.name for r in runs[9:]] == ["head=b,seed=3", "head=b,seed=4"]
+    assert all(r.extra for r in runs[9:]) and [r.seed for r in runs[9:]] == [3, 4]
+    assert exp.config_for(runs[-1]).train.seed == 4
+    # the rule looks at the grid seeds only: quiet extra seeds do not withdraw the decision
+    finished.update({"head=b,seed=3": _result(45), "head=b,seed=4": _result(45)})
+    assert [r.name for r in plan(exp, finished)[9:]] == ["head=b,seed=3", "head=b,seed=4"]
+    # exactly at the threshold is not above it
+    finished.update({"head=c,seed=2": _result(10), "head=c,seed=1": _result(10 + 2 * 2**0.5)})
+    assert len(plan(exp, finished)) == 11
+
+
+# ---- the runner on the tiny checkpoint ---------------------------------------------------
+
+
+def tiny_experiment(ckpt: Path, data: Path, **extra: Any):
+    base = {
+        "model": {"encoder": str(ckpt)},
+        "data": {
+            "dir": str(data),
+            "train": MINI,
+            "eval": MINI,
+            "train_size": "all",
+            "max_seq_len": 128,
+            "doc_stride": 32,
+        },
+        "train": {"batch_size": 2, "bf16": "off", "max_steps": 2, "log_every_steps": 1},
+    }
+    return experiment_from_dict(
+        {"name": "tiny", "base": base, "grid": {"train.seed": [0, 1]}, **extra},
+        source="configs/tiny.yaml",
+    )
+
+
+def test_runner_skips_done_runs_and_resumes_an_interrupted_one(
+    tmp_path, tiny_checkpoint, shared_data, monkeypatch
+):
+    exp = tiny_experiment(tiny_checkpoint, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    first, second = exp.runs()
+    assert [run_status(paths, r) for r in exp.runs()] == ["todo", "todo"]
+
+    code = run_experiment(exp, paths, command="structqa experiment x", max_runs=1, progress=False)
+    assert code == 0
+    assert [run_status(paths, r) for r in exp.runs()] == ["done", "todo"]
+
+    # interrupt the second run with a real SIGINT during its first step
+    real_collate = loop.collate
+    calls = {"n": 0}
+
+    def collate_then_interrupt(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_collate(*a, **kw)
+
+    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
+    code = run_experiment(exp, paths, command="structqa experiment x", progress=False)
+    assert code == command.EXIT_INTERRUPTED
+    assert run_status(paths, second) == "partial" and not paths.result(second).exists()
+    state = json.loads((paths.output(second) / "last" / "train_state.json").read_text())
+    assert state["global_step"] == 1 and not state["finished"]
+
+    # continue: the finished run is skipped, the partial one resumed
+    monkeypatch.setattr(loop, "collate", real_collate)
+    real_run, seen = loop.run, []
+
+    def spy(cfg, resume=False, progress=True):
+        seen.append((Path(cfg.train.output_dir).name, resume))
+        return real_run(cfg, resume=resume, progress=progress)
+
+    monkeypatch.setattr(loop, "run", spy)
+    assert run_experiment(exp, paths, command="structqa experiment x", progress=False) == 0
+    assert seen == [(second.name, True)]
+    result = json.loads(paths.result(second).read_text())
+    assert result["sessions"] == 2 and result["steps"] == 2
+    assert [run_status(paths, r) for r in exp.runs()] == ["done", "done"]
+    # nothing left: a further call trains nothing
+    seen.clear()
+    assert run_experiment(exp, paths, command="structqa experiment x", progress=False) == 0
+    assert seen == []
+
+
+def test_result_json_has_config_provenance_and_metrics(tmp_path, tiny_checkpoint, shared_data):
+    exp = tiny_experiment(tiny_checkpoint, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    cmd = "structqa experiment configs/tiny.yaml --max-runs 1"
+    assert run_experiment(exp, paths, command=cmd, max_runs=1, progress=False) == 0
+    run = exp.runs()[0]
+    result = json.loads(paths.result(run).read_text())
+    for key in (
+        "run",
+        "config",
+        "seed",
+        "git",
+        "machine",
+        "device",
+        "bf16",
+        "wall_time_s",
+        "metrics",
+        "best_epoch",
+        "command",
+    ):
+        assert key in result, key
+    assert result["run"] == "seed=0" and result["seed"] == 0 and result["command"] == cmd
+    assert result["config"]["train"]["output_dir"] == str(paths.output(run))
+    assert result["config"]["model"]["encoder"] == str(tiny_checkpoint)
+    assert set(result["git"]) == {"commit", "dirty"}
+    assert {"cpu", "cores", "torch_threads", "torch", "gpu"} <= set(result["machine"])
+    assert result["device"] in ("cpu", "cuda") and result["bf16"] is False
+    assert result["wall_time_s"] > 0 and result["best_epoch"] >= 1
+    assert {"exact_match", "f1"} <= set(result["metrics"])
+    table = (paths.results / "table.md").read_text()
+    assert "structqa experiment configs/tiny.yaml" in table and "(1 of 2)" in table
+
+
+def test_cli_dry_run_lists_status_and_rejects_overrides(
+    tmp_path, tiny_checkpoint, shared_data, capsys
+):
+    exp = tiny_experiment(tiny_checkpoint, shared_data)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        yaml.safe_dump({"name": exp.name, "base": exp.base, "grid": {"train.seed": [0, 1, 2]}})
+    )
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    paths.output(exp.runs()[1]).mkdir(parents=True)
+    (paths.output(exp.runs()[1]) / "metrics.jsonl").write_text("")
+    (paths.results / "runs").mkdir(parents=True)
+    paths.result(exp.runs()[0]).write_text(json.dumps({"run": "seed=0", **_result(61.5)}))
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["experiment", str(config), "--dry-run", "--results", str(paths.results)]
+        + ["--runs-dir", str(paths.runs)]
+    )
+    assert args.func(args, []) == 0
+    out = capsys.readouterr().out
+    assert "seed=0" in out and "done" in out and "61.50" in out
+    assert "1 done, 1 partial, 1 todo" in out
+    with pytest.raises(ConfigError, match="no config overrides"):
+        args.func(args, ["--train.lr=1e-3"])
+
+
+# ---- validation split files ----------------------------------------------------------------
+
+
+def test_validation_split_files_are_disjoint_by_context_and_readable(tmp_path, shared_data):
+    exp = experiment_from_dict(
+        {
+            "name": "rec",
+            "base": {"data": {"dir": str(shared_data), "train": POOL, "train_size": 64}},
+            "grid": {"train.seed": [0]},
+            "validation": {"fraction": 0.2, "seed": 1234},
+        }
+    )
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    cfg, split = resolve_config(exp, exp.runs()[0], paths)
+    train_file, val_file = Path(cfg.data.train), Path(cfg.data.eval)
+    assert train_file.parent.parent == paths.runs / "_validation"
+    train, val = read_examples(train_file), read_examples(val_file)
+    assert train.version == val.version == "1.1"
+    original = {e.id: e for e in read_examples(shared_data / POOL)}
+    assert {e.context for e in train}.isdisjoint({e.context for e in val})
+    assert sorted([e.id for e in train] + [e.id for e in val]) == sorted(original)
+    assert abs(len(val) / len(original) - 0.2) < 0.01
+    assert split["val_questions"] == len(val) and split["train_questions"] == len(train)
+    # training targets survive the round trip on the training part, gold texts on the other
+    assert all(e.answers == original[e.id].answers for e in train)
+    assert all(e.gold_texts == original[e.id].gold_texts for e in val)
+    # the same split is reused, not rewritten
+    before = train_file.stat().st_mtime_ns
+    assert validation_files(cfg, ValidationSpec(0.2, 1234), paths.runs / "_validation")[0]
+    cfg2, _ = resolve_config(exp, exp.runs()[0], paths)
+    assert cfg2.data.train == str(train_file) and train_file.stat().st_mtime_ns == before
