@@ -107,7 +107,7 @@ def corpus() -> tuple[list[Example], list[Feature]]:
 def test_collector_matches_brute_force(seed: int, mask_logits: bool) -> None:
     examples, features = corpus()
     assert [sum(f.example_index == e for f in features) for e in range(4)] == [4, 1, 6, 1]
-    cfg = DecodeConfig(n_best=6, max_answer_length=4)
+    cfg = DecodeConfig(n_best=6, max_answer_length=4, candidates="all")
     order = np.random.default_rng(seed).permutation(len(features)).tolist()
     batches = [order[:5], order[5:9], order[9:]]  # windows of one example in several batches
     preds, logits = run_collector(examples, features, batches, cfg, seed, mask_logits)
@@ -177,7 +177,7 @@ def test_repeated_text_in_one_window_does_not_shrink_the_n_best() -> None:
     # tokens: [CLS] q q [SEP] x y x z [SEP]; single-token spans scored 5 (x), 0 (y), 5 (x), 3 (z)
     start = torch.tensor([[0.0, 0, 0, 0, 5, 0, 5, 3, 0]])
     end = torch.zeros_like(start)
-    collector = SpanCollector(DecodeConfig(n_best=2, max_answer_length=1))
+    collector = SpanCollector(DecodeConfig(n_best=2, max_answer_length=1, candidates="all"))
     batch = collate([f], [0])
     collector.add(HeadOutput(start, end), batch.feature_index, batch.answer_mask)
     pred = collector.predictions([ex], [f])["q0"]
@@ -209,3 +209,43 @@ def test_answer_without_threshold_is_always_the_span() -> None:
 )
 def test_answer_threshold(null_odds: float, threshold: float, expected: str) -> None:
     assert prediction(null_odds).answer(threshold) == expected
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_topk_candidates_equal_exact_search_when_the_shortlist_covers_the_window(
+    seed: int,
+) -> None:
+    # windows hold at most 10 context tokens: with n_best 12 the best-12 starts and ends are
+    # every context token, so BERT's shortlist finds exactly what the full search finds
+    examples, features = corpus()
+    order = np.random.default_rng(seed).permutation(len(features)).tolist()
+    batches = [order[:5], order[5:]]
+    exact, _ = run_collector(
+        examples,
+        features,
+        batches,
+        DecodeConfig(n_best=12, max_answer_length=4, candidates="all"),
+        seed,
+        True,
+    )
+    topk, _ = run_collector(
+        examples, features, batches, DecodeConfig(n_best=12, max_answer_length=4), seed, True
+    )
+    for key, p in exact.items():
+        assert topk[key].text == p.text
+        assert [c.text for c in topk[key].nbest] == [c.text for c in p.nbest]
+        assert topk[key].score == pytest.approx(p.score, abs=1e-5)
+
+
+def test_topk_shortlist_is_berts_best_starts_times_best_ends() -> None:
+    ex = make_example(0, ["a", "b", "c", "d"])
+    (f,) = windows(0, ["a", "b", "c", "d"], size=8, overlap=3)
+    # tokens: [CLS] q q [SEP] a b c d [SEP]; best starts: a (4), d (1); best ends: b (4), c (2)
+    start = torch.tensor([[0.0, 0, 0, 0, 4, -9, -9, 1, 0]])
+    end = torch.tensor([[0.0, 0, 0, 0, -9, 4, 2, -9, 0]])
+    collector = SpanCollector(DecodeConfig(n_best=2, max_answer_length=30))
+    batch = collate([f], [0])
+    collector.add(HeadOutput(start, end), batch.feature_index, batch.answer_mask)
+    pred = collector.predictions([ex], [f])["q0"]
+    # d (start) pairs with no shortlisted end after it; a pairs with b and c
+    assert [(c.text, c.score) for c in pred.nbest] == [("a b", 8.0), ("a b c", 6.0)]

@@ -22,6 +22,13 @@ class ModelConfig:
     encoder: str = "default"  # "default" (all-MiniLM-L6-v2 from PyPI) or a local HF BERT dir
     head: str = "independent"
     block: list[str] | None = None  # encoder sub-layer stacking, e.g. [sa, naa, ffn]
+    # span-head options (see structqa.heads): attention between the start/end queries
+    # (DyREx: bidirectional | causal | independent; DyReF also full), DyREx decoder layers,
+    # and how the joint scorers score spans (band: up to decode.max_answer_length tokens,
+    # linear memory; full: every span, quadratic memory)
+    query_mask: str = "bidirectional"
+    dyrex_layers: int = 3
+    joint_mode: str = "band"
 
 
 @dataclass

@@ -6,24 +6,10 @@ import math
 
 import pytest
 import torch
+from head_helpers import make_batch
 
-from structqa.features.batching import Batch
 from structqa.heads import HEADS, IndependentHead, build_head
 from structqa.heads.base import NEG
-
-
-def make_batch(answer_mask: list[list[int]], starts: list[int], ends: list[int]) -> Batch:
-    mask = torch.tensor(answer_mask, dtype=torch.bool)
-    b, n = mask.shape
-    return Batch(
-        input_ids=torch.zeros(b, n, dtype=torch.long),
-        attention_mask=torch.ones(b, n, dtype=torch.long),
-        token_type_ids=torch.zeros(b, n, dtype=torch.long),
-        answer_mask=mask,
-        start_positions=torch.tensor(starts),
-        end_positions=torch.tensor(ends),
-        feature_index=torch.arange(b),
-    )
 
 
 def test_shapes_and_masking() -> None:
@@ -34,7 +20,7 @@ def test_shapes_and_masking() -> None:
     out = head(hidden, batch)
     assert out.start_logits.shape == out.end_logits.shape == (2, 5)
     assert out.start_logits.dtype == torch.float32
-    raw = hidden @ head.qa_outputs.weight.T + head.qa_outputs.bias  # (B, N, 2)
+    raw = hidden @ head.queries.q0.T  # (B, N, 2): plain dot products, no bias
     allowed = batch.answer_mask
     assert bool((out.start_logits[~allowed] == NEG).all())
     assert bool((out.end_logits[~allowed] == NEG).all())
@@ -46,13 +32,12 @@ def test_shapes_and_masking() -> None:
 
 def test_loss_is_hand_computed_cross_entropy_average() -> None:
     head = IndependentHead(2)
-    with torch.no_grad():  # start logit = h0, end logit = h1 + 0.5
-        head.qa_outputs.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
-        head.qa_outputs.bias.copy_(torch.tensor([0.0, 0.5]))
+    with torch.no_grad():  # start logit = h0, end logit = h1
+        head.queries.q0.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
     hidden = torch.tensor(
         [
-            [[0.0, 0.0], [9.0, 9.0], [1.0, 2.0], [2.0, -1.0]],  # token 1 is a question token
-            [[0.5, 1.0], [3.0, 0.0], [0.0, 3.0], [7.0, 7.0]],  # token 3 is padding
+            [[0.0, 0.5], [9.0, 9.0], [1.0, 2.5], [2.0, -0.5]],  # token 1 is a question token
+            [[0.5, 1.5], [3.0, 0.5], [0.0, 3.5], [7.0, 7.0]],  # token 3 is padding
         ]
     )
     batch = make_batch([[1, 0, 1, 1], [1, 1, 1, 0]], starts=[2, 0], ends=[3, 2])
@@ -80,8 +65,8 @@ def test_loss_gradient_reaches_the_head() -> None:
     batch = make_batch([[1, 1, 1]], [1], [2])
     out = head(torch.randn(1, 3, 4), batch)
     out.loss.backward()
-    assert head.qa_outputs.weight.grad is not None
-    assert bool(head.qa_outputs.weight.grad.abs().sum() > 0)
+    assert head.queries.q0.grad is not None
+    assert bool(head.queries.q0.grad.abs().sum() > 0)
 
 
 def test_bf16_hidden_gives_float32_logits() -> None:
@@ -97,7 +82,24 @@ def test_registry_builds_the_head_and_names_unknown_ones() -> None:
     assert "independent" in HEADS
     head = build_head("independent", 16)
     assert isinstance(head, IndependentHead)
-    assert head.qa_outputs.weight.shape == (2, 16)
-    assert bool((head.qa_outputs.bias == 0).all())
+    assert [(n, tuple(p.shape)) for n, p in head.named_parameters()] == [("queries.q0", (2, 16))]
     with pytest.raises(ValueError, match="did you mean 'independent'"):
         build_head("independant", 16)
+
+
+def test_legacy_qa_outputs_checkpoint_loads_as_static_queries() -> None:
+    # checkpoints saved before the query/scorer split hold a Linear(D, 2); its bias shifts
+    # every start (end) logit alike, so dropping it changes no softmax and no decision
+    torch.manual_seed(2)
+    legacy = torch.nn.Linear(4, 2)
+    head = IndependentHead(4)
+    head.load_state_dict({"qa_outputs.weight": legacy.weight, "qa_outputs.bias": legacy.bias})
+    torch.testing.assert_close(head.queries.q0, legacy.weight)
+    batch = make_batch([[1, 0, 1, 1]], [2], [3])
+    hidden = torch.randn(1, 4, 4)
+    out = head(hidden, batch)
+    raw = legacy(hidden)  # (B, N, 2) with the bias
+    allowed = batch.answer_mask
+    torch.testing.assert_close(
+        out.start_logits[allowed].log_softmax(-1), raw[..., 0][allowed].log_softmax(-1)
+    )

@@ -1,5 +1,10 @@
 """The span-head interface shared by every extractive objective.
 
+A span head is a query source (where the start and end queries q_s, q_e come from: static
+vectors, DyREx, DyReF) times a scorer (how queries and token states become span scores:
+independent start/end softmaxes, or the joint span softmax). :class:`QueryHead` composes one of
+each; the combination is chosen when the model is built, never inside ``forward``.
+
 Dimension letters: B batch, N tokens, D width, L max answer length.
 """
 
@@ -23,6 +28,9 @@ class HeadOutput:
     loss: Tensor | None = None
     span_scores: Tensor | None = None  # (B, N, L) for heads that score spans jointly
     null_scores: Tensor | None = None  # (B,) score of the no-answer span
+    # (B,) bool: rows left out of the loss because their gold span cannot be scored (the joint
+    # band scorer cannot represent a gold span longer than its max answer length)
+    loss_skipped: Tensor | None = None
     attentions: tuple[Tensor, ...] = ()  # per attention sub-layer, when asked for
 
 
@@ -64,3 +72,54 @@ def span_band(start: Tensor, end: Tensor, max_len: int) -> Tensor:
     padded = torch.cat([end, end.new_full((b, max_len - 1), NEG)], dim=1)
     end_band = padded.unfold(1, max_len, 1)  # (B, N, L)
     return start[:, :, None] + end_band
+
+
+@dataclass
+class QueryStates:
+    """What a query source hands to a scorer."""
+
+    queries: Tensor  # (B, 2, D): q_s, q_e
+    tokens: Tensor  # (B, N, D): token states, aligned with the batch's N tokens
+
+
+class QuerySource(nn.Module):
+    """Produces the start/end queries and the token states from the encoder output."""
+
+    def encoder_inputs(self, batch: Batch) -> dict[str, Any]:
+        return {}
+
+    def token_states(self, hidden: Tensor) -> Tensor:
+        return hidden
+
+    def forward(self, hidden: Tensor, batch: Batch) -> QueryStates:  # pragma: no cover
+        raise NotImplementedError
+
+
+class Scorer(nn.Module):
+    """Turns queries and token states into logits, span scores and the loss."""
+
+    def forward(self, states: QueryStates, batch: Batch) -> HeadOutput:  # pragma: no cover
+        raise NotImplementedError
+
+
+class QueryHead(SpanHead):
+    """A span head made of a query source and a scorer."""
+
+    def __init__(self, queries: QuerySource, scorer: Scorer):
+        super().__init__()
+        self.queries, self.scorer = queries, scorer
+
+    def encoder_inputs(self, batch: Batch) -> dict[str, Any]:
+        return self.queries.encoder_inputs(batch)
+
+    def token_states(self, hidden: Tensor) -> Tensor:
+        return self.queries.token_states(hidden)
+
+    def forward(self, hidden: Tensor, batch: Batch) -> HeadOutput:
+        return self.scorer(self.queries(hidden, batch), batch)
+
+
+def dot_logits(states: QueryStates) -> tuple[Tensor, Tensor]:
+    """Raw start and end logits q_s . h_i and q_e . h_i: (B, N) each."""
+    logits = torch.einsum("bnd,bqd->bnq", states.tokens, states.queries)  # (B, N, 2)
+    return logits[..., 0], logits[..., 1]

@@ -45,7 +45,14 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     path = resolve_encoder_path(cfg.model.encoder)
     encoder = BertEncoder.from_pretrained(path, block=cfg.model.block)
     set_dropout(encoder, cfg.train.dropout, cfg.train.attention_dropout)
-    head = build_head(cfg.model.head, encoder.hidden_size, num_heads=encoder.config.num_heads)
+    head = build_head(
+        cfg.model.head,
+        encoder.config,
+        query_mask=cfg.model.query_mask,
+        dyrex_layers=cfg.model.dyrex_layers,
+        joint_mode=cfg.model.joint_mode,
+        max_answer_length=cfg.decode.max_answer_length,
+    )
     return ExtractiveQAModel(encoder, head), load_tokenizer(path)
 
 
@@ -71,7 +78,14 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
     cfg = config_from_dict(json.loads((path / "structqa_config.json").read_text()))
     enc_cfg = EncoderConfig.from_dict(json.loads((path / "encoder_config.json").read_text()))
     encoder = BertEncoder(enc_cfg)
-    head = build_head(cfg.model.head, encoder.hidden_size, num_heads=enc_cfg.num_heads)
+    head = build_head(
+        cfg.model.head,
+        enc_cfg,
+        query_mask=cfg.model.query_mask,
+        dyrex_layers=cfg.model.dyrex_layers,
+        joint_mode=cfg.model.joint_mode,
+        max_answer_length=cfg.decode.max_answer_length,
+    )
     model = ExtractiveQAModel(encoder, head)
     model.load_state_dict(load_file(str(path / "model.safetensors")))
     model.eval()
