@@ -176,6 +176,31 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.analysis import RendererMissing, explain, save_explanation
+    from structqa.models.build import model_from_checkpoint
+
+    if extra:
+        raise SystemExit(f"explain takes no config overrides: {' '.join(extra)}")
+    model, tokenizer, cfg = model_from_checkpoint(args.checkpoint)
+    att = explain(model, tokenizer, cfg, args.question, args.context, bf16=args.bf16)
+    a, b = att.answer_tokens
+    print(
+        f"answer: {att.answer!r} (chars {att.answer_chars[0]}-{att.answer_chars[1]}, "
+        f"tokens {a}-{b}, window {att.window + 1} of {att.num_windows})"
+    )
+    out = Path(args.out)
+    try:
+        files = save_explanation(att, out)
+    except RendererMissing as err:
+        print(f"wrote {out / 'attention.json'}\nwrote {out / 'attention.html'}")
+        print(f"structqa explain: error: {err}", file=sys.stderr)
+        return 1
+    for path in (files.png, files.html, files.json):
+        print(f"wrote {path}")
+    return 0
+
+
 def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.scoring import score_file
 
@@ -245,6 +270,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", help="predictions file (default predictions.json)")
     pr.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
     pr.set_defaults(func=cmd_predict)
+
+    x = sub.add_parser("explain", help="picture what the start/end queries attend to")
+    x.add_argument("checkpoint")
+    x.add_argument("--question", required=True)
+    x.add_argument("--context", required=True)
+    x.add_argument("--out", default="explain", help="output directory (default ./explain)")
+    x.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    x.set_defaults(func=cmd_explain)
 
     sv = sub.add_parser("serve", help="answer questions over HTTP (POST /predict)")
     sv.add_argument("checkpoint")
