@@ -70,6 +70,8 @@ def machine_info(device: torch.device) -> dict[str, Any]:
         "device": str(device),
         "torch": torch.__version__,
         "python": platform.python_version(),
+        # other processes share these cores: the 1/5/15-minute load when this was written
+        "load_average": list(os.getloadavg()),
     }
     try:
         import transformers
