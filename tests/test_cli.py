@@ -137,3 +137,29 @@ def test_predictor_batch_matches_single(tiny_trained_run):
         assert c[b.start : b.end] == b.text
     with pytest.raises(ValueError, match="non-empty"):
         predictor.predict("", "context")
+
+
+def test_score_drop_file(tmp_path, shared_data, capsys):
+    path = shared_data / "drop" / "drop-mini.json"
+    data = json.loads(path.read_text())
+    preds = {}
+    for passage in data.values():
+        for qa in passage["qa_pairs"]:
+            ans = qa["answer"]
+            if ans["number"]:
+                preds[qa["query_id"]] = ans["number"]
+            elif ans["spans"]:
+                preds[qa["query_id"]] = ans["spans"]
+            else:
+                d = ans["date"]
+                preds[qa["query_id"]] = " ".join(x for x in (d["day"], d["month"], d["year"]) if x)
+    (tmp_path / "p.json").write_text(json.dumps(preds))
+    assert main(["score", str(path), str(tmp_path / "p.json")]) == 0
+    got = _stdout_json(capsys)
+    assert got["global_em"] == 1.0 and got["global_f1"] == 1.0
+
+
+def test_training_on_a_drop_file_is_a_clear_error(shared_data, capsys):
+    code = main(["train", f"--data={shared_data}", "--data.train=drop/drop-mini.json"])
+    assert code == 2
+    assert "needs extractive QA data" in capsys.readouterr().err

@@ -142,10 +142,10 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
 
     predictor = Predictor.from_checkpoint(args.checkpoint, bf16=args.bf16)
     if args.file:
-        from structqa.data import read_examples
+        from structqa.data.readers import read_extractive
         from structqa.io import write_json
 
-        ds = read_examples(args.file)
+        ds = read_extractive(args.file)
         preds = predictor.predict_examples(ds.examples)
         answers = {k: p.answer(predictor.null_threshold) for k, p in preds.items()}
         out = args.out or "predictions.json"
@@ -311,13 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args, extra)
     except (FileNotFoundError, ValueError) as e:
-        from structqa.config import ConfigError
-        from structqa.data.records import DataError
-
-        if isinstance(e, (FileNotFoundError, ConfigError, DataError)):
-            print(f"structqa {args.command}: error: {e}", file=sys.stderr)
-            return 2
-        raise
+        # bad input (files, configs, data): one clear line; --verbose shows the traceback
+        if args.verbose:
+            raise
+        print(f"structqa {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

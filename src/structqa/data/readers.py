@@ -7,16 +7,19 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from structqa.data.drop import DropDataset, read_drop
 from structqa.data.mrqa import read_mrqa
 from structqa.data.records import Dataset
 from structqa.data.squad import open_text, read_squad
 
-Reader = Callable[[str | Path], Dataset]
+# DROP's records differ from the SQuAD family's (numbers, dates, several spans).
+Reader = Callable[[str | Path], Dataset | DropDataset]
 
 #: Format name -> reader. Other modules may add entries (e.g. ``READERS["drop"] = read_drop``).
 READERS: dict[str, Reader] = {
     "squad": read_squad,
     "mrqa": read_mrqa,
+    "drop": read_drop,
 }
 
 # Enough of a file to see the first record's keys without loading a large file twice.
@@ -68,7 +71,7 @@ def _is_mrqa_header(line: str) -> bool:
     return isinstance(first, dict) and "header" in first
 
 
-def read_examples(path: str | Path, format: str | None = None) -> Dataset:
+def read_examples(path: str | Path, format: str | None = None) -> Dataset | DropDataset:
     """Read ``path`` with the reader for ``format``, detected from the file when None."""
     if format is not None:
         return get_reader(format)(path)
@@ -80,3 +83,14 @@ def read_examples(path: str | Path, format: str | None = None) -> Dataset:
             f"(known formats: {known})"
         )
     return READERS[name](path)
+
+
+def read_extractive(path: str | Path, format: str | None = None) -> Dataset:
+    """Read a file of extractive QA examples (SQuAD / MRQA); other formats are a clear error."""
+    ds = read_examples(path, format)
+    if not isinstance(ds, Dataset):
+        raise ValueError(
+            f"{path}: a {ds.version!r} file, but this command needs extractive QA data "
+            "(SQuAD v1.1/v2.0 JSON or MRQA jsonl)"
+        )
+    return ds

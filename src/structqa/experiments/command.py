@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from structqa.config import Config, ConfigError
-from structqa.data import Example, read_examples, validation_split
+from structqa.data import Example, validation_split
+from structqa.data.readers import read_extractive
 from structqa.experiments.aggregate import load_results, metric_value, refresh
 from structqa.experiments.grid import Experiment, Run, ValidationSpec, load_experiment, plan
 from structqa.io import write_json
@@ -201,7 +202,7 @@ def validation_files(cfg: Config, spec: ValidationSpec, root: Path) -> tuple[Pat
         info = json.loads(info_file.read_text())
         if all(info.get(k) == v for k, v in wanted.items()):
             return train_file, val_file, info
-    train, val = validation_split(read_examples(source).examples, spec.fraction, spec.seed)
+    train, val = validation_split(read_extractive(source).examples, spec.fraction, spec.seed)
     write_json(train_file, to_squad_json(train, targets=True), indent=None)
     write_json(val_file, to_squad_json(val, targets=False), indent=None)
     info = {

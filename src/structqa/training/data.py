@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from structqa.config import Config
-from structqa.data import parse_train_size, read_examples, train_subset
+from structqa.data import parse_train_size, train_subset
+from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.features.squad import Feature, FeatureConfig, featurize
 from structqa.paths import resolve_data_dir, resolve_data_file
@@ -33,7 +34,7 @@ def data_path(cfg: Config, name: str) -> Path:
 
 
 def load_eval_examples(cfg: Config, path: str | None = None) -> tuple[list[Example], bool]:
-    ds = read_examples(data_path(cfg, path or cfg.data.eval))
+    ds = read_extractive(data_path(cfg, path or cfg.data.eval))
     examples = list(ds.examples)
     if cfg.data.eval_size is not None:
         examples = examples[: cfg.data.eval_size]
@@ -48,7 +49,7 @@ def feature_config(cfg: Config) -> FeatureConfig:
 
 
 def prepare_data(cfg: Config, tokenizer) -> TrainData:
-    train_ds = read_examples(data_path(cfg, cfg.data.train))  # the reader logs its report
+    train_ds = read_extractive(data_path(cfg, cfg.data.train))  # the reader logs its report
     train = list(
         train_subset(train_ds.examples, parse_train_size(cfg.data.train_size), cfg.train.seed)
     )

@@ -1,0 +1,573 @@
+"""Tests for structqa.metrics.drop: hand-worked cases of the official DROP evaluation's
+definitions, plus agreement with the official script itself (read from the allennlp-models
+wheel that .ci/run downloads; skipped without it)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import random
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from drop_reference import ENV, load_reference
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from structqa.metrics.drop import (
+    NO_GOLD,
+    GoldAnswer,
+    QuestionScore,
+    answer_json_to_strings,
+    answer_to_bags,
+    drop_question_scores,
+    drop_score,
+    get_metrics,
+    gold_from_drop_json,
+    normalize_answer,
+    score_question,
+)
+from structqa.scoring import score_file
+
+CONTRAST = "drop/drop-contrast-sets.json"
+NO_DATE = {"day": "", "month": "", "year": ""}
+
+
+def approx(value: float) -> Any:
+    return pytest.approx(value, abs=1e-9)
+
+
+def ans(number: str = "", spans: list[str] | None = None, date: dict | None = None) -> dict:
+    return {"number": number, "date": date or NO_DATE, "spans": spans or []}
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("The Bears", "bears"),
+        ("14,506", "14506.0"),  # punctuation goes, then the token is a number
+        ("14506", "14506.0"),
+        ("14506.0", "14506.0"),
+        ("14506.00", "14506.0"),
+        ("$1,000", "1000.0"),
+        ("5.", "5.0"),  # a number keeps its punctuation: float("5.") parses
+        ("3.5%", "35.0"),  # not a number as written, so the "." goes too
+        ("-5", "5.0"),  # the hyphen separates tokens, so the sign is lost
+        ("1e3", "1000.0"),
+        ("1_000", "1000.0"),  # float() accepts digit-group underscores
+        ("Infinity", "inf"),
+        ("NaN", "nan"),
+        ("80-yard", "80.0 yard"),  # hyphens split tokens
+        ("a-b", "b"),  # "a" alone is an article
+        ("the.cat", "thecat"),  # punctuation is removed before articles
+        ("it's", "its"),
+        ("  x\t\n y  ", "x y"),  # only spaces split; other whitespace is fixed inside tokens
+        ("the\ncat", "cat"),
+        ("7 July 1345", "7.0 july 1345.0"),
+        ("", ""),
+        ("The a an", ""),
+        ("one hundred", "one hundred"),  # words are not numbers
+    ],
+)
+def test_normalize_answer(raw: str, expected: str) -> None:
+    assert normalize_answer(raw) == expected
+
+
+def test_answer_to_bags() -> None:
+    assert answer_to_bags("The 2 Bears") == (["2.0 bears"], [{"2.0", "bears"}])
+    assert answer_to_bags(["a b", "b a", ""]) == (["b", "b", ""], [{"b"}, {"b"}, set()])
+    assert answer_to_bags([]) == ([], [])
+
+
+# --------------------------------------------------------------------------------------------
+# get_metrics: one prediction against one gold answer
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pred", ["14506", "14,506", "14506.0", "14506.00", " 14,506 "])
+def test_numbers_written_differently_match(pred: str) -> None:
+    assert get_metrics(pred, "14,506") == (1.0, 1.0)
+
+
+def test_number_mismatch_rule() -> None:
+    # Gold has numbers; the prediction shares none: F1 0 despite the overlapping word.
+    assert get_metrics("13 yards", "14 yards") == (0.0, 0.0)
+    assert get_metrics("yards", "14 yards") == (0.0, 0.0)
+    # Sharing one of the gold numbers is enough to be scored: {14.0, yards} vs {14.0, 15.0,
+    # yards}: P = 2/2, R = 2/3, F1 = 0.8.
+    assert get_metrics("14 yards", "14 15 yards") == (0.0, 0.8)
+    # Numbers only in the prediction do not trigger the rule: P = 1/2, R = 1, F1 = 2/3.
+    assert get_metrics("14 yards", "yards") == (0.0, 0.67)
+    # Empty predictions against a number: 0.
+    assert get_metrics("", "5") == (0.0, 0.0)
+
+
+def test_f1_is_over_word_sets_and_rounded() -> None:
+    # {quarter, second} vs {second, half}: P = R = 1/2 -> 0.5; duplicates do not count twice.
+    assert get_metrics("second quarter", "the second half") == (0.0, 0.5)
+    assert get_metrics("half half half", "half") == (0.0, 1.0)
+    # EM compares the normalised strings, F1 the word sets: same set, different order.
+    assert get_metrics("bears chicago", "Chicago Bears") == (0.0, 1.0)
+    # 1 of 3 words: P = 1, R = 1/3, F1 = 0.5; 1 of 6: P = 1, R = 1/6 -> 2/7 = 0.2857 -> 0.29.
+    assert get_metrics("x", "x y z") == (0.0, 0.5)
+    assert get_metrics("x", "x b c d e f") == (0.0, 0.29)
+
+
+def _overlapping(shared: int, size: int) -> tuple[str, str]:
+    """Two answers of ``size`` distinct words each, ``shared`` of them in common."""
+    common = [f"w{i}" for i in range(shared)]
+    pred = common + [f"p{i}" for i in range(size - shared)]
+    gold = common + [f"g{i}" for i in range(size - shared)]
+    return " ".join(pred), " ".join(gold)
+
+
+def test_rounding_is_numpy_rounding() -> None:
+    # 21 of 40 words shared on both sides: P = R = 0.525, and F1 computes to the double
+    # nearest 0.525, just above it in decimal. numpy rounds that to 0.52, Python's round() to
+    # 0.53; the official script rounds a numpy float.
+    pred, gold = _overlapping(21, 40)
+    assert round(2 * 0.525 * 0.525 / 1.05, 2) == 0.53
+    assert get_metrics(pred, gold) == (0.0, 0.52)
+    pred, gold = _overlapping(3, 40)  # 0.075: numpy 0.08, round() 0.07
+    assert get_metrics(pred, gold) == (0.0, 0.08)
+
+
+def test_multi_span_hungarian_beats_greedy() -> None:
+    # Gold A = {x, y}, B = {x}; pred P1 = {x, y, z}, P2 = {y}. Span F1s:
+    #   A-P1 0.8, A-P2 2/3;  B-P1 0.5, B-P2 0.
+    # Greedy (by gold order, or best pair first) takes A-P1 then B-P2: 0.8 / 2 = 0.4.
+    # Optimal: A-P2 + B-P1 = 2/3 + 1/2 = 7/6 -> 7/12 = 0.5833 -> 0.58.
+    assert get_metrics(["x y z", "y"], ["x y", "x"]) == (0.0, 0.58)
+    # Gold A = {u}, B = {u, v}; pred P1 = {u, v}, P2 = {v}:
+    #   A-P1 2/3, A-P2 0;  B-P1 1.0, B-P2 2/3.
+    # Best pair first: B-P1 (1.0), then A-P2 (0): 0.5. Optimal A-P1 + B-P2 = 4/3 -> 0.67.
+    assert get_metrics(["u v", "v"], ["u", "u v"]) == (0.0, 0.67)
+    # Three spans. Gold G1 = {x, y, z}, G2 = {w, y, z}, G3 = {w, x, y};
+    # pred P1 = {w, x, y}, P2 = {w}, P3 = {y, z}:
+    #   G1: P1 2/3, P2 0,   P3 0.8
+    #   G2: P1 2/3, P2 0.5, P3 0.8
+    #   G3: P1 1.0, P2 0.5, P3 0.4
+    # Greedy by gold order: G1-P3 0.8, G2-P1 2/3, G3-P2 0.5 -> 1.967 / 3 = 0.66.
+    # Optimal: G1-P3 0.8 + G2-P2 0.5 + G3-P1 1.0 = 2.3 -> 0.7667 -> 0.77.
+    assert get_metrics(["w x y", "w", "y z"], ["x y z", "w y z", "w x y"]) == (0.0, 0.77)
+
+
+def test_multi_span_averages_over_the_longer_side() -> None:
+    # Three gold spans, one right: 1/3 -> 0.33. Extra predicted spans dilute the same way.
+    assert get_metrics("Bears", ["Bears", "Lions", "Packers"]) == (0.0, 0.33)
+    assert get_metrics(["Bears", "Lions", "Packers"], "Bears") == (0.0, 0.33)
+    assert get_metrics(["Lions", "Bears"], ["Bears", "Lions"]) == (1.0, 1.0)  # order-free EM
+    assert get_metrics([], ["Bears", "Lions"]) == (0.0, 0.0)
+    # Three spans with numbers: gold {1.0}, {2.0}, {3.0 yard}; pred {2.0}, {3.0}, {1.0}.
+    # Pairs with no shared number score 0, so the alignment must pair by number:
+    # 1 + 1 + F1({3.0}, {3.0, yard}) = 2/3 -> (1 + 1 + 2/3) / 3 = 0.8889 -> 0.89.
+    assert get_metrics(["2", "3", "1"], ["1", "2", "3-yard"]) == (0.0, 0.89)
+
+
+def test_exact_match_counts_repeated_spans() -> None:
+    gold = ["43-yard", "54-yard", "54-yard", "57-yard"]  # a real contrast-set answer
+    assert get_metrics(["43-yard", "54-yard", "57-yard"], gold) == (0.0, 0.75)
+    assert get_metrics(["57-yard", "54-yard", "43-yard", "54-yard"], gold) == (1.0, 1.0)
+
+
+def test_dates() -> None:
+    gold = answer_json_to_strings({"date": {"day": "11", "month": "June", "year": "1734"}})
+    assert gold == GoldAnswer(("11 June 1734",), "date")
+    assert get_metrics("June 11, 1734", gold.texts) == (0.0, 1.0)  # same words, other order
+    assert get_metrics("11 June 1734", gold.texts) == (1.0, 1.0)
+    # Two of three: P = 1, R = 2/3 -> 0.8; the year is the only number shared.
+    assert get_metrics("June 1734", gold.texts) == (0.0, 0.8)
+    # The day and year are numbers: a prediction with neither scores 0.
+    assert get_metrics("June", gold.texts) == (0.0, 0.0)
+    partial = answer_json_to_strings({"date": {"day": "", "month": "January", "year": "1965"}})
+    assert partial.texts == ("January 1965",)
+    # The official formats "{day} {month} {year}"; the extra spaces normalise away.
+    assert normalize_answer(" January 1965") == normalize_answer(partial.texts[0])
+
+
+def test_answer_json_to_strings_precedence() -> None:
+    assert answer_json_to_strings(ans("23", ["23-yard"])) == GoldAnswer(("23",), "number")
+    assert answer_json_to_strings(ans(spans=["x"])) == GoldAnswer(("x",), "span")
+    assert answer_json_to_strings(ans(spans=["x", "y"])) == GoldAnswer(("x", "y"), "spans")
+    assert answer_json_to_strings(ans()) == GoldAnswer(("",), "date")
+    assert answer_json_to_strings({"number": "", "spans": [], "date": {}}).kind == "date"
+    with pytest.raises(ValueError, match="no number, spans or date"):
+        answer_json_to_strings({"spans": []})
+
+
+# --------------------------------------------------------------------------------------------
+# Per question and overall
+# --------------------------------------------------------------------------------------------
+
+
+def test_question_max_over_candidates_and_type() -> None:
+    span = GoldAnswer(("80-yard",), "span")
+    number = GoldAnswer(("80",), "number")
+    # vs "80-yard": EM 0, F1 2/3; vs "80": EM 1, F1 1 -> the number reaches both maxima.
+    assert score_question([span, number], "80") == QuestionScore(1.0, 1.0, "number")
+    # vs "80-yard": (1, 1); vs "80": (0, 0.67), below the maxima -> stays "span".
+    assert score_question([span, number], "80 yard") == QuestionScore(1.0, 1.0, "span")
+    # vs "80-yard": {80.0, yards} vs {80.0, yard}: F1 0.5; vs "80": F1 0.67 -> "number".
+    assert score_question([span, number], "80 yards") == QuestionScore(0.0, 0.67, "number")
+    # Nothing matches: every candidate ties at (0, 0), so the last one's type counts.
+    assert score_question([span, number], "touchdown") == QuestionScore(0.0, 0.0, "number")
+    assert score_question([number, span], "touchdown") == QuestionScore(0.0, 0.0, "span")
+    # Blank candidates are ignored (only the first text is checked); none usable -> NO_GOLD.
+    blank = GoldAnswer(("",), "date")
+    assert score_question([blank], "x") == QuestionScore(0.0, 0.0, NO_GOLD)
+    assert score_question([blank, span], "80 yard") == QuestionScore(1.0, 1.0, "span")
+    assert score_question([GoldAnswer((" ", "x"), "spans")], "x").kind == NO_GOLD
+
+
+def test_drop_score_per_type_and_missing(caplog: pytest.LogCaptureFixture) -> None:
+    gold = {
+        "n1": [GoldAnswer(("3",), "number")],
+        "n2": [GoldAnswer(("4",), "number")],
+        "d1": [GoldAnswer(("1985",), "date")],
+        "s1": [GoldAnswer(("Bears", "Lions"), "spans")],
+        "s2": [GoldAnswer(("Chicago Bears",), "span")],
+    }
+    preds = {"n1": "3", "n2": "5", "s1": ["Lions"], "s2": "Bears", "extra": "ignored"}
+    with caplog.at_level(logging.WARNING, logger="structqa.metrics.drop"):
+        result = drop_score(gold, preds)
+    assert "1 of 5 questions have no prediction" in caplog.text
+    # F1: n1 1, n2 0, d1 0 (missing), s1 0.5, s2 P = 1, R = 1/2 -> 0.67.
+    assert result["global_em"] == approx(1 / 5)
+    assert result["global_f1"] == approx((1 + 0.5 + 0.67) / 5)
+    assert result["total"] == 5
+    assert result["per_type"] == {
+        "date": {"count": 1, "em": 0.0, "f1": 0.0},
+        "number": {"count": 2, "em": 0.5, "f1": 0.5},
+        "span": {"count": 1, "em": 0.0, "f1": approx(0.67)},
+        "spans": {"count": 1, "em": 0.0, "f1": 0.5},
+    }
+    assert list(result["per_type"]) == sorted(result["per_type"])
+    # A missing prediction counts under its answer's type even when a validated one differs.
+    mixed = {"q": [GoldAnswer(("80-yard",), "span"), GoldAnswer(("80",), "number")]}
+    assert drop_question_scores(mixed, {}) == {"q": QuestionScore(0.0, 0.0, "span")}
+
+
+def test_drop_score_errors() -> None:
+    with pytest.raises(ValueError, match="no gold"):
+        drop_score({}, {})
+    with pytest.raises(ValueError, match="no gold answer"):
+        drop_score({"q": []}, {"q": "x"})
+    with pytest.raises(TypeError, match="'q'"):
+        drop_score({"q": [GoldAnswer(("x",), "span")]}, {"q": {"answer": "x"}})
+    with pytest.raises(TypeError, match="'q'"):
+        drop_score({"q": [GoldAnswer(("x",), "span")]}, {"q": ["x", 3]})
+
+
+def test_gold_from_drop_json(caplog: pytest.LogCaptureFixture) -> None:
+    obj = {
+        "p1": {
+            "passage": "...",
+            "qa_pairs": [
+                {"query_id": "q1", "answer": ans("3"), "validated_answers": [ans(spans=["x"])]},
+                {"query_id": "q2", "answer": ans(date={"day": "", "month": "", "year": "1985"})},
+            ],
+        },
+        "p2": {"passage": "...", "qa_pairs": [{"query_id": "q1", "answer": ans(spans=["y"])}]},
+    }
+    with caplog.at_level(logging.WARNING, logger="structqa.metrics.drop"):
+        gold = gold_from_drop_json(obj)
+    assert gold == {
+        "q1": [GoldAnswer(("y",), "span")],
+        "q2": [GoldAnswer(("1985",), "date")],
+    }
+    assert list(gold) == ["q1", "q2"]
+    assert "1 repeated query ids" in caplog.text
+    bad = {"p": {"passage": "", "qa_pairs": [{"query_id": "q9", "answer": {"spans": []}}]}}
+    with pytest.raises(ValueError, match="question 'q9'.*no number, spans or date"):
+        gold_from_drop_json(bad)
+    with pytest.raises(ValueError, match="missing 'query_id'"):
+        gold_from_drop_json({"p": {"passage": "", "qa_pairs": [{"answer": ans("1")}]}})
+
+
+# --------------------------------------------------------------------------------------------
+# Real file and `structqa score`
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def contrast_path(shared_data: Path) -> Path:
+    return shared_data / CONTRAST
+
+
+@pytest.fixture(scope="module")
+def contrast_json(contrast_path: Path) -> dict[str, Any]:
+    return json.loads(contrast_path.read_text(encoding="utf-8"))
+
+
+def _gold_prediction(answer: dict[str, Any]) -> str | list[str]:
+    texts, _ = answer_json_to_strings(answer)
+    return texts[0] if len(texts) == 1 else list(texts)
+
+
+def test_contrast_sets_perfect_predictions(contrast_json: dict[str, Any]) -> None:
+    gold = gold_from_drop_json(contrast_json)
+    assert len(gold) == 947
+    first_types = [candidates[0].kind for candidates in gold.values()]
+    assert {k: first_types.count(k) for k in set(first_types)} == {
+        "number": 452,
+        "span": 431,
+        "spans": 46,
+        "date": 18,
+    }
+    preds = {
+        qa["query_id"]: _gold_prediction(qa["answer"])
+        for passage in contrast_json.values()
+        for qa in passage["qa_pairs"]
+    }
+    result = drop_score(gold, preds)
+    assert (result["global_em"], result["global_f1"], result["total"]) == (1.0, 1.0, 947)
+    # The credited type is the last candidate reaching the max: two date answers whose
+    # validated answer is the same year as a number ("1615", "1560") count as numbers, and
+    # one whose validated answer is the span "11 June 1734" counts as a span.
+    counts = {kind: block["count"] for kind, block in result["per_type"].items()}
+    assert counts == {"date": 15, "number": 454, "span": 432, "spans": 46}
+
+
+def test_score_file_and_cli_on_drop(
+    tmp_path: Path, contrast_path: Path, contrast_json: dict[str, Any], capsys
+) -> None:
+    from structqa.cli import main
+
+    qas = [qa for passage in contrast_json.values() for qa in passage["qa_pairs"]]
+    preds = {qa["query_id"]: _gold_prediction(qa["answer"]) for qa in qas[::2]}
+    pred_path = tmp_path / "preds.json"
+    pred_path.write_text(json.dumps(preds), encoding="utf-8")
+    result = score_file(contrast_path, pred_path)
+    assert result["global_em"] == approx(474 / 947)
+    assert result["global_f1"] == approx(474 / 947)
+    assert sum(block["count"] for block in result["per_type"].values()) == 947
+    assert main(["score", str(contrast_path), str(pred_path)]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(result))
+    with pytest.raises(ValueError, match="na-probs"):
+        score_file(contrast_path, pred_path, na_probs=pred_path)
+
+
+# --------------------------------------------------------------------------------------------
+# Independent reference: the official DROP evaluation from the allennlp-models wheel
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ref() -> ModuleType:
+    mod = load_reference()
+    if mod is None:
+        pytest.skip(
+            f"official DROP evaluation not available; set {ENV} to the "
+            "allennlp-models 2.10.1 wheel (pip download --no-deps allennlp-models==2.10.1)"
+        )
+    return mod
+
+
+_TYPE_LINE = re.compile(r"^(\w+): (\d+) \(")
+_SCORE_LINE = re.compile(r"^  (Exact-match accuracy|F1 score) (-?[\d.]+|nan)$")
+
+
+def _reference_evaluate(
+    ref: ModuleType, annotations: dict[str, Any], preds: dict[str, Any]
+) -> tuple[float, float, dict[str, dict[str, float]]]:
+    """The official evaluate_json: global EM/F1 as returned, per type parsed from its report
+    (count, and EM/F1 in % with 3 decimals)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        em, f1 = ref.evaluate_json(annotations, preds)
+    per_type: dict[str, dict[str, float]] = {}
+    current = ""
+    for line in out.getvalue().splitlines():
+        if match := _TYPE_LINE.match(line):
+            current = match.group(1)
+            per_type[current] = {"count": int(match.group(2))}
+        elif (match := _SCORE_LINE.match(line)) and current:
+            key = "em" if match.group(1).startswith("Exact") else "f1"
+            per_type[current][key] = float(match.group(2))
+    return float(em), float(f1), per_type
+
+
+def _perturb_number(rng: random.Random, number: str) -> str:
+    try:
+        value = float(number)
+    except ValueError:
+        return number + "0"
+    choice = rng.random()
+    if choice < 0.2:
+        return f"{value:,.0f}" if value == int(value) else f"{value:,}"
+    if choice < 0.35:
+        return f"{value:.1f}"
+    if choice < 0.5:
+        return f"{int(value) + rng.choice([-1, 1, 10])}"
+    if choice < 0.6:
+        return f"{value * 10:g}"
+    if choice < 0.7:
+        return rng.choice(["$", "", "about "]) + number + rng.choice(["%", " yards", ".", ""])
+    if choice < 0.8:
+        return f"{number}-yard"
+    return number
+
+
+def _random_prediction(rng: random.Random, qa: dict[str, Any], passage: str) -> str | list[str]:
+    candidates = [qa["answer"], *(qa.get("validated_answers") or [])]
+    texts, _ = answer_json_to_strings(rng.choice(candidates))
+    words = passage.split()
+    choice = rng.random()
+    if choice < 0.15:
+        return texts[0] if len(texts) == 1 else list(texts)
+    if choice < 0.3:
+        return (
+            [_perturb_number(rng, t) for t in texts]
+            if len(texts) > 1
+            else _perturb_number(rng, texts[0])
+        )
+    if choice < 0.45:  # partial spans, with case/punctuation/article noise
+        parts = []
+        for text in texts:
+            toks = text.split()
+            cut = rng.randint(0, max(len(toks) - 1, 0))
+            part = " ".join(toks[cut:] if rng.random() < 0.5 else toks[: cut + 1])
+            parts.append(rng.choice(["", "the ", "A "]) + part.upper() + rng.choice(["", ".", ","]))
+        return parts if len(parts) > 1 or rng.random() < 0.3 else parts[0]
+    if choice < 0.6:  # lists of spans: subsets, shuffles, duplicates, extras, splits
+        spans = list(texts) if len(texts) > 1 else texts[0].replace(" and ", ", ").split(", ")
+        rng.shuffle(spans)
+        if rng.random() < 0.3:
+            spans = spans[: rng.randint(0, len(spans))]
+        if rng.random() < 0.3:
+            spans.append(rng.choice(spans) if spans else rng.choice(words))
+        if rng.random() < 0.3:
+            spans.append(" ".join(words[(i := rng.randrange(len(words))) : i + 3]))
+        return spans
+    if choice < 0.7:
+        return rng.choice(["", " ", "the", "-", "0", "nan", [], [""], ["", "x"]])
+    if choice < 0.8:  # numbers and dates written in other ways
+        text = texts[0]
+        return rng.choice(
+            [text.replace(" ", ", "), text.replace(" ", "-"), f"{text} {text}", text.lower()]
+        )
+    start = rng.randrange(len(words))
+    return " ".join(words[start : start + rng.randint(1, 8)])
+
+
+def _random_predictions(
+    contrast_json: dict[str, Any], seed: int, drop_share: float = 0.05
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    preds: dict[str, Any] = {}
+    for passage in contrast_json.values():
+        for qa in passage["qa_pairs"]:
+            if rng.random() >= drop_share:  # leave a few questions without a prediction
+                preds[qa["query_id"]] = _random_prediction(rng, qa, passage["passage"])
+    return preds
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_matches_reference_on_contrast_sets(
+    ref: ModuleType, contrast_json: dict[str, Any], seed: int
+) -> None:
+    preds = _random_predictions(contrast_json, seed)
+    em, f1, per_type = _reference_evaluate(ref, contrast_json, preds)
+    ours = drop_score(gold_from_drop_json(contrast_json), preds)
+    assert ours["global_em"] == pytest.approx(em, abs=1e-6)
+    assert ours["global_f1"] == pytest.approx(f1, abs=1e-6)
+    assert 0.05 < ours["global_f1"] < 0.95  # the predictions are a real mix
+    assert list(ours["per_type"]) == list(per_type)
+    for kind, block in per_type.items():
+        mine = ours["per_type"][kind]
+        assert mine["count"] == block["count"], kind
+        # The official report prints % with 3 decimals: agreement to half a unit of that.
+        assert 100 * mine["em"] == pytest.approx(block["em"], abs=5.01e-4), kind
+        assert 100 * mine["f1"] == pytest.approx(block["f1"], abs=5.01e-4), kind
+
+
+def test_per_question_matches_reference(ref: ModuleType, contrast_json: dict[str, Any]) -> None:
+    preds = _random_predictions(contrast_json, seed=7)
+    ours = drop_question_scores(gold_from_drop_json(contrast_json), preds)
+    kinds_differ = 0
+    for passage_id, passage in contrast_json.items():
+        for qa in passage["qa_pairs"]:
+            one = {passage_id: {**passage, "qa_pairs": [qa]}}
+            em, f1, per_type = _reference_evaluate(ref, one, preds)
+            mine = ours[qa["query_id"]]
+            assert (mine.em, mine.f1) == (pytest.approx(em, abs=1e-6), pytest.approx(f1, abs=1e-6))
+            assert list(per_type) == [mine.kind], qa["query_id"]
+            if qa["query_id"] in preds:
+                em_one, f1_one = ref.get_metrics(
+                    preds[qa["query_id"]], answer_json_to_strings(qa["answer"]).texts
+                )
+                assert get_metrics(
+                    preds[qa["query_id"]], answer_json_to_strings(qa["answer"]).texts
+                ) == (em_one, pytest.approx(f1_one, abs=1e-12))
+            kinds_differ += mine.kind != answer_json_to_strings(qa["answer"]).kind
+    # Some questions move type with the prediction (validated answers of another type).
+    assert kinds_differ > 0
+
+
+def test_score_file_matches_reference_prediction_file(
+    ref: ModuleType, tmp_path: Path, contrast_path: Path, contrast_json: dict[str, Any]
+) -> None:
+    pred_path = tmp_path / "preds.json"
+    pred_path.write_text(json.dumps(_random_predictions(contrast_json, seed=3)), encoding="utf-8")
+    out_path = tmp_path / "official.json"
+    with contextlib.redirect_stdout(io.StringIO()):
+        ref.evaluate_prediction_file(str(pred_path), str(contrast_path), str(out_path))
+    official = json.loads(out_path.read_text(encoding="utf-8"))
+    ours = score_file(contrast_path, pred_path)
+    assert set(official) == {"global_em", "global_f1"}
+    for key, value in official.items():
+        assert ours[key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_get_metrics_matches_reference_on_hand_cases(ref: ModuleType) -> None:
+    cases: list[tuple[Any, Any]] = [
+        (["x y z", "y"], ["x y", "x"]),
+        (["u v", "v"], ["u", "u v"]),
+        (["w x y", "w", "y z"], ["x y z", "w y z", "w x y"]),
+        (["2", "3", "1"], ["1", "2", "3-yard"]),
+        ("14,506", "14506.0"),
+        ("3.5%", "35"),
+        ("", "5"),
+        ([], ["a", "b"]),
+        ("June 11, 1734", ["11 June 1734"]),
+        (["43-yard", "54-yard", "57-yard"], ["43-yard", "54-yard", "54-yard", "57-yard"]),
+        _overlapping(21, 40),
+        _overlapping(3, 40),
+    ]
+    for pred, gold in cases:
+        assert get_metrics(pred, gold) == ref.get_metrics(pred, gold), (pred, gold)
+        for text in [pred] if isinstance(pred, str) else pred:
+            assert normalize_answer(text) == ref._normalize_answer(text)
+
+
+# Words that exercise every normalisation rule; joined by spaces, hyphens or nothing.
+_WORDS = st.sampled_from(
+    "the a An Bears bears yard 1 14 14,506 14506.0 3.5% $5 5. - -- 1e3 nan inf June 1985 x "
+    "it's 0.5 . ,".split()
+)
+_TEXT = st.lists(st.tuples(_WORDS, st.sampled_from([" ", "-", "", "  "])), max_size=6).map(
+    lambda pairs: "".join(word + sep for word, sep in pairs)
+)
+_ANSWER = st.one_of(_TEXT, st.lists(_TEXT, max_size=4))
+
+
+@pytest.mark.skipif(
+    load_reference() is None, reason="official DROP evaluation not available (see `ref`)"
+)
+@settings(max_examples=400, deadline=None)
+@given(pred=_ANSWER, gold=st.lists(_TEXT, min_size=1, max_size=4))
+def test_get_metrics_matches_reference_property(pred: Any, gold: list[str]) -> None:
+    ref = load_reference()
+    assert ref is not None
+    theirs = ref.get_metrics(pred, gold)
+    assert get_metrics(pred, gold) == (theirs[0], pytest.approx(theirs[1], abs=1e-12))
