@@ -369,6 +369,8 @@ def hf_to_structqa_key(key: str, block: Sequence[str]) -> str | None:
         return None
     rest = key[len("encoder.layer.") :]
     idx, _, name = rest.partition(".")
+    if name.startswith("sublayers."):  # sub-layers HF has no name for, saved under ours
+        return f"layers.{idx}.{name}"
     attn_kind = "sa" if "sa" in block else "naa"
     for hf_name, ours in _HF_ATTN.items():
         if name.startswith(hf_name + "."):
