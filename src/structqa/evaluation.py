@@ -45,6 +45,13 @@ def score_predictions(
     thresh = float(metrics["best_f1_thresh"])
     final = {k: p.answer(thresh) for k, p in predictions.items()}
     at_thresh = squad_v2(gold, final)
+    if abs(at_thresh["f1"] - metrics["best_f1"]) > 1e-9:
+        # The official search starts from "no answer everywhere" and reports that state as
+        # threshold 0.0, which assumes probabilities in [0, 1]; null odds are unbounded, so
+        # the threshold that realizes that state lies below every null odds value.
+        thresh = min(na.values()) - 1.0
+        final = {k: p.answer(thresh) for k, p in predictions.items()}
+        at_thresh = squad_v2(gold, final)
     metrics = {**metrics, **{f"thresholded_{k}": v for k, v in at_thresh.items()}}
     return EvalResult(metrics, predictions, thresh)
 
