@@ -57,6 +57,18 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.pretrain.config import load_pretrain_config
+    from structqa.pretrain.loop import run
+
+    overrides = list(extra) + ([f"data.dir={args.data}"] if args.data else [])
+    cfg = load_pretrain_config(args.config, overrides)
+    result = run(cfg, resume=args.resume, progress=not args.no_progress)
+    if result is not None:
+        print(json.dumps(result.metrics, indent=2))
+    return 0
+
+
 def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
     from rich.console import Console
 
@@ -232,6 +244,26 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from structqa.data.synthetic import generate, summarize, write_synthetic
+
+    if extra:
+        raise SystemExit(f"synth takes no config overrides: {' '.join(extra)}")
+    examples = generate(args.kind, args.n, args.seed)
+    write_synthetic(args.out, examples)
+    table = Table(title=f"{len(examples)} synthetic questions -> {args.out} (seed {args.seed})")
+    for column in ("kind", "operation", "answer type"):
+        table.add_column(column)
+    table.add_column("count", justify="right")
+    for (kind, op, answer_type), count in summarize(examples).items():
+        table.add_row(kind, op, answer_type, str(count))
+    Console().print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="structqa",
@@ -247,6 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue an interrupted run")
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
+
+    pt = sub.add_parser("pretrain", help="continue masked-LM pre-training of an encoder")
+    pt.add_argument("config", nargs="?", help="YAML config (defaults if omitted)")
+    pt.add_argument("--data", help="data directory for a relative corpus path")
+    pt.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    pt.add_argument("--no-progress", action="store_true")
+    pt.set_defaults(func=cmd_pretrain)
 
     q = sub.add_parser("quickstart", help="train on 512 SQuAD questions, evaluate, answer one")
     q.add_argument("--data")
@@ -285,6 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
     sv.set_defaults(func=cmd_serve)
+
+    sy = sub.add_parser("synth", help="write synthetic numerical QA data (DROP JSON)")
+    sy.add_argument("--out", required=True, help="DROP JSON file to write")
+    sy.add_argument("--kind", default="both", choices=["numeric", "textual", "both"])
+    sy.add_argument("--n", type=int, default=1000, help="questions in all (both: half each)")
+    sy.add_argument("--seed", type=int, default=0)
+    sy.set_defaults(func=cmd_synth)
 
     from structqa.experiments.command import add_parser as add_experiment_parser
 
