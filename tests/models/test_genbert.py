@@ -1,0 +1,267 @@
+"""GenBERT / NC-BERT on the tiny checkpoint: features, weight sharing, causality, the marginal
+loss (Eq. 4) against a hand computation, an overfit run, and the NC-BERT options."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from structqa.attention.nc_masks import NCMaskConfig
+from structqa.data.drop import DropAnswer, DropExample
+from structqa.encoders.bert import BertEncoder
+from structqa.features.drop_features import (
+    GENERATE,
+    PASSAGE_SPAN,
+    QUESTION_SPAN,
+    DropFeatureConfig,
+    collate_drop,
+    featurize_drop_examples,
+)
+from structqa.features.numbers import from_lsdf
+from structqa.models.build import load_tokenizer, set_dropout
+from structqa.models.genbert import GenBERT, GenBERTConfig, tokens_to_text
+
+EXAMPLES = (
+    DropExample(
+        id="number",
+        passage_id="p1",
+        question="How many more points did the Bears score than the Lions?",
+        passage="The Bears scored 24 points and the Lions scored 17 points in the game.",
+        answer=DropAnswer(number="7"),
+    ),
+    DropExample(
+        id="passage-span",
+        passage_id="p2",
+        question="Who threw the pass to Smith?",
+        passage="Smith caught a 12 yard pass from Jones in the second quarter.",
+        answer=DropAnswer(spans=("Jones",)),
+    ),
+    DropExample(
+        id="question-span",
+        passage_id="p3",
+        question="Which was longer, the 45 yard field goal or the 30 yard field goal?",
+        passage="Kasay kicked a field goal of 45 yards and Brown kicked one of 30 yards.",
+        answer=DropAnswer(spans=("45 yard field goal",)),
+    ),
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_checkpoint: Path):
+    return load_tokenizer(tiny_checkpoint)
+
+
+def build(tiny_checkpoint: Path, cfg: GenBERTConfig | None = None, seed: int = 0) -> GenBERT:
+    torch.manual_seed(seed)
+    model = GenBERT(BertEncoder.from_pretrained(tiny_checkpoint), cfg or GenBERTConfig())
+    set_dropout(model, 0.0, 0.0)
+    return model
+
+
+def batch_of(tokenizer, lsdf: bool = False):
+    features, report = featurize_drop_examples(EXAMPLES, tokenizer, DropFeatureConfig(lsdf=lsdf))
+    return features, report, collate_drop(features)
+
+
+# ---- features -----------------------------------------------------------------------------
+
+
+def test_features_realizations(tokenizer):
+    features, report, batch = batch_of(tokenizer)
+    number, pspan, qspan = features
+    assert [f.answer_type for f in features] == [GENERATE, PASSAGE_SPAN, QUESTION_SPAN]
+    # "7" is not glued out of "17": the number answer has only the decoder realization
+    assert len(number.passage_spans) == 0 and len(number.question_spans) == 0
+    assert tokenizer.convert_ids_to_tokens(number.decoder_target.tolist()) == [
+        "[CLS]",
+        "7",
+        "[SEP]",
+    ]
+    ((s, e),) = pspan.passage_spans.tolist()
+    assert pspan.span_text(s, e) == "Jones" and pspan.segment[s] == 1
+    ((s, e),) = qspan.question_spans.tolist()
+    assert qspan.span_text(s, e) == "45 yard field goal" and qspan.segment[s] == 0
+    # numbers are digit tokens; DICE positions point at each passage number's first digit
+    assert [number.input_ids[p] for p in number.number_positions] == [
+        tokenizer.convert_tokens_to_ids(t) for t in ("2", "1")
+    ]
+    assert number.number_values.tolist() == [24.0, 17.0]
+    assert report.examples == 3 and report.without_realization == 0
+    assert batch.input_ids.shape == batch.is_number.shape == batch.is_word.shape
+    assert batch.passage_spans.shape[-1] == 2 and batch.decoder_mask.sum(-1).tolist() == [
+        len(f.decoder_target) for f in features
+    ]
+
+
+def test_truncation_keeps_first_window_and_whole_numbers(tokenizer):
+    # tiny vocabulary: the passage's 13th and 14th tokens are the digits of "24"; a budget of
+    # 13 passage tokens would split it, so the cut moves back before the number
+    cfg = DropFeatureConfig(max_seq_len=10 + 13 + 3, max_question_len=10)
+    features, report = featurize_drop_examples([EXAMPLES[0]], tokenizer, cfg)
+    (f,) = features
+    assert report.truncated_passages == report.truncated_questions == 1
+    assert f.is_question.sum() == 10 and f.is_passage.sum() == 12 and len(f) == 25
+    assert not f.is_number.any() and len(f.number_positions) == 0
+    assert f.span_text(12, 23) == "The Bears scored"
+    # one more token of budget keeps "24" whole
+    cfg = DropFeatureConfig(max_seq_len=10 + 14 + 3, max_question_len=10)
+    (f,), _ = featurize_drop_examples([EXAMPLES[0]], tokenizer, cfg)
+    assert f.number_values.tolist() == [24.0] and f.is_number.sum() == 2
+
+
+# ---- model --------------------------------------------------------------------------------
+
+
+def test_shapes_and_finiteness(tiny_checkpoint, tokenizer):
+    model = build(tiny_checkpoint)
+    features, _, batch = batch_of(tokenizer)
+    out = model(batch)
+    b, n = batch.input_ids.shape
+    t = batch.decoder_target.shape[1]
+    v = model.encoder.config.vocab_size
+    assert out.type_logits.shape == (b, 3)
+    for logits in (out.question_start_logits, out.passage_end_logits):
+        assert logits.shape == (b, n) and torch.isfinite(logits).all()
+    assert out.decoder_logits is not None and out.decoder_logits.shape == (b, t - 1, v)
+    assert torch.isfinite(out.decoder_logits).all()
+    assert out.type_log_likelihood is not None and out.type_log_likelihood.shape == (b, 3)
+    assert out.loss is not None and torch.isfinite(out.loss) and out.loss.dim() == 0
+    # span logits are NEG off their own segment
+    assert (out.question_start_logits[batch.is_passage] <= -1e4).all()
+    assert (out.passage_start_logits[batch.is_question] <= -1e4).all()
+    model.eval()
+    preds = model.predict(batch, features, tokenizer)
+    assert len(preds) == b and all(isinstance(p.text, str) for p in preds)
+
+
+def test_decoder_shares_encoder_weights(tiny_checkpoint, tokenizer):
+    model = build(tiny_checkpoint)
+    for i, block in enumerate(model.encoder.layers):
+        kinds = dict(model.decoder_sublayers(i))
+        assert kinds["sa"] is block.sublayers[0] and kinds["ffn"] is block.sublayers[1]
+        assert kinds["sa"].attn.query.weight is block.sublayers[0].attn.query.weight
+        assert kinds["xa"] is model.cross_attention[i]
+    # every parameter exists once (no decoder copies), and the decoder's own are only xa
+    names = [name for name, _ in model.named_parameters()]
+    assert len(names) == len(set(names)) == len(model.state_dict())
+    assert not any(name.startswith("decoder") for name in names)
+    # a decoder-only loss reaches the encoder's self-attention Parameters
+    _, _, batch = batch_of(tokenizer)
+    memory = torch.randn(len(batch), batch.input_ids.shape[1], model.encoder.hidden_size)
+    logits = model.decode(batch.decoder_target[:, :-1], memory, model.memory_mask(batch))
+    logits.sum().backward()
+    grad = model.encoder.layers[0].sublayers[0].attn.query.weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+
+
+def test_decoder_is_causal(tiny_checkpoint, tokenizer):
+    model = build(tiny_checkpoint).eval()
+    _, _, batch = batch_of(tokenizer)
+    memory = torch.randn(len(batch), batch.input_ids.shape[1], model.encoder.hidden_size)
+    prefix = torch.tensor([[2, 10, 11, 12, 13]]).repeat(len(batch), 1)
+    changed = prefix.clone()
+    changed[:, 3] = 20
+    with torch.no_grad():
+        a = model.decode(prefix, memory, model.memory_mask(batch))
+        b = model.decode(changed, memory, model.memory_mask(batch))
+    torch.testing.assert_close(a[:, :3], b[:, :3])
+    assert not torch.allclose(a[:, 3:], b[:, 3:])
+
+
+def test_marginal_loss_matches_hand_computation(tiny_checkpoint, tokenizer):
+    model = build(tiny_checkpoint).eval()
+    features, _, batch = batch_of(tokenizer)
+    with torch.no_grad():
+        out = model(batch)
+    assert out.decoder_logits is not None and out.loss is not None
+    losses = []
+    for row, f in enumerate(features):
+        log_type = torch.log_softmax(out.type_logits[row].double(), -1)
+        terms = []
+        if len(f.decoder_target):
+            logp = torch.log_softmax(out.decoder_logits[row].double(), -1)
+            target = f.decoder_target.tolist()
+            ll = sum(logp[t - 1, target[t]] for t in range(1, len(target)))
+            terms.append(log_type[GENERATE] + ll)
+        for kind, spans, start, end in (
+            (QUESTION_SPAN, f.question_spans, out.question_start_logits, out.question_end_logits),
+            (PASSAGE_SPAN, f.passage_spans, out.passage_start_logits, out.passage_end_logits),
+        ):
+            if len(spans):
+                ls = torch.log_softmax(start[row].double(), -1)
+                le = torch.log_softmax(end[row].double(), -1)
+                p = sum(math.exp(ls[s] + le[e]) for s, e in spans.tolist())
+                terms.append(log_type[kind] + math.log(p))
+        losses.append(-torch.logsumexp(torch.stack([torch.as_tensor(t) for t in terms]), 0))
+    expected = torch.stack(losses).mean()
+    torch.testing.assert_close(out.loss.double(), expected, rtol=1e-5, atol=1e-5)
+    # the number row has only the decoder: its span likelihoods are impossible
+    assert (out.type_log_likelihood[0, 1:] < -1e8).all()
+
+
+def test_overfit_three_examples(tiny_checkpoint, tokenizer):
+    model = build(tiny_checkpoint)
+    features, _, batch = batch_of(tokenizer)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(40):
+        out = model(batch)
+        assert out.loss is not None
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        losses.append(out.loss.item())
+    assert losses[-1] < 0.1 * losses[0]
+    model.eval()
+    preds = model.predict(batch, features, tokenizer)
+    assert preds[0].text == "7" and preds[0].answer_type == "generate"
+    assert preds[1].text.lower() == "jones"
+    assert preds[2].text.lower() == "45 yard field goal"
+    with torch.no_grad():
+        out = model(batch)
+    # the span heads alone also reproduce the gold spans
+    assert out.passage_start_logits[1].argmax() == features[1].passage_spans[0, 0]
+    assert out.question_end_logits[2].argmax() == features[2].question_spans[0, 1]
+
+
+def test_nc_layer_decoder_number_mask_and_dice(tiny_checkpoint, tokenizer):
+    cfg = GenBERTConfig(
+        nc_layer=True,
+        nc_heads=(0, 1),
+        nc_mask=NCMaskConfig(entity_channel=True, type_channel=True),
+        decoder_number_mask=True,
+        dice_weight=1.0,
+        dice_pairs=2,
+    )
+    model = build(tiny_checkpoint, cfg)
+    _, _, batch = batch_of(tokenizer)
+    out = model(batch)
+    assert out.loss is not None and out.dice is not None and out.answer_loss is not None
+    assert torch.isfinite(out.loss) and out.dice > 0
+    out.loss.backward()
+    assert model.nc_layer is not None
+    for p in list(model.nc_layer.parameters()) + list(model.cross_attention.parameters()):
+        assert p.grad is not None and torch.isfinite(p.grad).all()
+    # the decoder-number channel: keys are numbers and question tokens only
+    mask = model.memory_mask(batch)[:, 0, 0]  # (B, N)
+    assert torch.equal(mask, (batch.is_number | batch.is_question) & batch.attention_mask.bool())
+
+
+def test_lsdf_targets_read_back(tokenizer):
+    example = DropExample("n", "p", "How many?", "It was 120 or 7.", DropAnswer(number="127"))
+    features, _ = featurize_drop_examples([example], tokenizer, DropFeatureConfig(lsdf=True))
+    tokens = tokenizer.convert_ids_to_tokens(features[0].decoder_target.tolist())
+    assert tokens == ["[CLS]", "7", "##2", "##1", "[SEP]"]
+    assert from_lsdf(tokens[1:-1]) == "127" == tokens_to_text(tokens[1:-1], use_lsdf=True)
+    assert tokens_to_text(["1", "##2", "##7"]) == "127" and tokens_to_text(["-", "7"]) == "-7"
