@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import MINI_SQUAD
+
 from safetensors.torch import load_file
 
 from structqa.cli import main
@@ -24,6 +24,7 @@ from structqa.pretrain.config import load_pretrain_config
 from structqa.pretrain.data import read_corpus, split_heldout
 from structqa.pretrain.mlm_head import MaskedLM
 
+MINI_SQUAD = "fixtures/squad-v1.1-mini.json"
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "anna"
 
 

@@ -48,7 +48,7 @@ from structqa.pretrain.masking import IGNORE_INDEX
 from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
 from structqa.runtime import autocast, use_bf16
 from structqa.training.checkpoint import TrainState, load_resume, rng_state, set_rng_state
-from structqa.training.loop import _null, _Progress, _StopFlag
+from structqa.training.loop import Progress, StopFlag
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
 log = logging.getLogger(__name__)
@@ -288,9 +288,9 @@ def train(
             )
         accelerator.wait_for_everyone()
 
-    stop = _StopFlag()
+    stop = StopFlag()
     old_handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    bar = _Progress(total_steps, enabled=progress and accelerator.is_main_process)
+    bar = Progress(total_steps, enabled=progress and accelerator.is_main_process)
     result: MLMEval | None = None
     try:
         model.train()
@@ -306,7 +306,11 @@ def train(
                 for i, idx in enumerate(group):
                     batch = data.train.batch(idx, state.epoch).to(device)
                     sync = i == len(group) - 1
-                    ctx = accelerator.no_sync(model) if (world > 1 and not sync) else _null()
+                    ctx = (
+                        accelerator.no_sync(model)
+                        if (world > 1 and not sync)
+                        else contextlib.nullcontext()
+                    )
                     with ctx, autocast(device, bf16):
                         loss = _forward(model, raw_model, batch).loss / len(group)
                     accelerator.backward(loss)

@@ -9,6 +9,7 @@ every world_size-th batch of the same seeded, length-grouped batch order. Checkp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -35,7 +36,9 @@ from structqa.training.optim import build_optimizer, linear_warmup_decay
 log = logging.getLogger(__name__)
 
 
-class _StopFlag:
+class StopFlag:
+    """Set by SIGINT/SIGTERM; loops check it after each step and save before stopping."""
+
     def __init__(self) -> None:
         self.stop = False
 
@@ -108,9 +111,9 @@ def train(
     log_path = out / "metrics.jsonl"
     decode = DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length)
 
-    stop = _StopFlag()
+    stop = StopFlag()
     old_handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    bar = _Progress(total_steps, enabled=progress and accelerator.is_main_process)
+    bar = Progress(total_steps, enabled=progress and accelerator.is_main_process)
     best: EvalResult | None = None
     try:
         model.train()
@@ -126,7 +129,11 @@ def train(
                 for i, idx in enumerate(group):
                     batch = collate(data.train_features, idx).to(device)
                     sync = i == len(group) - 1
-                    ctx = accelerator.no_sync(model) if (world > 1 and not sync) else _null()
+                    ctx = (
+                        accelerator.no_sync(model)
+                        if (world > 1 and not sync)
+                        else contextlib.nullcontext()
+                    )
                     with ctx, autocast(device, bf16):
                         loss = model(batch).loss / len(group)
                     accelerator.backward(loss)
@@ -218,15 +225,7 @@ def _save(accelerator, target, model, tokenizer, cfg, state, optimizer, schedule
     accelerator.wait_for_everyone()
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
-
-
-class _Progress:
+class Progress:
     """A rich progress bar with loss and throughput (silent when disabled)."""
 
     def __init__(self, total: int, enabled: bool):
