@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from safetensors.torch import load_file
 
 from structqa.cli import main
