@@ -69,6 +69,28 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_drop_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.ncbert.config import load_drop_config
+    from structqa.ncbert.loop import run
+
+    overrides = list(extra) + ([f"data.dir={args.data}"] if args.data else [])
+    cfg = load_drop_config(args.config, overrides)
+    result = run(cfg, resume=args.resume, progress=not args.no_progress)
+    if result is not None:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_drop_predict(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.ncbert.loop import predict_file
+
+    if extra:
+        raise SystemExit(f"drop-predict takes no config overrides: {' '.join(extra)}")
+    metrics = predict_file(args.checkpoint, args.drop_file, args.out, args.bf16)
+    print(json.dumps({k: metrics[k] for k in ("global_em", "global_f1", "total")}))
+    return 0
+
+
 def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
     from rich.console import Console
 
@@ -309,6 +331,20 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--resume", action="store_true", help="continue an interrupted run")
     pt.add_argument("--no-progress", action="store_true")
     pt.set_defaults(func=cmd_pretrain)
+
+    dt = sub.add_parser("drop-train", help="train GenBERT / NC-BERT on DROP files")
+    dt.add_argument("config", nargs="?", help="YAML config, e.g. configs/ncbert/ncbert.yaml")
+    dt.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
+    dt.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    dt.add_argument("--no-progress", action="store_true")
+    dt.set_defaults(func=cmd_drop_train)
+
+    dp = sub.add_parser("drop-predict", help="answer a DROP file with a drop-train checkpoint")
+    dp.add_argument("checkpoint", help="a drop-train checkpoint directory (RUN/best)")
+    dp.add_argument("drop_file", help="DROP JSON file to answer")
+    dp.add_argument("--out", default="predictions.json", help="query id -> answer (JSON)")
+    dp.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    dp.set_defaults(func=cmd_drop_predict)
 
     q = sub.add_parser("quickstart", help="train on 512 SQuAD questions, evaluate, answer one")
     q.add_argument("--data")

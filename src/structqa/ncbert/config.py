@@ -1,0 +1,177 @@
+"""Configuration of GenBERT / NC-BERT training on DROP (``structqa drop-train CONFIG.yaml``).
+
+Nested dataclasses like :class:`structqa.config.Config`, loaded with the shared
+``load_config(path, overrides, cls=DropConfig)`` (an unknown key is an error naming the
+closest valid key); :func:`validate` then checks values that depend on each other. The
+resolved config is saved in every checkpoint (``structqa_config.json``), which is how
+``structqa drop-predict`` rebuilds the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from structqa.attention.nc_masks import NCMaskConfig
+from structqa.config import ConfigError, load_config
+from structqa.features.drop_features import DropFeatureConfig
+from structqa.models.genbert import GenBERTConfig
+from structqa.runtime import use_bf16
+from structqa.text.annotate import DEFAULT_MODEL
+
+
+@dataclass
+class DropModelConfig:
+    encoder: str = "default"  # "default" (bundled all-MiniLM-L6-v2) or a local HF BERT dir
+    xa_init: str = "random"  # decoder cross-attention init: random | zero
+    nc_layer: bool = False  # extra encoder layer N+1 with the NC-Mask (NC-BERT Sec. 3.3.1)
+    nc_heads: list[int] = field(default_factory=list)  # heads of that layer that get the mask
+    entity_channel: bool = True  # entity-number channel (needs entity tables; see features)
+    type_channel: bool = True  # type-number channel
+    type_words: int = 4  # m: words a number may attend to (type-number channel)
+    type_window: int = 6  # k: how far to look for them
+    decoder_number_mask: bool = False  # cross-attention keys: numbers and question only
+    dice_weight: float = 0.0  # L = L_ans + dice_weight * L_DICE (Eq. 7); 0 switches it off
+    dice_pairs: int = 4
+    lsdf: bool = False  # numbers in decoder targets least significant digit first
+    max_decode_len: int = 12
+    max_span_len: int = 30
+    dropout: float | None = None  # override the encoder's hidden dropout (None: checkpoint's)
+
+    @property
+    def needs_annotations(self) -> bool:
+        return self.nc_layer and self.entity_channel
+
+    def genbert(self, seed: int = 0) -> GenBERTConfig:
+        return GenBERTConfig(
+            xa_init=self.xa_init,
+            nc_layer=self.nc_layer,
+            nc_heads=tuple(self.nc_heads),
+            nc_mask=NCMaskConfig(
+                entity_channel=self.entity_channel,
+                type_channel=self.type_channel,
+                type_words=self.type_words,
+                type_window=self.type_window,
+            ),
+            decoder_number_mask=self.decoder_number_mask,
+            dice_weight=self.dice_weight,
+            dice_pairs=self.dice_pairs,
+            dice_seed=seed,
+            max_decode_len=self.max_decode_len,
+            max_span_len=self.max_span_len,
+            lsdf=self.lsdf,
+        )
+
+
+@dataclass
+class DropDataConfig:
+    dir: str | None = None  # data root; else $STRUCTQA_DATA or ../shared/data
+    # DROP JSON files, read in order and concatenated; a path that exists as given (e.g. a
+    # `structqa synth` file) is used as is, any other is looked up under the data root
+    train: list[str] = field(
+        default_factory=lambda: ["drop/drop-train-sample.json", "drop/drop-mini.json"]
+    )
+    eval: str = "drop/drop-dev-sample.json"  # model selection (global F1 at epoch ends)
+    test: str | None = "drop/drop-contrast-sets.json"  # predicted once with best/ at the end
+    max_seq_len: int = 512
+    max_question_len: int = 64
+    max_decoder_len: int = 16  # decoder target tokens incl. [CLS] and [SEP]
+    # spaCy annotation (entities, sentences) for the entity-number channel: used only when
+    # model.nc_layer and model.entity_channel are on (without it that channel allows nothing)
+    spacy_model: str = DEFAULT_MODEL
+    annotation_cache: str | None = None  # JSONL cache of annotations, reused across runs
+
+    def features(self, lsdf: bool) -> DropFeatureConfig:
+        return DropFeatureConfig(
+            max_seq_len=self.max_seq_len,
+            max_question_len=self.max_question_len,
+            max_decoder_len=self.max_decoder_len,
+            lsdf=lsdf,
+        )
+
+
+@dataclass
+class DropTrainConfig:
+    output_dir: str = "runs/ncbert"
+    seed: int = 0
+    lr: float = 5e-5
+    head_lr: float | None = None  # lr of the non-encoder parameters (default: lr)
+    weight_decay: float = 0.01
+    batch_size: int = 8
+    eval_batch_size: int = 32
+    grad_accum: int = 1
+    epochs: float = 10.0
+    max_steps: int | None = None  # overrides epochs when set
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    bf16: str = "auto"  # auto | on | off
+    log_every_steps: int = 10
+    save_every_steps: int | None = None  # extra resumable `last/` checkpoints inside an epoch
+
+
+@dataclass
+class DropConfig:
+    model: DropModelConfig = field(default_factory=DropModelConfig)
+    data: DropDataConfig = field(default_factory=DropDataConfig)
+    train: DropTrainConfig = field(default_factory=DropTrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def validate(cfg: DropConfig) -> DropConfig:
+    """Check what type coercion cannot: ranges, names, combinations."""
+    m, d, t = cfg.model, cfg.data, cfg.train
+    try:
+        m.genbert(t.seed)
+        use_bf16(t.bf16, torch.device("cpu"))  # only checks the setting
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if m.nc_heads and not m.nc_layer:
+        raise ConfigError("model.nc_heads is set but model.nc_layer is false")
+    if m.nc_layer and not (m.nc_heads and (m.entity_channel or m.type_channel)):
+        raise ConfigError(
+            "model.nc_layer needs model.nc_heads (e.g. [0, 1]) and at least one channel "
+            "(model.entity_channel or model.type_channel)"
+        )
+    if len(set(m.nc_heads)) != len(m.nc_heads) or any(h < 0 for h in m.nc_heads):
+        raise ConfigError(f"model.nc_heads must be distinct and >= 0, got {m.nc_heads}")
+    if m.dice_weight < 0:
+        raise ConfigError(f"model.dice_weight must be >= 0, got {m.dice_weight}")
+    if not d.train:
+        raise ConfigError("data.train must list at least one DROP file")
+    if d.max_seq_len < 8 or d.max_decoder_len < 3:
+        raise ConfigError("data.max_seq_len must be >= 8 and data.max_decoder_len >= 3")
+    for name in ("batch_size", "eval_batch_size", "grad_accum", "log_every_steps"):
+        if getattr(t, name) < 1:
+            raise ConfigError(f"train.{name} must be >= 1, got {getattr(t, name)}")
+    if t.save_every_steps is not None and t.save_every_steps < 1:
+        raise ConfigError(f"train.save_every_steps must be >= 1 or null, got {t.save_every_steps}")
+    if t.max_steps is not None and t.max_steps < 1:
+        raise ConfigError(f"train.max_steps must be >= 1 or null, got {t.max_steps}")
+    if t.max_steps is None and t.epochs <= 0:
+        raise ConfigError(f"train.epochs must be > 0, got {t.epochs}")
+    if not 0.0 <= t.warmup_ratio <= 1.0:
+        raise ConfigError(f"train.warmup_ratio must be in [0, 1], got {t.warmup_ratio}")
+    return cfg
+
+
+def load_drop_config(
+    path: str | Path | None = None, overrides: list[str] | None = None
+) -> DropConfig:
+    """Defaults <- YAML <- ``section.key=value`` overrides, validated."""
+    return validate(load_config(path, overrides, cls=DropConfig))
+
+
+__all__ = [
+    "DropConfig",
+    "DropDataConfig",
+    "DropModelConfig",
+    "DropTrainConfig",
+    "load_drop_config",
+    "validate",
+]

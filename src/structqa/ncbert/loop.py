@@ -1,0 +1,413 @@
+"""Training GenBERT / NC-BERT on DROP: one explicit loop, read top to bottom.
+
+The same shape as :mod:`structqa.training.loop` and built on its helpers (``StopFlag``,
+``Progress``, ``TrainState``, atomic ``save_checkpoint``, resume state, the AdamW groups and
+the linear schedule): one process or many under ``accelerate launch`` (each takes every
+world_size-th batch of the same seeded, length-grouped order), bf16 autocast where native,
+SIGINT/SIGTERM stop after the current step and save ``last/`` so that ``--resume`` continues
+exactly. DICE samples its number pairs from the model's own generator; the loop reseeds it
+from (seed, step, micro-batch) before every forward pass, so resume needs no extra state.
+
+At each epoch end (and when ``max_steps`` is reached) the eval file is predicted and scored
+with the official DROP metric (:func:`~structqa.metrics.drop.drop_score`); the best
+``global_f1`` is kept in ``best/``. When training is over, ``best/`` answers the test file:
+``best/test/predictions.json`` (query id -> answer string, what ``structqa score`` reads) and
+``best/test/metrics.json``.
+
+Checkpoints (``best/``, ``last/``): ``model.safetensors`` (GenBERT's state dict: the shared
+decoder registers no module twice), ``structqa_config.json`` (the resolved
+:class:`~structqa.ncbert.config.DropConfig`), ``encoder_config.json``, the tokenizer,
+``train_state.json``, and in ``last/`` the resume state ``resume.pt``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+
+from structqa.config import config_from_dict
+from structqa.data.drop import DropExample, read_drop
+from structqa.encoders.bert import BertEncoder, EncoderConfig
+from structqa.features.batching import length_grouped_batches, sorted_batches
+from structqa.features.drop_features import (
+    DropFeature,
+    DropFeatureReport,
+    collate_drop,
+    featurize_drop_examples,
+)
+from structqa.io import append_jsonl, write_json
+from structqa.metrics.drop import GoldAnswer, drop_score, gold_from_drop_json
+from structqa.models.build import load_tokenizer, resolve_encoder_path, set_dropout
+from structqa.models.genbert import GenBERT
+from structqa.ncbert.config import DropConfig, validate
+from structqa.paths import resolve_data_dir, resolve_data_file
+from structqa.runtime import autocast, use_bf16
+from structqa.training.checkpoint import TrainState, load_resume, save_checkpoint, set_rng_state
+from structqa.training.loop import Progress, StopFlag
+from structqa.training.optim import build_optimizer, linear_warmup_decay
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "structqa_config.json"
+
+
+@dataclass(frozen=True)
+class DropSplit:
+    """Examples of one or more DROP files, their features (aligned) and the official gold."""
+
+    examples: list[DropExample]
+    features: list[DropFeature]
+    gold: dict[str, list[GoldAnswer]]
+    report: DropFeatureReport
+
+
+@dataclass(frozen=True)
+class DropData:
+    train: DropSplit
+    eval: DropSplit
+
+
+# ---- data ------------------------------------------------------------------------------------
+
+
+def resolve_drop_file(name: str, data_dir: str | None) -> Path:
+    """A path that exists as given, else ``name`` under the data root."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    return resolve_data_file(name, resolve_data_dir(data_dir))
+
+
+def read_split(paths: Sequence[str | Path], tokenizer, cfg: DropConfig) -> DropSplit:
+    """Read DROP files (concatenated in order), featurize them, keep the official gold."""
+    examples: list[DropExample] = []
+    gold: dict[str, list[GoldAnswer]] = {}
+    for path in paths:
+        examples.extend(read_drop(path).examples)
+        gold.update(gold_from_drop_json(json.loads(Path(path).read_text(encoding="utf-8"))))
+    annotations = None
+    if cfg.model.needs_annotations:
+        from structqa.text.annotate import Annotator
+
+        annotator = Annotator(cfg.data.spacy_model, cfg.data.annotation_cache)
+        texts = [t for ex in examples for t in (ex.question, ex.passage)]
+        flat = annotator.annotate(texts)
+        annotations = list(zip(flat[0::2], flat[1::2], strict=True))
+    features, report = featurize_drop_examples(
+        examples, tokenizer, cfg.data.features(cfg.model.lsdf), annotations
+    )
+    return DropSplit(examples, features, gold, report)
+
+
+def prepare_data(cfg: DropConfig, tokenizer) -> DropData:
+    d = cfg.data
+    train_files = [resolve_drop_file(name, d.dir) for name in d.train]
+    train = read_split(train_files, tokenizer, cfg)
+    log.info("train (%s): %s", ", ".join(map(str, train_files)), train.report.summary())
+    evaluation = read_split([resolve_drop_file(d.eval, d.dir)], tokenizer, cfg)
+    log.info("eval (%s): %s", d.eval, evaluation.report.summary())
+    return DropData(train, evaluation)
+
+
+# ---- model -----------------------------------------------------------------------------------
+
+
+def build_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
+    """The pretrained encoder with GenBERT's new modules (seeded by ``train.seed``)."""
+    path = resolve_encoder_path(cfg.model.encoder)
+    encoder = BertEncoder.from_pretrained(path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.train.seed)
+        model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
+    set_dropout(model, cfg.model.dropout, None)
+    return model, load_tokenizer(path)
+
+
+def load_genbert(path: str | Path) -> tuple[GenBERT, Any, DropConfig]:
+    """Rebuild the exact GenBERT saved by :func:`train` (weights, config, tokenizer)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not (path / "model.safetensors").exists():
+        raise FileNotFoundError(f"{path}: not a structqa checkpoint (no model.safetensors)")
+    cfg = validate(config_from_dict(json.loads((path / CONFIG_FILE).read_text()), cls=DropConfig))
+    enc_cfg = EncoderConfig.from_dict(json.loads((path / "encoder_config.json").read_text()))
+    model = GenBERT(BertEncoder(enc_cfg), cfg.model.genbert(cfg.train.seed))
+    model.load_state_dict(load_file(str(path / "model.safetensors")))
+    model.eval()
+    return model, load_tokenizer(path), cfg
+
+
+# ---- prediction and evaluation ---------------------------------------------------------------
+
+
+@torch.no_grad()
+def predict_drop(
+    model: GenBERT,
+    examples: Sequence[DropExample],
+    features: Sequence[DropFeature],
+    tokenizer,
+    batch_size: int,
+    bf16: bool = False,
+) -> dict[str, str]:
+    """Query id -> answer string for every featurized question (longest batches first)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    pad_id = int(tokenizer.pad_token_id or 0)
+    preds: dict[str, str] = {}
+    for idx in sorted_batches([len(f) for f in features], batch_size):
+        batch = collate_drop(features, idx, pad_id).to(device)
+        with autocast(device, bf16):
+            answers = model.predict(batch, features, tokenizer)
+        for row, answer in zip(idx, answers, strict=True):
+            preds[examples[features[row].example_index].id] = answer.text
+    model.train(was_training)
+    return preds
+
+
+def evaluate_split(
+    model: GenBERT, split: DropSplit, tokenizer, batch_size: int, bf16: bool = False
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """Predictions and the official DROP scores (questions the reader skipped score 0)."""
+    preds = predict_drop(model, split.examples, split.features, tokenizer, batch_size, bf16)
+    return preds, drop_score(split.gold, preds)
+
+
+def predict_file(
+    checkpoint: str | Path, drop_file: str | Path, out: str | Path, bf16: str = "auto"
+) -> dict[str, Any]:
+    """Answer every question of a DROP file with a checkpoint: writes ``out`` (query id ->
+    answer) and ``metrics.json`` beside it; returns the metrics."""
+    model, tokenizer, cfg = load_genbert(checkpoint)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    split = read_split([drop_file], tokenizer, cfg)
+    preds, metrics = evaluate_split(
+        model, split, tokenizer, cfg.train.eval_batch_size, use_bf16(bf16, device)
+    )
+    out = Path(out)
+    write_json(out, preds)
+    write_json(out.with_name("metrics.json"), metrics)
+    log.info("wrote %d predictions to %s", len(preds), out)
+    return metrics
+
+
+# ---- the loop --------------------------------------------------------------------------------
+
+
+def epoch_batches(
+    features: Sequence[DropFeature], cfg: DropConfig, epoch: int, world: int
+) -> list[list[int]]:
+    """The batch order of one epoch: a function of (seed, epoch) only, so resume rebuilds it."""
+    batches = length_grouped_batches(
+        [len(f) for f in features], cfg.train.batch_size, seed=cfg.train.seed * 100_003 + epoch
+    )
+    usable = len(batches) - len(batches) % world  # every process gets the same number
+    return batches[:usable]
+
+
+def run(cfg: DropConfig, resume: bool = False, progress: bool = True) -> dict[str, Any] | None:
+    """Seed, build the model, read and featurize the data, train, then answer the test file
+    with ``best/``. Returns the best eval metrics of this session (None if it trained none)."""
+    validate(cfg)
+    set_seed(cfg.train.seed)
+    model, tokenizer = build_genbert(cfg)
+    data = prepare_data(cfg, tokenizer)
+    best = train(cfg, model, tokenizer, data, resume=resume, progress=progress)
+    out = Path(cfg.train.output_dir)
+    state_file = out / "last" / "train_state.json"
+    finished = state_file.exists() and json.loads(state_file.read_text())["finished"]
+    if cfg.data.test and finished and (out / "best" / "model.safetensors").exists():
+        test_dir = out / "best" / "test"
+        if not (test_dir / "metrics.json").exists():
+            test_file = resolve_drop_file(cfg.data.test, cfg.data.dir)
+            metrics = predict_file(
+                out / "best", test_file, test_dir / "predictions.json", cfg.train.bf16
+            )
+            log.info(
+                "test (%s): EM %.4f F1 %.4f", test_file, metrics["global_em"], metrics["global_f1"]
+            )
+    return best
+
+
+def train(
+    cfg: DropConfig,
+    model: GenBERT,
+    tokenizer,
+    data: DropData,
+    resume: bool = False,
+    progress: bool = True,
+) -> dict[str, Any] | None:
+    tc = cfg.train
+    out = Path(tc.output_dir)
+    accelerator = Accelerator(mixed_precision="no", cpu=not torch.cuda.is_available())
+    device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
+    bf16 = use_bf16(tc.bf16, device)
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    log.info("device %s, %d process(es), bf16 %s", device, world, bf16)
+    train_features = data.train.features
+    batches_per_epoch = len(epoch_batches(train_features, cfg, 0, world)) // world
+    if not batches_per_epoch:
+        raise ValueError(
+            f"the training files have {len(train_features)} questions: too few for one batch "
+            f"of {tc.batch_size} per process"
+        )
+    steps_per_epoch = math.ceil(batches_per_epoch / tc.grad_accum)
+    total_steps = tc.max_steps or math.ceil(steps_per_epoch * tc.epochs)
+    optimizer = build_optimizer(model, tc.lr, tc.head_lr, tc.weight_decay)
+    scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
+    pad_id = int(tokenizer.pad_token_id or 0)
+
+    state = TrainState()
+    last_dir, best_dir = out / "last", out / "best"
+    if resume and (last_dir / "resume.pt").exists():
+        from safetensors.torch import load_file
+
+        state, extra = load_resume(last_dir)
+        model.load_state_dict(load_file(str(last_dir / "model.safetensors")))
+        optimizer.load_state_dict(extra["optimizer"])
+        scheduler.load_state_dict(extra["scheduler"])
+        set_rng_state(extra["rng"])
+        log.info(
+            "resumed at epoch %d, batch %d, step %d",
+            state.epoch,
+            state.batch_in_epoch,
+            state.global_step,
+        )
+        if state.finished:
+            log.info("run already finished")
+            return None
+    elif resume:
+        log.info("nothing to resume in %s; starting fresh", last_dir)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    raw_model: GenBERT = accelerator.unwrap_model(model)
+    config = cfg.to_dict()
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "config.json", config)
+    log_path = out / "metrics.jsonl"
+
+    def save(target: Path, metrics: dict[str, Any] | None = None, resumable: bool = True) -> None:
+        if accelerator.is_main_process:
+            opt, sched = (optimizer, scheduler) if resumable else (None, None)
+            save_checkpoint(target, raw_model, tokenizer, config, state, opt, sched, metrics)
+        accelerator.wait_for_everyone()
+
+    stop = StopFlag()
+    old_handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    bar = Progress(total_steps, enabled=progress and accelerator.is_main_process)
+    best: dict[str, Any] | None = None
+    try:
+        model.train()
+        bar.advance(state.global_step)
+        # runs until the final evaluation has been done: a run stopped during its last step
+        # resumes straight into that evaluation
+        while not state.finished and not stop.stop:
+            batches = epoch_batches(train_features, cfg, state.epoch, world)[rank::world]
+            t0, seen, tokens = time.perf_counter(), 0, 0
+            while state.batch_in_epoch < len(batches) and state.global_step < total_steps:
+                group = batches[state.batch_in_epoch : state.batch_in_epoch + tc.grad_accum]
+                loss_sum = 0.0
+                for i, idx in enumerate(group):
+                    batch = collate_drop(train_features, idx, pad_id).to(device)
+                    # DICE pairs: a function of (seed, step, micro-batch, rank), resume-exact
+                    raw_model.dice_generator.manual_seed(
+                        ((tc.seed * 1_000_003 + state.global_step) * 64 + i) * 1024 + rank
+                    )
+                    sync = i == len(group) - 1
+                    ctx = (
+                        accelerator.no_sync(model)
+                        if (world > 1 and not sync)
+                        else contextlib.nullcontext()
+                    )
+                    with ctx, autocast(device, bf16):
+                        loss = model(batch).loss / len(group)
+                    accelerator.backward(loss)
+                    loss_sum += loss.item()
+                    seen += len(idx)
+                    tokens += int(batch.attention_mask.sum())
+                if tc.max_grad_norm:
+                    accelerator.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                state.batch_in_epoch += len(group)
+                state.global_step += 1
+                elapsed = max(time.perf_counter() - t0, 1e-9)
+                bar.update(loss_sum, seen * world / elapsed, state.epoch)
+                if accelerator.is_main_process and state.global_step % tc.log_every_steps == 0:
+                    append_jsonl(
+                        log_path,
+                        {
+                            "step": state.global_step,
+                            "epoch": state.epoch,
+                            "loss": loss_sum,
+                            "lr": scheduler.get_last_lr()[0],
+                            "questions_per_s": seen * world / elapsed,
+                            "tokens_per_s": tokens * world / elapsed,
+                        },
+                    )
+                if tc.save_every_steps and state.global_step % tc.save_every_steps == 0:
+                    save(last_dir)
+                if stop.stop:
+                    break
+            if stop.stop:
+                break
+            # epoch finished (or the step budget reached): evaluate, keep the best
+            state.epoch += 1
+            state.batch_in_epoch = 0
+            if accelerator.is_main_process:
+                _, metrics = evaluate_split(
+                    raw_model, data.eval, tokenizer, tc.eval_batch_size, bf16
+                )
+                model.train()
+                entry = {"step": state.global_step, "epoch": state.epoch, "eval": metrics}
+                append_jsonl(log_path, entry)
+                f1 = metrics["global_f1"]
+                bar.note(f"epoch {state.epoch}: EM {metrics['global_em']:.4f} F1 {f1:.4f}")
+                if f1 > state.best_f1:
+                    state.best_f1, state.best_epoch, best = f1, state.epoch, metrics
+                    save_checkpoint(best_dir, raw_model, tokenizer, config, state, metrics=metrics)
+            accelerator.wait_for_everyone()
+            state.finished = state.global_step >= total_steps
+            save(last_dir)
+        if stop.stop:
+            save(last_dir)
+            log.warning("stopped at step %d; continue with --resume", state.global_step)
+    finally:
+        bar.close()
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+    accelerator.wait_for_everyone()
+    return best
+
+
+__all__ = [
+    "DropData",
+    "DropSplit",
+    "build_genbert",
+    "epoch_batches",
+    "evaluate_split",
+    "load_genbert",
+    "predict_drop",
+    "predict_file",
+    "prepare_data",
+    "read_split",
+    "resolve_drop_file",
+    "run",
+    "train",
+]

@@ -1,0 +1,163 @@
+"""GenBERT / NC-BERT training on DROP: the CLI end to end on tiny data (synth -> drop-train ->
+drop-predict -> score), exact resume after SIGINT, and config validation."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from structqa.cli import main
+from structqa.config import ConfigError
+from structqa.ncbert import loop
+from structqa.ncbert.config import load_drop_config
+
+MINI = "drop/drop-mini.json"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "ncbert"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def synth_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("synth") / "synthetic.json"
+    assert main(["synth", f"--out={out}", "--n=12", "--seed=0"]) == 0
+    return out
+
+
+def tiny_overrides(out: Path, ckpt: Path, synth: Path, *extra: str) -> list[str]:
+    """NC-BERT options on, at the tiny checkpoint's size (4 heads: NC-Mask on 2)."""
+    return [
+        f"--model.encoder={ckpt}",
+        "--model.nc_layer=true",
+        "--model.nc_heads=[0,1]",
+        "--model.decoder_number_mask=true",
+        "--model.dice_weight=0.1",
+        "--model.lsdf=true",
+        "--model.max_decode_len=6",
+        f"--data.train=[{synth},{MINI}]",
+        f"--data.eval={MINI}",
+        "--data.max_seq_len=96",
+        f"--train.output_dir={out}",
+        "--train.batch_size=4",
+        "--train.eval_batch_size=16",
+        "--train.lr=1e-3",
+        "--train.bf16=off",
+        "--train.log_every_steps=1",
+        *extra,
+    ]
+
+
+def test_cli_end_to_end(tmp_path, tiny_checkpoint, shared_data, synth_file, capsys):
+    run_dir = tmp_path / "run"
+    args = tiny_overrides(
+        run_dir,
+        tiny_checkpoint,
+        synth_file,
+        f"--data.test={MINI}",
+        f"--data.annotation_cache={tmp_path / 'annotations.jsonl'}",
+        "--train.max_steps=3",
+    )
+    assert main(["drop-train", "--no-progress", f"--data={shared_data}", *args]) == 0
+    best = run_dir / "best"
+    assert (tmp_path / "annotations.jsonl").stat().st_size > 0  # the entity channel's spaCy
+    for name in ("model.safetensors", "structqa_config.json", "tokenizer.json", "metrics.json"):
+        assert (best / name).exists(), name
+    saved = json.loads((best / "structqa_config.json").read_text())
+    assert saved["model"]["nc_heads"] == [0, 1] and saved["model"]["dice_weight"] == 0.1
+    log = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in log if "loss" in x] == [1, 2, 3]
+    assert all(math.isfinite(x["loss"]) for x in log if "loss" in x)
+    assert "global_f1" in log[-1]["eval"]
+    test_preds = json.loads((best / "test" / "predictions.json").read_text())
+    assert len(test_preds) == 19 and all(isinstance(v, str) for v in test_preds.values())
+    assert "per_type" in json.loads((best / "test" / "metrics.json").read_text())
+
+    capsys.readouterr()
+    preds = tmp_path / "out" / "predictions.json"
+    mini = str(shared_data / MINI)
+    assert main(["drop-predict", str(best), mini, "--out", str(preds), "--bf16=off"]) == 0
+    assert json.loads(preds.read_text()) == test_preds  # same model, same file
+    capsys.readouterr()
+    assert main(["score", mini, str(preds)]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert 0.0 <= scores["global_em"] <= scores["global_f1"] <= 1.0
+    assert scores["total"] == 19
+    expected = json.loads((best / "test" / "metrics.json").read_text())
+    assert scores["global_f1"] == pytest.approx(expected["global_f1"])
+
+
+def test_resume_after_sigint_is_exact(
+    tmp_path, tiny_checkpoint, shared_data, synth_file, monkeypatch
+):
+    def config(out: Path):
+        args = tiny_overrides(
+            out,
+            tiny_checkpoint,
+            synth_file,
+            f"--data.dir={shared_data}",
+            "--data.test=null",
+            "--model.entity_channel=false",  # no spaCy here: the end-to-end test covers it
+            "--model.dropout=0.1",
+            "--train.max_steps=6",
+        )
+        return load_drop_config(overrides=args)
+
+    loop.run(config(tmp_path / "a"), progress=False)
+    expected = load_file(str(tmp_path / "a" / "last" / "model.safetensors"))
+
+    calls = {"n": 0}
+    real_collate = loop.collate_drop
+
+    def collate_then_interrupt(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:  # a real SIGINT while the third training batch is being built
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_collate(*a, **kw)
+
+    monkeypatch.setattr(loop, "collate_drop", collate_then_interrupt)
+    loop.run(config(tmp_path / "b"), progress=False)
+    state = json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())
+    assert state["global_step"] == 3 and not state["finished"]
+
+    monkeypatch.setattr(loop, "collate_drop", real_collate)
+    loop.run(config(tmp_path / "b"), resume=True, progress=False)
+    state = json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())
+    assert state["finished"] and state["global_step"] == 6
+    resumed = load_file(str(tmp_path / "b" / "last" / "model.safetensors"))
+    assert expected.keys() == resumed.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(tensor, resumed[name]), name
+
+
+def test_unknown_key_names_the_closest(capsys):
+    with pytest.raises(ConfigError, match="model.nc_head'.*'nc_heads'"):
+        load_drop_config(overrides=["model.nc_head=[0]"])
+    assert main(["drop-train", "--train.batchsize=4"]) == 2
+    assert "did you mean 'batch_size'" in capsys.readouterr().err
+
+
+def test_shipped_configs_load():
+    base = load_drop_config(CONFIGS / "baseline.yaml")
+    nc = load_drop_config(CONFIGS / "ncbert.yaml")
+    assert not base.model.nc_layer and base.model.dice_weight == 0 and not base.model.lsdf
+    assert nc.model.nc_layer and nc.model.nc_heads and nc.model.dice_weight > 0 and nc.model.lsdf
+    assert base.train == type(base.train)(**{**vars(nc.train), "output_dir": base.train.output_dir})
+    assert base.data == nc.data.__class__(**{**vars(nc.data), "annotation_cache": None})
+
+
+def test_nc_heads_need_the_nc_layer():
+    with pytest.raises(ConfigError, match="nc_layer"):
+        load_drop_config(overrides=["model.nc_heads=[0]"])
