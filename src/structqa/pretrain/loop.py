@@ -47,7 +47,7 @@ from structqa.pretrain.data import MLMBatch, MLMDataset, PretrainData, prepare_p
 from structqa.pretrain.masking import IGNORE_INDEX
 from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
 from structqa.runtime import autocast, use_bf16
-from structqa.training.checkpoint import TrainState, load_resume, rng_state, set_rng_state
+from structqa.training.checkpoint import TrainState, restore, rng_state
 from structqa.training.loop import Progress, StopFlag
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
@@ -243,17 +243,7 @@ def train(
     state = TrainState()
     last_dir, final_dir = out / "last", out / "final"
     if resume and (last_dir / "resume.pt").exists():
-        state, extra = load_resume(last_dir)
-        _load_weights(model, last_dir)
-        optimizer.load_state_dict(extra["optimizer"])
-        scheduler.load_state_dict(extra["scheduler"])
-        set_rng_state(extra["rng"])
-        log.info(
-            "resumed at epoch %d, batch %d, step %d",
-            state.epoch,
-            state.batch_in_epoch,
-            state.global_step,
-        )
+        state = restore(last_dir, lambda path: _load_weights(model, path), optimizer, scheduler)
         if state.finished:
             log.info("run already finished: %s", final_dir)
             return None

@@ -7,8 +7,10 @@ interruption mid-write never leaves a half checkpoint behind.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ import torch
 from safetensors.torch import save_file
 
 from structqa.io import replace_dir, write_json
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -87,3 +91,38 @@ def set_rng_state(s: dict[str, Any]) -> None:
     torch.set_rng_state(s["torch"])
     if s.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def restore(
+    last_dir: Path,
+    load_weights: Callable[[Path], None],
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+) -> TrainState:
+    """Put weights, optimizer, scheduler and RNG back as ``last_dir`` saved them (resume).
+
+    ``load_weights`` loads the model's weights from the directory (each loop knows its own
+    file layout)."""
+    state, extra = load_resume(last_dir)
+    load_weights(last_dir)
+    optimizer.load_state_dict(extra["optimizer"])
+    scheduler.load_state_dict(extra["scheduler"])
+    set_rng_state(extra["rng"])
+    log.info(
+        "resumed at epoch %d, batch %d, step %d",
+        state.epoch,
+        state.batch_in_epoch,
+        state.global_step,
+    )
+    return state
+
+
+def safetensors_loader(model: torch.nn.Module) -> Callable[[Path], None]:
+    """Weights saved by :func:`save_checkpoint` (model.safetensors, structqa names)."""
+
+    def load(path: Path) -> None:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(path / "model.safetensors")))
+
+    return load

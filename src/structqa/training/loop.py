@@ -29,7 +29,12 @@ from structqa.features.squad import Feature
 from structqa.io import append_jsonl, write_json
 from structqa.models.build import build_model
 from structqa.runtime import autocast, use_bf16
-from structqa.training.checkpoint import TrainState, load_resume, save_checkpoint, set_rng_state
+from structqa.training.checkpoint import (
+    TrainState,
+    restore,
+    safetensors_loader,
+    save_checkpoint,
+)
 from structqa.training.data import TrainData, prepare_data
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
@@ -85,19 +90,7 @@ def train(
     state = TrainState()
     last_dir, best_dir = out / "last", out / "best"
     if resume and (last_dir / "resume.pt").exists():
-        from safetensors.torch import load_file
-
-        state, extra = load_resume(last_dir)
-        model.load_state_dict(load_file(str(last_dir / "model.safetensors")))
-        optimizer.load_state_dict(extra["optimizer"])
-        scheduler.load_state_dict(extra["scheduler"])
-        set_rng_state(extra["rng"])
-        log.info(
-            "resumed at epoch %d, batch %d, step %d",
-            state.epoch,
-            state.batch_in_epoch,
-            state.global_step,
-        )
+        state = restore(last_dir, safetensors_loader(model), optimizer, scheduler)
         if state.finished:
             log.info("run already finished")
             return None
