@@ -79,3 +79,47 @@ def test_predictor_applies_the_tuned_threshold(v2_eval, tiny_trained_run, shared
     written = json.loads((v2_eval / "predictions.json").read_text())
     assert [a.text for a in answers] == [written[ex.id] for ex in examples]
     assert all(a.no_answer == (a.text == "") for a in answers)
+
+
+def _pred(qid: str, text: str, null_odds: float):
+    from structqa.decoding import Prediction
+
+    return Prediction(qid, text, 0, len(text), 1.0, 1.0 + null_odds, null_odds)
+
+
+def test_threshold_is_realizable_with_tied_null_odds():
+    from structqa.evaluation import best_null_threshold, score_predictions
+
+    # q0, q1 answerable and answered right; q2 unanswerable but answered. q1 and q2 tie at
+    # 0.5: answering q0 only (t = 0.1) or all three (t = 0.5) both give 2 of 3 right; the
+    # official search also scores "answer q1, abstain on q2", which no threshold can produce
+    gold = {"q0": ["Paris"], "q1": ["Oslo"], "q2": []}
+    preds = {
+        "q0": _pred("q0", "Paris", 0.1),
+        "q1": _pred("q1", "Oslo", 0.5),
+        "q2": _pred("q2", "Rome", 0.5),
+    }
+    t = best_null_threshold(gold, preds)
+    assert t in (0.1, 0.5)
+    from structqa.data.records import Example
+
+    examples = [
+        Example(k, "q?", "ctx", gold_texts=tuple(v), is_impossible=not v) for k, v in gold.items()
+    ]
+    result = score_predictions(examples, preds, version_2=True)
+    assert result.metrics["best_f1"] == pytest.approx(100.0)  # the official, unrealizable
+    assert result.metrics["thresholded_f1"] == pytest.approx(200 / 3)
+
+
+def test_threshold_below_every_value_when_abstaining_everywhere_is_best():
+    from structqa.evaluation import best_null_threshold
+
+    gold = {"q0": [], "q1": [], "q2": ["x"]}
+    preds = {
+        "q0": _pred("q0", "a", -3.0),
+        "q1": _pred("q1", "b", -2.0),
+        "q2": _pred("q2", "wrong", -1.0),
+    }
+    t = best_null_threshold(gold, preds)
+    assert t < -3.0
+    assert [p.answer(t) for p in preds.values()] == ["", "", ""]

@@ -172,13 +172,14 @@ def load_config(
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value")
         dotted, raw = item.split("=", 1)
-        parsed = yaml.safe_load(raw) if raw else ""
+        # the raw text goes to the field's own type conversion: parsing it as YAML first
+        # would turn a string field's "no" into False or "0755" into 493
         nested: dict[str, Any] = {}
         cur = nested
         parts = dotted.split(".")
         for p in parts[:-1]:
             cur = cur.setdefault(p, {})
-        cur[parts[-1]] = parsed if not isinstance(parsed, dict) else raw
+        cur[parts[-1]] = raw
         _apply(cfg, nested, "")
     return cfg
 

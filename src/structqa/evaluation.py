@@ -7,11 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from structqa.data.records import Example
 from structqa.decoding import DecodeConfig, Prediction
 from structqa.features.squad import Feature
 from structqa.io import write_json
-from structqa.metrics.squad import squad_v1, squad_v2
+from structqa.metrics.squad import raw_scores_v2, squad_v1, squad_v2
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,31 @@ class EvalResult:
         return {k: p.answer(self.null_threshold) for k, p in self.predictions.items()}
 
 
+def best_null_threshold(gold: dict[str, list[str]], predictions: dict[str, Prediction]) -> float:
+    """The null-odds threshold (answer "" where null_odds > it) with the best F1 on this set.
+
+    The official search (``best_f1_thresh``) is not used for this: it reports 0.0 for its
+    "no answer everywhere" start, which assumes probabilities in [0, 1], and it scores states
+    in the middle of a run of tied values that no threshold can produce. Here every candidate
+    is a real threshold: below all values, or at the end of each group of equal values.
+    """
+    ids = list(gold)
+    _, f1_raw = raw_scores_v2(gold, {k: predictions[k].text for k in ids})
+    odds = np.array([predictions[k].null_odds for k in ids])
+    answer_f1 = np.array([f1_raw[k] for k in ids])
+    abstain_f1 = np.array([0.0 if gold[k] else 1.0 for k in ids])  # "" is right iff no answer
+    order = np.argsort(odds, kind="stable")
+    odds, answer_f1, abstain_f1 = odds[order], answer_f1[order], abstain_f1[order]
+    # answering the j lowest-odds questions and abstaining on the rest, for every j
+    answered = np.concatenate([[0.0], np.cumsum(answer_f1)])
+    abstained = np.concatenate([np.cumsum(abstain_f1[::-1])[::-1], [0.0]])
+    total = answered + abstained  # (n + 1,)
+    # only a j at a boundary between groups of equal odds is a threshold's outcome
+    realizable = np.concatenate([[True], odds[1:] != odds[:-1], [True]])  # (n + 1,)
+    j = int(np.argmax(np.where(realizable, total, -np.inf)))
+    return float(odds[0] - 1.0) if j == 0 else float(odds[j - 1])
+
+
 def score_predictions(
     examples: Sequence[Example], predictions: dict[str, Prediction], version_2: bool
 ) -> EvalResult:
@@ -40,18 +67,10 @@ def score_predictions(
         return EvalResult(squad_v1(gold, answers), predictions, None)
     na = {k: p.null_odds for k, p in predictions.items()}
     texts = {k: p.text for k, p in predictions.items()}
-    metrics = squad_v2(gold, texts, na_probs=na)
-    # best_f1_thresh: predicting "" where null_odds > thresh maximizes F1 on this set
-    thresh = float(metrics["best_f1_thresh"])
+    metrics = squad_v2(gold, texts, na_probs=na)  # the official keys, best_* included
+    thresh = best_null_threshold(gold, predictions)
     final = {k: p.answer(thresh) for k, p in predictions.items()}
     at_thresh = squad_v2(gold, final)
-    if abs(at_thresh["f1"] - metrics["best_f1"]) > 1e-9:
-        # The official search starts from "no answer everywhere" and reports that state as
-        # threshold 0.0, which assumes probabilities in [0, 1]; null odds are unbounded, so
-        # the threshold that realizes that state lies below every null odds value.
-        thresh = min(na.values()) - 1.0
-        final = {k: p.answer(thresh) for k, p in predictions.items()}
-        at_thresh = squad_v2(gold, final)
     metrics = {**metrics, **{f"thresholded_{k}": v for k, v in at_thresh.items()}}
     return EvalResult(metrics, predictions, thresh)
 

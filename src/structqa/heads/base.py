@@ -119,7 +119,17 @@ class QueryHead(SpanHead):
         return self.scorer(self.queries(hidden, batch), batch)
 
 
+def at_least_fp32(x: Tensor) -> Tensor:
+    """bf16/fp16 -> float32; float32 and float64 stay as they are."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def dot_logits(states: QueryStates) -> tuple[Tensor, Tensor]:
-    """Raw start and end logits q_s . h_i and q_e . h_i: (B, N) each."""
-    logits = torch.einsum("bnd,bqd->bnq", states.tokens, states.queries)  # (B, N, 2)
+    """Raw start and end logits q_s . h_i and q_e . h_i: (B, N) each, in float32.
+
+    Outside autocast: bf16 logits land on a grid of ~1/16 at typical magnitudes, which ties
+    span and null scores (O(B N D) work, so float32 costs nothing measurable)."""
+    with torch.autocast(states.tokens.device.type, enabled=False):
+        tokens, queries = at_least_fp32(states.tokens), at_least_fp32(states.queries)
+        logits = torch.einsum("bnd,bqd->bnq", tokens, queries)  # (B, N, 2)
     return logits[..., 0], logits[..., 1]

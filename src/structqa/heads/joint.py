@@ -41,15 +41,13 @@ from structqa.heads.base import (
     HeadOutput,
     QueryStates,
     Scorer,
+    at_least_fp32,
     dot_logits,
     masked_start_end,
     span_band,
 )
 
-
-def _exact(x: Tensor) -> Tensor:
-    """At least float32 (bf16 scores become float32, a float64 check stays float64)."""
-    return x.to(torch.promote_types(x.dtype, torch.float32))
+_exact = at_least_fp32  # bf16 scores become float32, a float64 check stays float64
 
 
 def passage_mask(batch: Batch) -> Tensor:
@@ -114,8 +112,12 @@ class BandJointScorer(JointScorer):
         """
         b, n, d = h.shape
         L = c = self.max_answer_length
-        hw = h @ self.W  # (B, N, D), once for all spans
-        h = h.to(hw.dtype)  # under autocast hw is bf16 while h (a layer-norm output) is fp32
+        # float32 outside autocast: the bilinear term ranks spans, bf16 would tie them
+        with torch.autocast(h.device.type, enabled=False):
+            return self._bilinear_band_fp32(at_least_fp32(h), b, n, d, L, c)
+
+    def _bilinear_band_fp32(self, h: Tensor, b: int, n: int, d: int, L: int, c: int) -> Tensor:
+        hw = h @ self.W.to(h.dtype)  # (B, N, D), once for all spans
         k = -(-n // c)  # blocks
         tail = k * c - n
         starts = F.pad(hw, (0, 0, 0, tail)).view(b, k, c, d)  # (B, K, C, D)

@@ -44,7 +44,6 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     """A pretrained encoder (from cfg.model.encoder) plus a freshly initialized head."""
     path = resolve_encoder_path(cfg.model.encoder)
     encoder = BertEncoder.from_pretrained(path, block=cfg.model.block)
-    set_dropout(encoder, cfg.train.dropout, cfg.train.attention_dropout)
     head = build_head(
         cfg.model.head,
         encoder.config,
@@ -53,7 +52,10 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
         joint_mode=cfg.model.joint_mode,
         max_answer_length=cfg.decode.max_answer_length,
     )
-    return ExtractiveQAModel(encoder, head), load_tokenizer(path)
+    model = ExtractiveQAModel(encoder, head)
+    # after the head exists: DyREx's layers take the checkpoint's dropout from its config
+    set_dropout(model, cfg.train.dropout, cfg.train.attention_dropout)
+    return model, load_tokenizer(path)
 
 
 def set_dropout(module: nn.Module, hidden: float | None, attention: float | None) -> None:

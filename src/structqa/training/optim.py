@@ -21,7 +21,7 @@ def build_optimizer(
     params = [
         {
             "params": ps,
-            "lr": (head_lr or lr) if is_head else lr,
+            "lr": (lr if head_lr is None else head_lr) if is_head else lr,
             "weight_decay": 0.0 if no_decay else weight_decay,
         }
         for (is_head, no_decay), ps in sorted(groups.items())

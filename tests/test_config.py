@@ -1,0 +1,54 @@
+"""Config overrides: each value is converted by its field's own type, errors name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from structqa.config import ConfigError, load_config
+
+
+def test_override_values_use_the_field_type_not_yaml():
+    cfg = load_config(
+        overrides=[
+            "--train.output_dir=no",
+            "train.lr=3e-5",
+            "model.block=[sa, naa, ffn]",
+            "train.max_steps=null",
+            "train.eval_every_epoch=false",
+            "data.eval_size=10",
+            "data.train_size=0755",
+        ]
+    )
+    assert cfg.train.output_dir == "no"  # YAML would have read a boolean
+    assert cfg.data.train_size == "0755"  # YAML would have read an octal 493
+    assert cfg.train.lr == 3e-5 and cfg.train.max_steps is None
+    assert cfg.model.block == ["sa", "naa", "ffn"]
+    assert cfg.train.eval_every_epoch is False and cfg.data.eval_size == 10
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.lrr=1", "did you mean 'lr'"),
+        ("trian.lr=1", "did you mean 'train'"),
+        ("train.batch_size=twelve", "expected int"),
+        ("train.eval_every_epoch=maybe", "expected true/false"),
+        ("train.lr", "section.key=value"),
+    ],
+)
+def test_bad_overrides_are_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=[override])
+
+
+def test_zero_head_lr_is_a_rate_not_unset():
+    import torch
+
+    from structqa.training.optim import build_optimizer
+
+    model = torch.nn.Module()
+    model.encoder = torch.nn.Linear(2, 2)
+    model.head = torch.nn.Linear(2, 2)
+    opt = build_optimizer(model, lr=1e-4, head_lr=0.0, weight_decay=0.0)
+    rates = {g["lr"] for g in opt.param_groups}
+    assert rates == {1e-4, 0.0}
