@@ -22,7 +22,6 @@ decoder registers no module twice), ``structqa_config.json`` (the resolved
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -42,6 +41,7 @@ from structqa.data.drop import DropExample, read_drop
 from structqa.encoders.bert import BertEncoder, EncoderConfig
 from structqa.features.batching import length_grouped_batches, sorted_batches
 from structqa.features.drop_features import (
+    DropBatch,
     DropFeature,
     DropFeatureReport,
     collate_drop,
@@ -60,7 +60,7 @@ from structqa.training.checkpoint import (
     safetensors_loader,
     save_checkpoint,
 )
-from structqa.training.loop import Progress, StopFlag
+from structqa.training.loop import Progress, StopFlag, accumulate_step
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
 log = logging.getLogger(__name__)
@@ -314,30 +314,27 @@ def train(
             t0, seen, tokens = time.perf_counter(), 0, 0
             while state.batch_in_epoch < len(batches) and state.global_step < total_steps:
                 group = batches[state.batch_in_epoch : state.batch_in_epoch + tc.grad_accum]
-                loss_sum = 0.0
-                for i, idx in enumerate(group):
-                    batch = collate_drop(train_features, idx, pad_id).to(device)
+                step = state.global_step
+
+                def loss_of(i: int, batch: DropBatch, step: int = step) -> torch.Tensor:
                     # DICE pairs: a function of (seed, step, micro-batch, rank), resume-exact
                     raw_model.dice_generator.manual_seed(
-                        ((tc.seed * 1_000_003 + state.global_step) * 64 + i) * 1024 + rank
+                        ((tc.seed * 1_000_003 + step) * 64 + i) * 1024 + rank
                     )
-                    sync = i == len(group) - 1
-                    ctx = (
-                        accelerator.no_sync(model)
-                        if (world > 1 and not sync)
-                        else contextlib.nullcontext()
-                    )
-                    with ctx, autocast(device, bf16):
-                        loss = model(batch).loss / len(group)
-                    accelerator.backward(loss)
-                    loss_sum += loss.item()
-                    seen += len(idx)
-                    tokens += int(batch.attention_mask.sum())
-                if tc.max_grad_norm:
-                    accelerator.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                    return model(batch).loss
+
+                loss_sum, rows, n_tokens = accumulate_step(
+                    accelerator,
+                    model,
+                    optimizer,
+                    scheduler,
+                    [collate_drop(train_features, idx, pad_id).to(device) for idx in group],
+                    loss_of,
+                    tc.max_grad_norm,
+                    bf16,
+                )
+                seen += rows
+                tokens += n_tokens
                 state.batch_in_epoch += len(group)
                 state.global_step += 1
                 elapsed = max(time.perf_counter() - t0, 1e-9)

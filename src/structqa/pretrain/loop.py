@@ -48,7 +48,7 @@ from structqa.pretrain.masking import IGNORE_INDEX
 from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
 from structqa.runtime import autocast, use_bf16
 from structqa.training.checkpoint import TrainState, restore, rng_state
-from structqa.training.loop import Progress, StopFlag
+from structqa.training.loop import Progress, StopFlag, accumulate_step
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
 log = logging.getLogger(__name__)
@@ -292,26 +292,18 @@ def train(
             t0, seen, tokens = time.perf_counter(), 0, 0
             while state.batch_in_epoch < len(batches) and state.global_step < total_steps:
                 group = batches[state.batch_in_epoch : state.batch_in_epoch + tc.grad_accum]
-                loss_sum = 0.0
-                for i, idx in enumerate(group):
-                    batch = data.train.batch(idx, state.epoch).to(device)
-                    sync = i == len(group) - 1
-                    ctx = (
-                        accelerator.no_sync(model)
-                        if (world > 1 and not sync)
-                        else contextlib.nullcontext()
-                    )
-                    with ctx, autocast(device, bf16):
-                        loss = _forward(model, raw_model, batch).loss / len(group)
-                    accelerator.backward(loss)
-                    loss_sum += loss.item()
-                    seen += len(idx)
-                    tokens += int(batch.attention_mask.sum())
-                if tc.max_grad_norm:
-                    accelerator.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                loss_sum, rows, n_tokens = accumulate_step(
+                    accelerator,
+                    model,
+                    optimizer,
+                    scheduler,
+                    [data.train.batch(idx, state.epoch).to(device) for idx in group],
+                    lambda i, batch: _forward(model, raw_model, batch).loss,
+                    tc.max_grad_norm,
+                    bf16,
+                )
+                seen += rows
+                tokens += n_tokens
                 state.batch_in_epoch += len(group)
                 state.global_step += 1
                 elapsed = max(time.perf_counter() - t0, 1e-9)

@@ -15,7 +15,9 @@ import logging
 import math
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -118,26 +120,18 @@ def train(
             t0, seen, tokens = time.perf_counter(), 0, 0
             while state.batch_in_epoch < len(batches) and state.global_step < total_steps:
                 group = batches[state.batch_in_epoch : state.batch_in_epoch + tc.grad_accum]
-                loss_sum = 0.0
-                for i, idx in enumerate(group):
-                    batch = collate(data.train_features, idx).to(device)
-                    sync = i == len(group) - 1
-                    ctx = (
-                        accelerator.no_sync(model)
-                        if (world > 1 and not sync)
-                        else contextlib.nullcontext()
-                    )
-                    with ctx, autocast(device, bf16):
-                        loss = model(batch).loss / len(group)
-                    accelerator.backward(loss)
-                    loss_sum += loss.item()
-                    seen += len(idx)
-                    tokens += int(batch.attention_mask.sum())
-                if tc.max_grad_norm:
-                    accelerator.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                loss_sum, rows, n_tokens = accumulate_step(
+                    accelerator,
+                    model,
+                    optimizer,
+                    scheduler,
+                    [collate(data.train_features, idx).to(device) for idx in group],
+                    lambda i, batch: model(batch).loss,
+                    tc.max_grad_norm,
+                    bf16,
+                )
+                seen += rows
+                tokens += n_tokens
                 state.batch_in_epoch += len(group)
                 state.global_step += 1
                 rate = seen * world / max(time.perf_counter() - t0, 1e-9)
@@ -210,6 +204,41 @@ def train(
             json.loads((best_dir / "metrics.json").read_text()),
         )
     return best
+
+
+def accumulate_step(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    batches: list,
+    loss_of: Callable[[int, Any], torch.Tensor],
+    max_grad_norm: float | None,
+    bf16: bool,
+) -> tuple[float, int, int]:
+    """One optimizer step over micro-batches: gradients accumulate (DDP syncs only on the
+    last one), then clip, step, schedule. Returns (loss, rows, real tokens) of the step.
+
+    Shared by the extractive, pre-training and DROP loops; ``loss_of(i, batch)`` runs the
+    forward pass of micro-batch i."""
+    device = accelerator.device
+    loss_sum, rows, tokens = 0.0, 0, 0
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        sync = accelerator.num_processes == 1 or last
+        ctx = contextlib.nullcontext() if sync else accelerator.no_sync(model)
+        with ctx, autocast(device, bf16):
+            loss = loss_of(i, batch) / len(batches)
+        accelerator.backward(loss)
+        loss_sum += loss.item()
+        rows += batch.input_ids.shape[0]
+        tokens += int(batch.attention_mask.sum())
+    if max_grad_norm:
+        accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum, rows, tokens
 
 
 def _save(accelerator, target, model, tokenizer, cfg, state, optimizer, scheduler) -> None:
