@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from structqa.config import config_from_dict
@@ -60,7 +59,7 @@ from structqa.training.checkpoint import (
     safetensors_loader,
     save_checkpoint,
 )
-from structqa.training.loop import Progress, StopFlag, accumulate_step
+from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
 log = logging.getLogger(__name__)
@@ -258,12 +257,8 @@ def train(
 ) -> dict[str, Any] | None:
     tc = cfg.train
     out = Path(tc.output_dir)
-    accelerator = Accelerator(mixed_precision="no", cpu=not torch.cuda.is_available())
+    accelerator, bf16 = start_accelerator(tc.bf16)
     device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
-    bf16 = use_bf16(tc.bf16, device)
-    if device.type == "cpu":
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    log.info("device %s, %d process(es), bf16 %s", device, world, bf16)
     train_features = data.train.features
     batches_per_epoch = len(epoch_batches(train_features, cfg, 0, world)) // world
     if not batches_per_epoch:

@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from structqa.encoders.bert import EncoderConfig
@@ -46,9 +45,9 @@ from structqa.pretrain.config import SCRATCH, PretrainConfig, validate
 from structqa.pretrain.data import MLMBatch, MLMDataset, PretrainData, prepare_pretrain_data
 from structqa.pretrain.masking import IGNORE_INDEX
 from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
-from structqa.runtime import autocast, use_bf16
-from structqa.training.checkpoint import TrainState, restore, rng_state
-from structqa.training.loop import Progress, StopFlag, accumulate_step
+from structqa.runtime import autocast
+from structqa.training.checkpoint import TrainState, restore, save_resume_state
+from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
 log = logging.getLogger(__name__)
@@ -176,14 +175,7 @@ def save_pretrain_checkpoint(
     if metrics is not None:
         write_json(tmp / "metrics.json", metrics)
     if optimizer is not None:
-        torch.save(
-            {
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "rng": rng_state(),
-            },
-            tmp / "resume.pt",
-        )
+        save_resume_state(tmp, optimizer, scheduler)
     replace_dir(tmp, target)
 
 
@@ -225,12 +217,8 @@ def train(
 ) -> MLMEval | None:
     tc = cfg.train
     out = Path(tc.output_dir)
-    accelerator = Accelerator(mixed_precision="no", cpu=not torch.cuda.is_available())
+    accelerator, bf16 = start_accelerator(tc.bf16)
     device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
-    bf16 = use_bf16(tc.bf16, device)
-    if device.type == "cpu":
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    log.info("device %s, %d process(es), bf16 %s", device, world, bf16)
     if not epoch_batches(data.train, cfg, 0, world):
         raise ValueError(
             f"the training split has {len(data.train)} windows: too few for one batch of "

@@ -59,15 +59,20 @@ def save_checkpoint(
     if metrics is not None:
         write_json(tmp / "metrics.json", metrics)
     if optimizer is not None:
-        torch.save(
-            {
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "rng": rng_state(),
-            },
-            tmp / "resume.pt",
-        )
+        save_resume_state(tmp, optimizer, scheduler)
     replace_dir(tmp, target)
+
+
+def save_resume_state(directory: Path, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    """resume.pt: optimizer, scheduler and every RNG, what --resume needs beyond weights."""
+    torch.save(
+        {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "rng": rng_state(),
+        },
+        directory / "resume.pt",
+    )
 
 
 def load_resume(path: Path) -> tuple[TrainState, dict[str, Any]]:

@@ -63,6 +63,20 @@ def epoch_batches(features: list[Feature], cfg: Config, epoch: int, world: int) 
     return batches[:usable]
 
 
+def start_accelerator(bf16_setting: str) -> tuple[Accelerator, bool]:
+    """The Accelerator every loop uses, and whether bf16 autocast is on for its device.
+
+    Autocast is ours (the same code on CPU and GPU); cpu=True lets Accelerate start gloo
+    processes on a machine without CUDA; CPU runs are made deterministic."""
+    accelerator = Accelerator(mixed_precision="no", cpu=not torch.cuda.is_available())
+    device = accelerator.device
+    bf16 = use_bf16(bf16_setting, device)
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    log.info("device %s, %d process(es), bf16 %s", device, accelerator.num_processes, bf16)
+    return accelerator, bf16
+
+
 def run(cfg: Config, resume: bool = False, progress: bool = True) -> EvalResult | None:
     """Seed, build the model, read and featurize the data, train."""
     set_seed(cfg.train.seed)
@@ -76,13 +90,8 @@ def train(
 ) -> EvalResult | None:
     tc = cfg.train
     out = Path(tc.output_dir)
-    # autocast is ours (same code on CPU and GPU); cpu=True lets Accelerate run gloo processes
-    accelerator = Accelerator(mixed_precision="no", cpu=not torch.cuda.is_available())
+    accelerator, bf16 = start_accelerator(tc.bf16)
     device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
-    bf16 = use_bf16(tc.bf16, device)
-    if device.type == "cpu":
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    log.info("device %s, %d process(es), bf16 %s", device, world, bf16)
     batches_per_epoch = len(epoch_batches(data.train_features, cfg, 0, world)) // world
     steps_per_epoch = math.ceil(batches_per_epoch / tc.grad_accum)
     total_steps = tc.max_steps or math.ceil(steps_per_epoch * tc.epochs)
