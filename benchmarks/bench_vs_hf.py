@@ -165,15 +165,18 @@ def structqa_forward(
     model, features: Sequence[Feature], batch_size: int, bf16: bool, device: torch.device
 ) -> tuple[list[tuple[Any, torch.Tensor, torch.Tensor]], float]:
     """run_inference's loop without the decoding: the raw HeadOutputs of every batch."""
+    from structqa.inference import bf16_weights
+
     was_training = model.training
     model.eval()
     outputs = []
     sync(device)
     t0 = time.perf_counter()
+    net = bf16_weights(model) if bf16 else model  # as run_inference: the copy is timed too
     for idx in sorted_batches([len(f) for f in features], batch_size):
         batch = collate(features, idx).to(device)
         with autocast(device, bf16):
-            out = model(batch)
+            out = net(batch)
         out.attentions = ()
         outputs.append((out, batch.feature_index, batch.answer_mask))
     sync(device)

@@ -182,3 +182,31 @@ def test_training_lowers_the_loss(tmp_path, tiny_checkpoint, shared_data, name, 
     model, _, saved = model_from_checkpoint(tmp_path / "last")
     assert saved.model.head == name
     assert type(model.head.queries) is type(tiny_model(tiny_checkpoint, name).head.queries)
+
+
+@pytest.mark.parametrize("name", HEAD_NAMES)
+def test_bf16_weight_inference_matches_fp32(tiny_checkpoint, mini_data, name: str) -> None:
+    """run_inference under bf16 runs a bf16 copy (the model itself stays float32) and finds
+    the fp32 model's answers up to bf16 rounding."""
+    from structqa.inference import bf16_weights, run_inference
+
+    model = tiny_model(tiny_checkpoint, name).eval()
+    net = bf16_weights(model)
+    assert net is not model and bf16_weights(net) is net
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(p.dtype == torch.bfloat16 for p in net.parameters())
+    batch = mini_data.batch()
+    with torch.inference_mode():
+        ref, low = model(batch), net(batch)
+    assert low.start_logits.dtype == torch.float32
+    for a, b in ((ref.start_logits, low.start_logits), (ref.end_logits, low.end_logits)):
+        ok = torch.isfinite(a)
+        assert bool((ok == torch.isfinite(b)).all())
+        scale = a[ok].abs().max().clamp(min=1.0)
+        assert float((a[ok] - b[ok]).abs().max()) < 0.05 * float(scale)
+    decode = DecodeConfig()
+    feats = mini_data.features
+    fp32 = run_inference(model, feats, decode, 4, bf16=False).predictions(mini_data.examples, feats)
+    bf16 = run_inference(model, feats, decode, 4, bf16=True).predictions(mini_data.examples, feats)
+    assert fp32.keys() == bf16.keys()
+    assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -11,7 +11,7 @@ import torch
 from structqa.data.records import Example
 from structqa.decoding import Candidate, DecodeConfig
 from structqa.features.squad import FeatureConfig, featurize
-from structqa.inference import run_inference
+from structqa.inference import bf16_weights, run_inference
 from structqa.models.build import model_from_checkpoint
 from structqa.runtime import use_bf16
 
@@ -42,6 +42,8 @@ class Predictor:
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.device = next(model.parameters()).device
         self.bf16 = use_bf16(bf16, self.device)
+        if self.bf16:  # converted once here, not on every call (see run_inference)
+            self.model = bf16_weights(self.model)
         self.null_threshold = null_threshold
         self.batch_size = batch_size
         self.features = FeatureConfig(
