@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -39,6 +42,18 @@ def replace_dir(tmp_dir: Path, target: Path) -> None:
     os.replace(tmp_dir, target)
     if old.exists():
         shutil.rmtree(old)
+
+
+def recover_dir(target: Path) -> bool:
+    """Undo an interrupted :func:`replace_dir`: a crash between its two renames leaves the
+    previous directory at ``<target>.old`` and none at ``target``; put it back. Returns
+    whether ``target`` exists afterwards. (The ``.tmp`` directory is not trusted: a crash
+    may have cut its writing short.)"""
+    old = target.with_name(target.name + ".old")
+    if not target.exists() and old.exists():
+        os.replace(old, target)
+        log.warning("%s: recovered from %s (a checkpoint swap was interrupted)", target, old)
+    return target.exists()
 
 
 def append_jsonl(path: str | Path, obj: Any) -> None:

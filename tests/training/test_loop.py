@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -81,7 +82,7 @@ def test_overfits_tiny_set_to_em_100(tmp_path, tiny_checkpoint, shared_data):
     assert losses[-1] < losses[0] / 10
 
 
-def test_resume_continues_exactly(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
+def test_resume_continues_exactly(tmp_path, tiny_checkpoint, shared_data, monkeypatch, caplog):
     args = ("train.max_steps=7", "train.lr=1e-3", "train.dropout=0.1")
     straight = tiny_config(tmp_path / "a", tiny_checkpoint, shared_data, *args)
     loop.run(straight, progress=False)
@@ -103,8 +104,18 @@ def test_resume_continues_exactly(tmp_path, tiny_checkpoint, shared_data, monkey
     state = json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())
     assert state["global_step"] == 5 and not state["finished"]
 
+    # and then a crash between the two renames of a checkpoint swap: last/ gone, the
+    # previous checkpoint at last.old, a half-written last.tmp; resume must use last.old
+    run_dir = tmp_path / "b"
+    os.replace(run_dir / "last", run_dir / "last.old")
+    (run_dir / "last.tmp").mkdir()
+    (run_dir / "last.tmp" / "model.safetensors").write_bytes(b"cut short")
+
     monkeypatch.setattr(loop, "collate", real_collate)
-    loop.run(interrupted, resume=True, progress=False)
+    with caplog.at_level(logging.INFO):
+        loop.run(interrupted, resume=True, progress=False)
+    assert "recovered from" in caplog.text and "resumed at epoch 1, batch 1, step 5" in caplog.text
+    assert not (run_dir / "last.old").exists() and not (run_dir / "last.tmp").exists()
     resumed = load_file(str(tmp_path / "b" / "last" / "model.safetensors"))
     assert json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())["finished"]
     for name, tensor in expected.items():

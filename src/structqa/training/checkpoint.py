@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from structqa.io import replace_dir, write_json
+from structqa.io import recover_dir, replace_dir, write_json
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,13 @@ def set_rng_state(s: dict[str, Any]) -> None:
     torch.set_rng_state(s["torch"])
     if s.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def resumable(last_dir: Path) -> bool:
+    """Whether ``last_dir`` holds a checkpoint to resume from, after recovering it from a
+    crash in the middle of its atomic swap (:func:`structqa.io.recover_dir`)."""
+    recover_dir(last_dir)
+    return (last_dir / "resume.pt").exists()
 
 
 def restore(

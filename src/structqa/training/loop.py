@@ -34,6 +34,7 @@ from structqa.runtime import autocast, use_bf16
 from structqa.training.checkpoint import (
     TrainState,
     restore,
+    resumable,
     safetensors_loader,
     save_checkpoint,
 )
@@ -100,7 +101,7 @@ def train(
 
     state = TrainState()
     last_dir, best_dir = out / "last", out / "best"
-    if resume and (last_dir / "resume.pt").exists():
+    if resume and resumable(last_dir):
         state = restore(last_dir, safetensors_loader(model), optimizer, scheduler)
         if state.finished:
             log.info("run already finished")
