@@ -123,3 +123,11 @@ def test_threshold_below_every_value_when_abstaining_everywhere_is_best():
     t = best_null_threshold(gold, preds)
     assert t < -3.0
     assert [p.answer(t) for p in preds.values()] == ["", "", ""]
+
+
+def test_last_checkpoint_keeps_the_metrics_of_its_weights(tiny_trained_run):
+    # one evaluation, at the end: last/ and best/ hold the same weights, so the same metrics
+    # (for SQuAD 2.0 this carries the tuned null threshold to a model loaded from last/)
+    last = json.loads((tiny_trained_run / "last" / "metrics.json").read_text())
+    best = json.loads((tiny_trained_run / "best" / "metrics.json").read_text())
+    assert last == best and "f1" in last

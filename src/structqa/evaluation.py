@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,10 @@ class EvalResult:
 
     def answers(self) -> dict[str, str]:
         return {k: p.answer(self.null_threshold) for k, p in self.predictions.items()}
+
+    def metrics_with_threshold(self) -> dict[str, Any]:
+        """metrics.json's content: the metrics and the null threshold a Predictor applies."""
+        return {**self.metrics, "null_threshold": self.null_threshold}
 
 
 def best_null_threshold(gold: dict[str, list[str]], predictions: dict[str, Prediction]) -> float:
@@ -97,7 +102,7 @@ def write_outputs(result: EvalResult, out_dir: str | Path) -> None:
         },
     )
     write_json(out / "null_odds.json", {k: p.null_odds for k, p in result.predictions.items()})
-    write_json(out / "metrics.json", {**result.metrics, "null_threshold": result.null_threshold})
+    write_json(out / "metrics.json", result.metrics_with_threshold())
 
 
 def evaluate_model(

@@ -177,6 +177,7 @@ def train(
             state.epoch += 1
             state.batch_in_epoch = 0
             last_epoch = state.global_step >= total_steps
+            result = None
             if accelerator.is_main_process and (tc.eval_every_epoch or last_epoch):
                 result = evaluate_model(
                     raw_model,
@@ -194,12 +195,27 @@ def train(
                 if result.f1 > state.best_f1:
                     state.best_f1, state.best_epoch, best = result.f1, state.epoch, result
                     save_checkpoint(
-                        best_dir, raw_model, tokenizer, cfg.to_dict(), state, metrics=result.metrics
+                        best_dir,
+                        raw_model,
+                        tokenizer,
+                        cfg.to_dict(),
+                        state,
+                        metrics=result.metrics_with_threshold(),
                     )
                     write_outputs(result, best_dir)
             accelerator.wait_for_everyone()
             state.finished = state.global_step >= total_steps
-            _save(accelerator, out / "last", raw_model, tokenizer, cfg, state, optimizer, scheduler)
+            _save(
+                accelerator,
+                out / "last",
+                raw_model,
+                tokenizer,
+                cfg,
+                state,
+                optimizer,
+                scheduler,
+                result.metrics_with_threshold() if result is not None else None,
+            )
         if stop.stop:
             _save(accelerator, out / "last", raw_model, tokenizer, cfg, state, optimizer, scheduler)
             log.warning("stopped at step %d; continue with --resume", state.global_step)
@@ -251,9 +267,15 @@ def accumulate_step(
     return loss_sum, rows, tokens
 
 
-def _save(accelerator, target, model, tokenizer, cfg, state, optimizer, scheduler) -> None:
+def _save(
+    accelerator, target, model, tokenizer, cfg, state, optimizer, scheduler, metrics=None
+) -> None:
+    """A resumable checkpoint; ``metrics`` (with SQuAD 2.0's tuned null threshold) when these
+    exact weights were just evaluated, so a model loaded from ``last/`` can abstain too."""
     if accelerator.is_main_process:
-        save_checkpoint(target, model, tokenizer, cfg.to_dict(), state, optimizer, scheduler)
+        save_checkpoint(
+            target, model, tokenizer, cfg.to_dict(), state, optimizer, scheduler, metrics
+        )
     accelerator.wait_for_everyone()
 
 
