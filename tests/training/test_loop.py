@@ -159,3 +159,26 @@ def test_two_process_gloo_training(tmp_path, tiny_checkpoint, shared_data):
     assert [x["step"] for x in log if "loss" in x] == [1, 2, 3, 4]
     assert all(torch.isfinite(torch.tensor(x["loss"])) for x in log if "loss" in x)
     assert "exact_match" in json.loads((out / "best" / "metrics.json").read_text())
+
+
+def _stop_flag_worker(rank: int, init_file: str, results) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        flag = loop.StopFlag()
+        first = flag.synced(torch.device("cpu"))  # nobody signalled yet
+        if rank == 1:
+            flag(signal.SIGTERM, None)  # the signal reaches rank 1 only
+        results[rank] = (first, flag.synced(torch.device("cpu")))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_stop_flag_is_agreed_across_processes(tmp_path):
+    import torch.multiprocessing as mp
+
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_stop_flag_worker, args=(str(tmp_path / "init"), results), nprocs=2)
+        assert dict(results) == {0: (False, True), 1: (False, True)}

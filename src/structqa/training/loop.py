@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
@@ -53,6 +54,17 @@ class StopFlag:
     def __call__(self, signum, frame) -> None:  # noqa: ARG002
         log.warning("signal %s: saving and stopping after this step", signum)
         self.stop = True
+
+    def synced(self, device: torch.device) -> bool:
+        """The flag agreed by every process: one signalled process stops them all after the
+        same step. (A signal may reach one rank only; a rank that stopped alone would leave
+        the others waiting in their next gradient all-reduce.) One tiny all-reduce per step
+        under torch.distributed; no communication in a single process."""
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            flag = torch.tensor([int(self.stop)], device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            self.stop = bool(flag.item())
+        return self.stop
 
 
 def epoch_batches(features: list[Feature], cfg: Config, epoch: int, world: int) -> list[list[int]]:
@@ -169,7 +181,7 @@ def train(
                         optimizer,
                         scheduler,
                     )
-                if stop.stop:
+                if stop.synced(device):
                     break
             if stop.stop:
                 break
