@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from structqa.text.annotate import DEFAULT_MODEL
+
 
 @dataclass
 class ModelConfig:
@@ -41,6 +43,12 @@ class DataConfig:
     max_seq_len: int = 384
     doc_stride: int = 128
     max_query_len: int = 64
+    # spaCy tags given with every question and context token, as the encoder reads them:
+    # pos (a POS-tag input embedding), entities (entity-aware attention). null: the ones the
+    # encoder needs, resolved when the model is built and saved with the checkpoint's config
+    token_tags: list[str] | None = None
+    spacy_model: str = DEFAULT_MODEL  # the annotator of the token tags
+    annotation_cache: str | None = None  # JSONL cache of its parses (per text, reused)
 
 
 @dataclass

@@ -21,6 +21,8 @@ from structqa.features.squad import FeatureConfig, featurize
 from structqa.models.build import model_from_checkpoint
 from structqa.serving.predictor import Predictor
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
+
 MINI = "fixtures/squad-v1.1-mini.json"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -34,15 +36,6 @@ def _importable(name: str) -> bool:
 
 
 HAS_MATPLOTLIB, HAS_PILLOW = _importable("matplotlib"), _importable("PIL")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors gain nothing from more threads, and the machine may be busy."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

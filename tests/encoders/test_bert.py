@@ -316,3 +316,71 @@ def test_unknown_block_kind_in_checkpoint_config_is_rejected(
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="bogus"):
         BertEncoder.from_pretrained(tmp_path)
+
+
+# ---- POS-tag input embedding (ANNA Table 7, word + POS) -------------------------------------
+
+
+def test_pos_tag_embedding_starts_at_zero_and_changes_nothing(tiny_checkpoint: Path) -> None:
+    plain = BertEncoder.from_pretrained(tiny_checkpoint).eval()
+    tagged = BertEncoder.from_pretrained(tiny_checkpoint).eval()
+    tagged.add_pos_tag_embeddings(19)
+    table = tagged.embeddings.pos_tag_embeddings
+    assert table is not None and table.weight.shape == (19, 32)
+    assert tagged.config.pos_vocab_size == 19 and not table.weight.any()
+    assert BertEncoder(tagged.config).embeddings.pos_tag_embeddings.weight.abs().sum() == 0
+
+    batch = random_batch(plain.config.vocab_size, seed=3)
+    tags = torch.randint(
+        0, 19, batch["input_ids"].shape, generator=torch.Generator().manual_seed(1)
+    )
+    with torch.no_grad():
+        want = plain(**batch).last_hidden_state
+        got = tagged(**batch, pos_tag_ids=tags).last_hidden_state
+        assert torch.equal(got, want)  # x + 0 is x: exact
+        table.weight.normal_()
+        moved = tagged(**batch, pos_tag_ids=tags).last_hidden_state
+    assert not torch.allclose(moved, want)  # trained, the tags do reach the encoder
+
+    with pytest.raises(ValueError, match="pass pos_tag_ids"):
+        tagged(**batch)
+    with pytest.raises(ValueError, match="without a POS-tag embedding"):
+        plain(**batch, pos_tag_ids=tags)
+    with pytest.raises(ValueError, match="already has"):
+        tagged.add_pos_tag_embeddings(19)
+
+
+def test_pos_tag_embedding_round_trips(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from structqa.encoders.stacking import (
+        encoder_config_dict,
+        encoder_from_config_dict,
+        load_encoder,
+        save_encoder,
+    )
+
+    enc = BertEncoder.from_pretrained(tiny_checkpoint).eval()
+    enc.add_pos_tag_embeddings(7)
+    with torch.no_grad():
+        enc.embeddings.pos_tag_embeddings.weight.normal_()
+    save_encoder(enc, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["structqa_pos_vocab_size"] == 7
+    batch = random_batch(enc.config.vocab_size, seed=4)
+    tags = torch.randint(0, 7, batch["input_ids"].shape, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = enc(**batch, pos_tag_ids=tags).last_hidden_state
+    for loaded in (BertEncoder.from_pretrained(tmp_path), load_encoder(tmp_path)):
+        loaded.eval()
+        assert loaded.config == enc.config
+        for name, value in enc.state_dict().items():
+            assert torch.equal(loaded.state_dict()[name], value), name
+        with torch.no_grad():
+            assert torch.equal(loaded(**batch, pos_tag_ids=tags).last_hidden_state, want)
+    # the dict of training checkpoints (encoder_config.json) rebuilds the same structure
+    rebuilt = encoder_from_config_dict(json.loads(json.dumps(encoder_config_dict(enc))))
+    assert rebuilt.config == enc.config
+    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {
+        k: v.shape for k, v in enc.state_dict().items()
+    }
+    # and HF BERT reads the directory, skipping only the table it does not know
+    hf = transformers.BertModel.from_pretrained(str(tmp_path))
+    assert hf.config.num_hidden_layers == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from contextlib import nullcontext
 from pathlib import Path
@@ -18,6 +19,8 @@ from structqa.encoders.stacking import (
     VariantAttentionSublayer,
     attention_options,
     convert_stacking,
+    encoder_config_dict,
+    encoder_from_config_dict,
     encoder_hf_state,
     entity_keys,
     load_encoder,
@@ -27,18 +30,12 @@ from structqa.encoders.stacking import (
     save_encoder,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
+
 transformers = pytest.importorskip("transformers")
 
 # Blocks that only add sub-layers to BERT's SA -> FFN: the function must survive conversion.
 PRESERVING = ("SA->FFN", "SA->SA->FFN", "NAA->SA->FFN", "SA->NAA->FFN")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -492,3 +489,24 @@ def test_default_encoder_conversion_preserves_the_function() -> None:
     new = convert_stacking(old, ANNA_BLOCK).eval()
     ids, mask = batch(old.config.vocab_size, seed=9)
     assert float((encode(new, ids, mask) - encode(old, ids, mask)).abs().max()) < 1e-8
+
+
+@pytest.mark.parametrize(
+    ("block", "options"),
+    [
+        ("SA->NAA->FFN", AttentionOptions()),
+        ("NAA->FFN", AttentionOptions(relative_keys=True, relative_values=True, max_distance=3)),
+        ("SA->FFN", AttentionOptions(entity_bias=True)),
+    ],
+)
+def test_the_config_dict_of_training_checkpoints_rebuilds_the_structure(
+    bert: BertEncoder, block: str, options: AttentionOptions
+) -> None:
+    enc = convert_stacking(bert, block, attention=options)
+    d = json.loads(json.dumps(encoder_config_dict(enc)))  # as encoder_config.json holds it
+    rebuilt = encoder_from_config_dict(d)
+    assert rebuilt.config == enc.config and attention_options(rebuilt) == options
+    shapes = {k: v.shape for k, v in enc.state_dict().items()}
+    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == shapes
+    del d["attention"]  # encoder_config.json of checkpoints written before the variants
+    assert attention_options(encoder_from_config_dict(d)).plain

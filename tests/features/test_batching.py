@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -61,11 +63,33 @@ def test_collate_carries_targets_and_indices(features: list[Feature]) -> None:
     assert batch.feature_index.tolist() == [2, 0, 1]
 
 
+def tagged(f: Feature) -> Feature:
+    """``f`` with token tags: POS id 1 + position, entities on every third token."""
+    n = len(f)
+    return replace(f, pos_tag_ids=1 + np.arange(n), entity_mask=np.arange(n) % 3 == 0)
+
+
+def test_collate_pads_token_tags_with_zeros(features: list[Feature]) -> None:
+    plain = collate(features, [0, 2])
+    assert plain.pos_tag_ids is None and plain.entity_mask is None
+    batch = collate([tagged(f) for f in features], [0, 2])
+    assert batch.pos_tag_ids is not None and batch.entity_mask is not None
+    assert batch.pos_tag_ids.tolist() == [list(range(1, 9)), [1, 2, 3, 4, 5, 0, 0, 0]]
+    assert batch.entity_mask.dtype == torch.bool
+    assert batch.entity_mask.int().tolist() == [[1, 0, 0, 1, 0, 0, 1, 0], [1, 0, 0, 1, 0, 0, 0, 0]]
+    with pytest.raises(ValueError, match="differ in their token tags"):
+        collate([tagged(features[0]), features[1]], [0, 1])
+
+
 def test_batch_to_keeps_every_field(features: list[Feature]) -> None:
-    batch = collate(features, [0, 1])
-    moved = batch.to("cpu")
-    for name, value in batch.__dict__.items():
-        assert torch.equal(getattr(moved, name), value)
+    for feats in (features, [tagged(f) for f in features]):
+        batch = collate(feats, [0, 1])
+        moved = batch.to("cpu")
+        for name, value in batch.__dict__.items():
+            if value is None:
+                assert getattr(moved, name) is None, name
+            else:
+                assert torch.equal(getattr(moved, name), value), name
 
 
 def test_iterate_yields_one_batch_per_index_list(features: list[Feature]) -> None:

@@ -16,6 +16,7 @@ from structqa.data import read_examples
 from structqa.data.records import Answer, Example
 from structqa.features.squad import Feature, FeatureConfig, answer_text, featurize
 from structqa.models.build import load_tokenizer
+from structqa.text.annotate import POS_IDS, Annotation
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +305,105 @@ def test_every_located_answer_is_recovered_from_offsets(shared_data: Path, split
     assert set(problems) == inside_token, f"unexpected unrecoverable answers:\n{listing}"
     assert len(problems) < 0.01 * len(examples), listing
     assert report.features >= len(examples)
+
+
+# ---- token tags (POS ids and entity flags for encoders pre-trained with them) ----------------
+
+QUESTION = "  Who founded Zyx?"  # leading blanks: featurize strips them before tokenizing
+CONTEXT = "Zyx was founded in 1999 by Ann Lee."
+PARSES = {  # hand-written spaCy-style annotations: words with their POS, entities
+    "Who founded Zyx?": Annotation(
+        entities=((12, 15, "ORG"),),
+        words=((0, 3), (4, 11), (12, 15), (15, 16)),
+        pos=("PRON", "VERB", "PROPN", "PUNCT"),
+    ),
+    CONTEXT: Annotation(
+        entities=((0, 3, "ORG"), (19, 23, "DATE"), (27, 34, "PERSON")),
+        words=((0, 3), (4, 7), (8, 15), (16, 18), (19, 23), (24, 26), (27, 30), (31, 34), (34, 35)),
+        pos=("PROPN", "AUX", "VERB", "ADP", "NUM", "ADP", "PROPN", "PROPN", "PUNCT"),
+    ),
+}
+
+
+class HandAnnotator:
+    """Serves PARSES (and records what it was asked), in place of spaCy."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def annotate(self, texts):
+        texts = list(texts)
+        self.asked.extend(texts)
+        return [PARSES[t] for t in texts]
+
+
+@pytest.fixture(scope="module")
+def piece_tokenizer(tmp_path_factory: pytest.TempPathFactory):
+    """WordPiece with whole words for "who was in by ann lee" only: the other words of the
+    hand-made sentence split into single-character pieces."""
+    from tiny import _wordpiece_tokenizer, build_vocab
+    from transformers import BertTokenizerFast
+
+    vocab_file = tmp_path_factory.mktemp("pieces") / "vocab.txt"
+    vocab_file.write_text("\n".join(build_vocab(["who was in by ann lee"])) + "\n")
+    return _wordpiece_tokenizer(BertTokenizerFast, vocab_file)
+
+
+def test_pos_ids_and_entity_flags_align_to_word_pieces(piece_tokenizer) -> None:
+    ex = Example(id="hand", question=QUESTION, context=CONTEXT)
+    annotator = HandAnnotator()
+    cfg = FeatureConfig(token_tags=("pos", "entities"))
+    (f,), _ = featurize([ex], piece_tokenizer, cfg, annotator=annotator)
+    assert annotator.asked == ["Who founded Zyx?", CONTEXT]
+    pieces = piece_tokenizer.convert_ids_to_tokens(f.input_ids.tolist())
+    founded = ["f", "##o", "##u", "##n", "##d", "##e", "##d"]
+    zyx = ["z", "##y", "##x"]
+    assert pieces == (
+        ["[CLS]", "who", *founded, *zyx, "?", "[SEP]"]
+        + [*zyx, "was", *founded, "in", "1", "##9", "##9", "##9", "by", "ann", "lee", "."]
+        + ["[SEP]"]
+    )
+    tags = (
+        [None, "PRON", *["VERB"] * 7, *["PROPN"] * 3, "PUNCT", None]
+        + [*["PROPN"] * 3, "AUX", *["VERB"] * 7, "ADP", *["NUM"] * 4, "ADP", "PROPN", "PROPN"]
+        + ["PUNCT", None]
+    )
+    assert f.pos_tag_ids is not None and f.pos_tag_ids.dtype == np.int64
+    assert f.pos_tag_ids.tolist() == [0 if t is None else POS_IDS[t] for t in tags]
+    in_entity = (
+        [0, 0, *[0] * 7, 1, 1, 1, 0, 0] + [1, 1, 1, 0, *[0] * 7, 0, 1, 1, 1, 1, 0, 1, 1, 0] + [0]
+    )
+    assert f.entity_mask is not None and f.entity_mask.dtype == np.bool_
+    assert f.entity_mask.astype(int).tolist() == in_entity
+
+    (plain,), _ = featurize([ex], piece_tokenizer, FeatureConfig())
+    assert plain.pos_tag_ids is None and plain.entity_mask is None
+    (pos_only,), _ = featurize(
+        [ex], piece_tokenizer, FeatureConfig(token_tags=("pos",)), annotator=annotator
+    )
+    assert pos_only.entity_mask is None and np.array_equal(pos_only.pos_tag_ids, f.pos_tag_ids)
+    with pytest.raises(ValueError, match="unknown token tag"):
+        FeatureConfig(token_tags=("lemma",))
+
+
+def word_tag(annotation: Annotation, char: int) -> int:
+    """The POS id of the word holding ``char`` (a plain loop)."""
+    words = zip(annotation.words, annotation.pos, strict=True)
+    return next(POS_IDS[tag] for (a, b), tag in words if a <= char < b)
+
+
+def test_token_tags_follow_the_tokens_into_every_window(piece_tokenizer) -> None:
+    """Short windows and a truncated question: each token keeps its own word's tag."""
+    ex = Example(id="hand", question=QUESTION, context=CONTEXT)
+    cfg = FeatureConfig(max_seq_len=20, doc_stride=6, max_query_len=5, token_tags=("pos",))
+    features, report = featurize([ex], piece_tokenizer, cfg, annotator=HandAnnotator())
+    assert len(features) > 2 and report.truncated_questions == 1
+    question = QUESTION.lstrip()
+    enc = piece_tokenizer(question, add_special_tokens=False, return_offsets_mapping=True)
+    question_tags = [word_tag(PARSES[question], a) for a, _ in enc["offset_mapping"][:5]]
+    for f in features:
+        n_question = int((f.token_type_ids == 0).sum()) - 2
+        assert f.pos_tag_ids[1 : 1 + n_question].tolist() == question_tags
+        for t in context_tokens(f):
+            assert f.pos_tag_ids[t] == word_tag(PARSES[CONTEXT], f.offsets[t, 0])
+        assert f.pos_tag_ids[0] == f.pos_tag_ids[-1] == f.pos_tag_ids[n_question + 1] == 0

@@ -35,12 +35,5 @@ def mini_data(tiny_checkpoint: Path, shared_data: Path) -> MiniData:
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors gain nothing from a second intra-op thread, and on a busy machine OpenMP's
-    spin-waiting makes the training runs here ~10x slower (measured: 15 s vs 1.4 s)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread_for_heads(one_thread):  # noqa: ARG001 (see tests/conftest.py)
     yield
-    torch.set_num_threads(before)

@@ -24,6 +24,8 @@ from structqa.features.numbers import from_lsdf
 from structqa.models.build import load_tokenizer, set_dropout
 from structqa.models.genbert import GenBERT, GenBERTConfig, tokens_to_text
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
+
 EXAMPLES = (
     DropExample(
         id="number",
@@ -47,14 +49,6 @@ EXAMPLES = (
         answer=DropAnswer(spans=("45 yard field goal",)),
     ),
 )
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,10 @@ from structqa.config import ConfigError
 from structqa.ncbert import loop
 from structqa.ncbert.config import load_drop_config
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
+
 MINI = "drop/drop-mini.json"
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "ncbert"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,8 @@ import numpy as np
 import pytest
 
 from structqa.data import read_examples
-from structqa.pretrain.masking import (
-    IGNORE_INDEX,
-    POS_IDS,
-    SCHEMES,
-    Masker,
-    MaskingConfig,
-)
-from structqa.text.annotate import Annotation, Annotator
+from structqa.pretrain.masking import IGNORE_INDEX, SCHEMES, Masker, MaskingConfig
+from structqa.text.annotate import POS_IDS, Annotation, Annotator, pos_tag_ids
 
 spacy = pytest.importorskip("spacy")
 
@@ -127,7 +121,7 @@ def test_span_schemes_draw_mostly_spans(corpus: Corpus) -> None:
 # ---- what gets masked together -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", ["anna", "noun_phrase", "entity", "whole_word"])
+@pytest.mark.parametrize("scheme", ["anna", "noun_phrase", "entity", "whole_word", "word_pos"])
 def test_chosen_spans_are_masked_whole(corpus: Corpus, scheme: str) -> None:
     masker = corpus.masker(scheme)
     checked = 0
@@ -267,22 +261,24 @@ def test_masks_depend_only_on_seed_and_example_id(corpus: Corpus) -> None:
 # ---- word + POS -------------------------------------------------------------------------------
 
 
-def test_word_pos_returns_the_pos_of_each_tokens_word(corpus: Corpus) -> None:
-    masker = corpus.masker("word_pos")
+def test_word_pos_masks_whole_words_and_the_pos_ids_align(corpus: Corpus) -> None:
+    """word_pos masks exactly as whole_word (its POS tags are an input, not a masking unit);
+    the POS id of every token is its word's tag (a plain loop over the offsets)."""
+    word_pos, whole_word = corpus.masker("word_pos"), corpus.masker("whole_word")
     for item in corpus.items[:10]:
-        out = masker(item.id, item.input_ids, item.offsets, item.annotation)
-        assert out.pos_ids is not None and out.pos_ids.shape == (len(item.input_ids),)
+        out = word_pos(item.id, item.input_ids, item.offsets, item.annotation)
+        ref = whole_word(item.id, item.input_ids, item.offsets, item.annotation)
+        assert np.array_equal(out.input_ids, ref.input_ids)
+        assert np.array_equal(out.labels, ref.labels) and out.selected.any()
+        assert out.units == ref.units and all(u.level == "word" for u in out.units)
+
         want = np.zeros(len(item.input_ids), dtype=np.int64)
         for (a, b), tag in zip(item.annotation.words, item.annotation.pos, strict=True):
             for t in tokens_starting_in(item, a, b):
                 want[t] = POS_IDS[tag]
-        assert np.array_equal(out.pos_ids, want)
-        assert out.pos_ids[0] == 0 and out.pos_ids[len(item.input_ids) - 1] == 0
-        assert all(u.level == "word" for u in out.units)
-    assert (
-        corpus.masker("anna")(item.id, item.input_ids, item.offsets, item.annotation).pos_ids
-        is None
-    )
+        got = pos_tag_ids(item.annotation, item.offsets)
+        assert np.array_equal(got, want)
+        assert got[0] == 0 and got[len(item.input_ids) - 1] == 0  # [CLS], [SEP]
 
 
 # ---- configuration errors ---------------------------------------------------------------------

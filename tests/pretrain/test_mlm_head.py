@@ -12,17 +12,11 @@ from structqa.encoders.bert import BertEncoder
 from structqa.encoders.stacking import ANNA_BLOCK
 from structqa.pretrain.mlm_head import MaskedLM, MLMHead, ensure_mlm_head
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
+
 transformers = pytest.importorskip("transformers")
 
 TOL = 1e-5
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -24,16 +24,10 @@ from structqa.pretrain.np_tokenizer import (
 )
 from structqa.text.annotate import Annotation
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
+
 TABLE1 = ["COVID-19", "U.S.", "Ph.D.", "C++", "X-Files", "non-profit", "Sant’Egidio", "UTF-16"]
 N_CONTEXTS = 200  # spaCy work stays small
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """Masked-LM pre-training: a short run whose final/ fine-tunes, exact resume after SIGINT,
-function-preserving block conversion at step 0, config validation."""
+function-preserving block conversion at step 0, config validation, and fine-tuning (train,
+evaluate, predict) of every pre-trained structure: stackings, attention variants, POS inputs."""
 
 from __future__ import annotations
 
@@ -15,24 +16,28 @@ import torch
 from safetensors.torch import load_file
 
 from structqa.cli import main
-from structqa.config import ConfigError
+from structqa.config import ConfigError, load_config
 from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import ANNA_BLOCK, load_encoder
+from structqa.encoders.stacking import (
+    ANNA_BLOCK,
+    attention_options,
+    entity_keys_if,
+    load_encoder,
+)
+from structqa.features.batching import collate
+from structqa.models.build import build_model, model_from_checkpoint
 from structqa.pretrain import loop
 from structqa.pretrain.config import load_pretrain_config
 from structqa.pretrain.data import read_corpus, split_heldout
 from structqa.pretrain.mlm_head import MaskedLM
+from structqa.serving.predictor import Predictor
+from structqa.training import loop as training_loop
+from structqa.training.data import prepare_data
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 
 MINI_SQUAD = "fixtures/squad-v1.1-mini.json"
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "anna"
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def mini_chunks(data_dir: Path) -> list[dict]:
@@ -210,6 +215,33 @@ def test_anna_block_keeps_the_step0_mlm_loss(tmp_path, tiny_checkpoint, corpus_f
     assert first["anna"] == pytest.approx(first["bert"], rel=1e-5)
 
 
+def test_word_pos_adds_a_zero_pos_embedding_then_trains_it(tmp_path, tiny_checkpoint, corpus_dir):
+    """word_pos masks as whole_word; its POS-tag embedding starts at zero, so the step-0 loss
+    is whole_word's exactly, and it is trained and saved with the checkpoint."""
+    common = ("train.max_steps=1", "model.dropout=0.0", "model.attention_dropout=0.0")
+    logs = {}
+    for scheme in ("whole_word", "word_pos"):
+        cfg = tiny_config(
+            tmp_path / scheme, tiny_checkpoint, corpus_dir, *common, f"masking.scheme={scheme}"
+        )
+        loop.run(cfg, progress=False)
+        logs[scheme] = read_log(tmp_path / scheme)
+    step0 = {k: next(x["eval"] for x in v if x.get("step") == 0) for k, v in logs.items()}
+    assert step0["word_pos"] == step0["whole_word"] and step0["word_pos"]["masked_tokens"] > 0
+    first = {k: [x["loss"] for x in v if "loss" in x][0] for k, v in logs.items()}
+    assert first["word_pos"] == first["whole_word"]
+
+    final = tmp_path / "word_pos" / "final"
+    assert json.loads((final / "config.json").read_text())["structqa_pos_vocab_size"] == 19
+    table = load_file(str(final / "model.safetensors"))["bert.embeddings.pos_tag_embeddings.weight"]
+    assert table.shape == (19, 32) and table.any()  # one step moved it from zero
+    assert load_encoder(tmp_path / "whole_word" / "final").embeddings.pos_tag_embeddings is None
+    # continued pre-training keeps the table, whatever the scheme
+    again = tiny_config(tmp_path / "again", final, corpus_dir, "masking.scheme=token")
+    model, _ = loop.build_pretrain_model(again)
+    assert torch.equal(model.encoder.embeddings.pos_tag_embeddings.weight, table)
+
+
 def test_unknown_key_names_the_nearest(capsys):
     assert main(["pretrain", "--train.max_step=3"]) == 2
     err = capsys.readouterr().err
@@ -223,10 +255,115 @@ def test_unknown_key_names_the_nearest(capsys):
 def test_anna_configs_share_the_budget():
     base = load_pretrain_config(CONFIGS / "pretrain-token-mlm.yaml")
     anna = load_pretrain_config(CONFIGS / "pretrain-anna.yaml")
+    word_pos = load_pretrain_config(CONFIGS / "pretrain-word-pos.yaml")
     assert (base.model.block, base.masking.scheme) == (["sa", "ffn"], "token")
     assert (anna.model.block, anna.masking.scheme) == (list(ANNA_BLOCK), "anna")
-    assert base.data == anna.data and base.data.corpus == "runs/anna/corpus"
+    assert (word_pos.model.block, word_pos.masking.scheme) == (["sa", "ffn"], "word_pos")
     budget = ("max_steps", "batch_size", "grad_accum", "lr", "warmup_ratio", "weight_decay", "seed")
-    for key in budget:
-        assert getattr(base.train, key) == getattr(anna.train, key), key
-    assert base.train.output_dir != anna.train.output_dir
+    for arm in (anna, word_pos):
+        assert base.data == arm.data and base.data.corpus == "runs/anna/corpus"
+        for key in budget:
+            assert getattr(base.train, key) == getattr(arm.train, key), key
+        assert base.train.output_dir != arm.train.output_dir
+
+
+# ---- fine-tuning keeps the pre-trained structure ----------------------------------------------
+
+#: pretrain overrides of each structure, and the token tags fine-tuning must then compute
+STRUCTURES = {
+    "sa-naa-ffn": (("model.block=[sa, naa, ffn]", "masking.scheme=anna"), []),
+    "naa-ffn": (("model.block=[naa, ffn]",), []),
+    "relative": (
+        ("model.relative_keys=true", "model.relative_values=true", "model.max_distance=4"),
+        [],
+    ),
+    "entity": (("model.entity_bias=true", "masking.scheme=entity"), ["entities"]),
+    "word_pos": (("masking.scheme=word_pos",), ["pos"]),
+}
+VARIANT_PARAMS = ("pos_tag_embeddings", "entity_bias", "rel_keys", "rel_values")
+
+
+def shapes(encoder: BertEncoder) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(p.shape) for name, p in encoder.state_dict().items()}
+
+
+def encode(encoder: BertEncoder, batch) -> torch.Tensor:
+    """Last hidden states of a fine-tuning batch, with the token tags it carries."""
+    encoder.eval()
+    with torch.no_grad(), entity_keys_if(encoder, batch.entity_mask):
+        out = encoder(
+            batch.input_ids,
+            batch.attention_mask,
+            batch.token_type_ids,
+            pos_tag_ids=batch.pos_tag_ids,
+        )
+    return out.last_hidden_state
+
+
+@pytest.fixture(scope="module")
+def spacy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One parse cache for every fine-tuning run below: spaCy parses the fixture once."""
+    return tmp_path_factory.mktemp("spacy") / "annotations.jsonl"
+
+
+@pytest.mark.parametrize("structure", list(STRUCTURES))
+def test_finetuning_keeps_the_pretrained_structure(
+    structure, tmp_path, tiny_checkpoint, corpus_dir, shared_data, spacy_cache
+):
+    """pretrain 2 steps -> build the QA model -> train 2 steps -> evaluate -> predict: the
+    encoder is the pre-trained architecture at every stage, and a checkpoint's encoder
+    computes what the trained one did."""
+    overrides, tags = STRUCTURES[structure]
+    pre = tmp_path / "pre"
+    loop.run(
+        tiny_config(pre, tiny_checkpoint, corpus_dir, "train.max_steps=2", *overrides),
+        progress=False,
+    )
+    pretrained = load_encoder(pre / "final")
+
+    fine = tmp_path / "fine"
+    cfg = load_config(
+        overrides=[
+            f"model.encoder={pre / 'final'}",
+            f"data.dir={shared_data}",
+            f"data.train={MINI_SQUAD}",
+            f"data.eval={MINI_SQUAD}",
+            "data.train_size=all",
+            f"data.annotation_cache={spacy_cache}",
+            f"train.output_dir={fine}",
+            "train.max_steps=2",
+            "train.bf16=off",
+        ]
+    )
+    model, tokenizer = build_model(cfg)
+    assert cfg.data.token_tags == tags  # resolved from the encoder
+    assert shapes(model.encoder) == shapes(pretrained)
+    assert attention_options(model.encoder) == attention_options(pretrained)
+    data = prepare_data(cfg, tokenizer)
+    batch = collate(data.eval_features, list(range(len(data.eval_features))))
+    assert (batch.pos_tag_ids is not None) == ("pos" in tags)
+    assert (batch.entity_mask is not None) == ("entities" in tags)
+    if tags:  # the fixture's questions and contexts do have tagged tokens
+        assert bool((batch.pos_tag_ids if "pos" in tags else batch.entity_mask).any())
+    # fine-tuning starts from the pre-trained function
+    assert torch.equal(encode(model.encoder, batch), encode(pretrained, batch))
+
+    training_loop.train(cfg, model, tokenizer, data, progress=False)
+    loaded, _, loaded_cfg = model_from_checkpoint(fine / "last")
+    assert loaded_cfg.data.token_tags == tags
+    assert shapes(loaded.encoder) == shapes(pretrained)
+    assert torch.equal(encode(loaded.encoder, batch), encode(model.encoder, batch))
+    trained = dict(loaded.encoder.named_parameters())
+    for name, value in pretrained.named_parameters():
+        if any(v in name for v in VARIANT_PARAMS):  # the variant's own weights are trained
+            assert not torch.equal(trained[name], value), name
+
+    evaluated = tmp_path / "eval"
+    args = ["evaluate", str(fine / "last"), f"--data={shared_data}", f"--out={evaluated}"]
+    assert main([*args, "--bf16=off"]) == 0
+    assert "f1" in json.loads((evaluated / "metrics.json").read_text())
+    predictions = json.loads((evaluated / "predictions.json").read_text())
+    predictor = Predictor.from_checkpoint(fine / "last", bf16="off")
+    example = data.eval_examples[0]
+    answer = predictor.predict(example.question, example.context)
+    assert answer.text == predictions[example.id]

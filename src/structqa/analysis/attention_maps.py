@@ -315,7 +315,9 @@ def explain(
     predictor = Predictor(model, tokenizer, config, bf16=bf16)  # puts the model in eval mode
     try:
         example = Example(id="explain", question=question, context=context)
-        features, _ = featurize([example], tokenizer, predictor.features)
+        features, _ = featurize(
+            [example], tokenizer, predictor.features, annotator=predictor.annotator
+        )
         # the best window: each window decoded on its own, the highest-scoring span wins
         # (the Predictor's merge keeps the same span: the best over all windows)
         best, best_score = 0, -float("inf")

@@ -3,7 +3,9 @@
 Blocks are stacks of post-layer-norm sub-layers named by a spec such as ``("sa", "ffn")``
 (BERT), ``("sa", "naa", "ffn")`` (ANNA) or ``("sa", "xa", "ffn")`` (a decoder block that
 cross-attends to an encoder). Extra vectors can be inserted after the embedding layer
-(DyReF) and an extra mask function can restrict attention everywhere or per layer.
+(DyReF) and an extra mask function can restrict attention everywhere or per layer. An optional
+POS-tag embedding (``pos_vocab_size`` rows, ANNA Table 7's word + POS input) is added to the
+input embeddings; it starts at zero, so adding it leaves a trained encoder's function unchanged.
 
 Dimension letters: B batch, N tokens, P inserted prefix vectors, H heads, D width.
 """
@@ -43,12 +45,15 @@ class EncoderConfig:
     pad_token_id: int = 0
     hidden_act: str = "gelu"
     block: tuple[str, ...] = ("sa", "ffn")
+    pos_vocab_size: int = 0  # rows of the POS-tag input embedding (0: none; id 0 = no word)
 
     def __post_init__(self) -> None:
         self.block = tuple(self.block)
         bad = [k for k in self.block if k not in SUBLAYER_KINDS]
         if bad:
             raise ValueError(f"unknown sub-layer kind(s) {bad}; known: {SUBLAYER_KINDS}")
+        if self.pos_vocab_size < 0:
+            raise ValueError(f"pos_vocab_size must be >= 0, got {self.pos_vocab_size}")
 
     @classmethod
     def from_hf(cls, hf: dict) -> EncoderConfig:
@@ -70,10 +75,11 @@ class EncoderConfig:
             pad_token_id=hf.get("pad_token_id", 0) or 0,
             hidden_act=hf.get("hidden_act", "gelu"),
             block=tuple(hf.get("structqa_block", ("sa", "ffn"))),
+            pos_vocab_size=hf.get("structqa_pos_vocab_size", 0),
         )
 
     def to_hf(self) -> dict:
-        return {
+        hf = {
             "architectures": ["BertModel"],
             "model_type": "bert",
             "vocab_size": self.vocab_size,
@@ -91,6 +97,9 @@ class EncoderConfig:
             "position_embedding_type": "absolute",
             "structqa_block": list(self.block),
         }
+        if self.pos_vocab_size:
+            hf["structqa_pos_vocab_size"] = self.pos_vocab_size
+        return hf
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -117,10 +126,15 @@ class Embeddings(nn.Module):
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, cfg.pad_token_id)
         self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.pos_tag_embeddings = (
+            nn.Embedding(cfg.pos_vocab_size, cfg.hidden_size) if cfg.pos_vocab_size else None
+        )
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, token_type_ids: Tensor | None, pos_tag_ids: Tensor | None = None
+    ) -> Tensor:
         n = input_ids.shape[1]
         positions = torch.arange(n, device=input_ids.device)[None, :]
         if token_type_ids is None:
@@ -130,6 +144,15 @@ class Embeddings(nn.Module):
             + self.position_embeddings(positions)
             + self.token_type_embeddings(token_type_ids)
         )
+        if self.pos_tag_embeddings is not None:
+            if pos_tag_ids is None:
+                raise ValueError(
+                    "this encoder has a POS-tag input embedding: pass pos_tag_ids (fine-tuning "
+                    "computes them with spaCy, data.token_tags=[pos])"
+                )
+            x = x + self.pos_tag_embeddings(pos_tag_ids)
+        elif pos_tag_ids is not None:
+            raise ValueError("pos_tag_ids given to an encoder without a POS-tag embedding")
         return self.dropout(self.LayerNorm(x))
 
 
@@ -226,6 +249,20 @@ class BertEncoder(nn.Module):
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.apply(self._init_weights)
+        if self.embeddings.pos_tag_embeddings is not None:
+            nn.init.zeros_(self.embeddings.pos_tag_embeddings.weight)  # function-preserving
+
+    @torch.no_grad()
+    def add_pos_tag_embeddings(self, num_tags: int) -> None:
+        """Give the encoder a zero-initialized POS-tag input embedding of ``num_tags`` rows
+        (in place): its outputs are unchanged until the table is trained."""
+        if self.embeddings.pos_tag_embeddings is not None:
+            raise ValueError("the encoder already has a POS-tag embedding")
+        ref = self.embeddings.word_embeddings.weight
+        table = nn.Embedding(num_tags, self.config.hidden_size)
+        nn.init.zeros_(table.weight)
+        self.embeddings.pos_tag_embeddings = table.to(device=ref.device, dtype=ref.dtype)
+        self.config = replace(self.config, pos_vocab_size=num_tags)
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
@@ -251,14 +288,17 @@ class BertEncoder(nn.Module):
         layer_masks: Sequence[MaskMod | None] | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        pos_tag_ids: Tensor | None = None,
     ) -> EncoderOutput:
         """Encode a batch.
 
         prefix: (B, P, D) vectors inserted after the embedding layer, before the tokens; token
         position ids are unchanged. attention_mask: (B, N), 1 for real tokens. extra_mask and
         layer_masks are mask functions over the full (P + N) sequence, AND-ed with padding.
+        pos_tag_ids: (B, N) POS ids of the tokens' words, required by (and only by) an encoder
+        with a POS-tag embedding.
         """
-        x = self.embeddings(input_ids, token_type_ids)  # (B, N, D)
+        x = self.embeddings(input_ids, token_type_ids, pos_tag_ids)  # (B, N, D)
         b, n = input_ids.shape
         valid = (
             torch.ones(b, n, dtype=torch.bool, device=x.device)

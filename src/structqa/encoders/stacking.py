@@ -71,7 +71,7 @@ import json
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -284,6 +284,12 @@ def entity_keys(encoder: nn.Module, mask: Tensor) -> Iterator[None]:
             sub.entity_keys = None
 
 
+def entity_keys_if(encoder: nn.Module, mask: Tensor | None) -> AbstractContextManager[None]:
+    """:func:`entity_keys` when a batch carries an entity mask, else nothing to enter (an
+    encoder without entity-aware attention then runs as it is)."""
+    return nullcontext() if mask is None else entity_keys(encoder, mask)
+
+
 def attention_options(encoder: BertEncoder) -> AttentionOptions:
     """The variant options of ``encoder``'s self-attention sub-layers (plain if none)."""
     for m in encoder.modules():
@@ -462,18 +468,39 @@ def save_encoder(
     return path
 
 
-def load_encoder(path: str | Path) -> BertEncoder:
+def load_encoder(path: str | Path, block: Sequence[str] | None = None) -> BertEncoder:
     """Load what :func:`save_encoder` wrote (or any HF BERT directory), variants included.
 
     Plain encoders also load with ``BertEncoder.from_pretrained``; encoders with attention
-    variants need this function, since their options live in ``config.json``.
+    variants need this function, since their options live in ``config.json``. ``block``
+    overrides the block spec as ``BertEncoder.from_pretrained`` does (weights placed by
+    ``hf_to_structqa_key``, no function-preserving conversion: see :func:`convert_stacking`).
     """
     path = Path(path)
     hf = json.loads((path / "config.json").read_text(encoding="utf-8"))
     options = AttentionOptions(**hf.get(_ATTENTION_KEY, {}))
-    encoder = build_encoder(EncoderConfig.from_hf(hf), options)
+    cfg = EncoderConfig.from_hf(hf)
+    if block is not None:
+        cfg = replace(cfg, block=tuple(block))  # re-runs the validation
+    encoder = build_encoder(cfg, options)
     encoder.load_hf_state_dict(load_state_dict(path))
     return encoder
+
+
+# ---- structqa checkpoints ------------------------------------------------------------------
+
+
+def encoder_config_dict(encoder: BertEncoder) -> dict:
+    """Everything that rebuilds ``encoder``'s structure (``encoder_config.json`` of training
+    checkpoints): its :class:`EncoderConfig` fields and, under ``"attention"``, its variant
+    options. Read back by :func:`encoder_from_config_dict`."""
+    return {**encoder.config.to_dict(), "attention": asdict(attention_options(encoder))}
+
+
+def encoder_from_config_dict(d: dict) -> BertEncoder:
+    """A freshly initialized encoder of the structure :func:`encoder_config_dict` recorded
+    (a dict without ``"attention"``, as older checkpoints wrote it, gives plain attention)."""
+    return build_encoder(EncoderConfig.from_dict(d), AttentionOptions(**d.get("attention", {})))
 
 
 __all__ = [
@@ -484,8 +511,11 @@ __all__ = [
     "attention_options",
     "build_encoder",
     "convert_stacking",
+    "encoder_config_dict",
+    "encoder_from_config_dict",
     "encoder_hf_state",
     "entity_keys",
+    "entity_keys_if",
     "load_encoder",
     "parse_stacking",
     "plan_stacking",

@@ -3,7 +3,8 @@
 A cell is one combination of the table's row and column keys; its runs differ only by seed.
 Cells show ``mean ± std (n)`` with the sample standard deviation (ddof=1); a single seed has no
 std and shows ``n/a``. Only runs of the current plan are counted, so a changed grid never
-mixes stale results into its table.
+mixes stale results into its table. A metric that is null in a result (a DROP answer type the
+test file lacks) is left out of its cell.
 """
 
 from __future__ import annotations
@@ -17,14 +18,44 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from structqa.io import write_json, write_text
+from structqa.metrics.drop import ANSWER_TYPES
 
 if TYPE_CHECKING:
     from structqa.experiments.grid import Experiment, Run
 
 log = logging.getLogger(__name__)
 
-METRIC_NAMES = {"f1": "F1", "em": "EM"}
+METRIC_NAMES = {
+    "f1": "F1",
+    "em": "EM",
+    **{f"{t}_f1": f"{t} F1" for t in ANSWER_TYPES},
+    **{f"{t}_em": f"{t} EM" for t in ANSWER_TYPES},
+    "dev_f1": "dev F1",
+    "dev_em": "dev EM",
+}
 _EM_KEYS = ("exact_match", "exact")  # SQuAD v1.1 / MRQA, and v2.0
+# The table of a `kind: drop` experiment (NC-BERT Tables 2, 3, 5): test-file EM and F1, F1 per
+# answer type, and the dev F1 that selected the checkpoint
+DROP_METRICS = ("em", "f1", "number_f1", "date_f1", "span_f1", "spans_f1", "dev_f1")
+
+
+def drop_table_metrics(test: Mapping[str, Any], dev: Mapping[str, Any]) -> dict[str, float | None]:
+    """The ``metrics`` of a DROP run's result: official DROP scores (fractions) of the test
+    and dev files as percentages, ``exact_match``/``f1`` for the test file (the names of the
+    extractive results), ``<type>_em``/``<type>_f1`` for each answer type (null where the test
+    file has none), ``dev_em``/``dev_f1``."""
+    out: dict[str, float | None] = {
+        "exact_match": 100.0 * float(test["global_em"]),
+        "f1": 100.0 * float(test["global_f1"]),
+    }
+    per_type = test.get("per_type", {})
+    for kind in ANSWER_TYPES:
+        scores = per_type.get(kind)
+        for name in ("em", "f1"):
+            out[f"{kind}_{name}"] = None if scores is None else 100.0 * float(scores[name])
+    out["dev_em"] = 100.0 * float(dev["global_em"])
+    out["dev_f1"] = 100.0 * float(dev["global_f1"])
+    return out
 
 
 def metric_value(metrics: Mapping[str, Any], name: str) -> float:
@@ -66,7 +97,11 @@ def cell_stats(
     means: dict[str, float | None] = {}
     stds: dict[str, float | None] = {}
     for metric in metrics:
-        values = [metric_value(results[r.name]["metrics"], metric) for r in done]
+        values = [
+            metric_value(results[r.name]["metrics"], metric)
+            for r in done
+            if results[r.name]["metrics"].get(metric, 0.0) is not None
+        ]
         means[metric] = statistics.fmean(values) if values else None
         stds[metric] = sample_std(values)
     return CellStats(tuple(sorted(r.seed for r in done)), len(runs), means, stds)
@@ -185,6 +220,12 @@ def render_table(
         "- cells: mean ± sample std (ddof=1) over seeds, (n) = seeds with a result; "
         "the std of a single seed is n/a"
     )
+    if experiment.kind == "drop":
+        lines.append(
+            "- scores: official DROP EM/F1 in percent on the test file (data.test), answered by "
+            "best/, the checkpoint of the best dev F1 (data.eval); per-type columns are F1 by "
+            "gold answer type; dev F1 is best/'s"
+        )
     noisy = experiment.seeds_if_noisy
     if noisy is not None:
         lines.append(

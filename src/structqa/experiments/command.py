@@ -2,6 +2,9 @@
 
 Each run trains into ``<runs-dir>/<run>/`` and, once finished, leaves one result JSON in
 ``<results>/runs/<run>.json`` (config, metrics, provenance); then the tables are refreshed.
+An extractive run trains with :func:`structqa.training.loop.run`; a ``kind: drop`` run with
+:func:`structqa.ncbert.loop.run`, and its result adds the full DROP scores of ``best/`` on the
+dev file (``dev``) and on the test file (``test``, with per-type EM/F1).
 A run with a result is skipped; a run with an output directory but no result is resumed.
 SIGINT/SIGTERM stop the current run cleanly (the trainer saves ``last/``) and the runner exits
 without a result for it; the same command continues later.
@@ -28,9 +31,16 @@ from typing import Any
 from structqa.config import Config, ConfigError
 from structqa.data import Example, validation_split
 from structqa.data.readers import read_extractive
-from structqa.experiments.aggregate import load_results, metric_value, refresh
+from structqa.experiments.aggregate import (
+    drop_table_metrics,
+    load_results,
+    metric_value,
+    refresh,
+)
 from structqa.experiments.grid import Experiment, Run, ValidationSpec, load_experiment, plan
 from structqa.io import write_json
+from structqa.ncbert import loop as drop_loop
+from structqa.ncbert.config import DropConfig
 from structqa.training import loop
 from structqa.training.data import data_path
 
@@ -128,7 +138,7 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def _device_and_bf16(cfg: Config) -> tuple[str, bool]:
+def _device_and_bf16(cfg: Config | DropConfig) -> tuple[str, bool]:
     """What the trainer chose: CUDA when there is one, bf16 as ``train.bf16`` resolves there."""
     import torch
 
@@ -228,7 +238,7 @@ def validation_files(cfg: Config, spec: ValidationSpec, root: Path) -> tuple[Pat
 
 def resolve_config(
     experiment: Experiment, run: Run, paths: Paths, data_dir: str | None = None
-) -> tuple[Config, dict | None]:
+) -> tuple[Config | DropConfig, dict | None]:
     """The run's config as it trains: its output directory, ``--data``, and the validation
     split files in place of data.train/data.eval when the experiment asks for one."""
     cfg = experiment.config_for(run)
@@ -274,7 +284,10 @@ def execute_run(
     before = _read_json(out / "last" / "train_state.json")
     t0 = time.perf_counter()
     try:
-        loop.run(cfg, resume=resume, progress=progress)
+        if isinstance(cfg, DropConfig):
+            drop_loop.run(cfg, resume=resume, progress=progress)
+        else:
+            loop.run(cfg, resume=resume, progress=progress)
     finally:
         timing = {
             "wall_time_s": timing.get("wall_time_s", 0.0) + time.perf_counter() - t0,
@@ -295,6 +308,19 @@ def execute_run(
     metrics_file = out / "best" / "metrics.json"
     if not metrics_file.exists():
         raise FileNotFoundError(f"{run.name}: training finished but {metrics_file} is missing")
+    metrics = json.loads(metrics_file.read_text())
+    scores: dict[str, Any] = {}
+    if isinstance(cfg, DropConfig):
+        test_file = out / "best" / "test" / "metrics.json"
+        if not test_file.exists():
+            raise FileNotFoundError(f"{run.name}: training finished but {test_file} is missing")
+        best_state = _read_json(out / "best" / "train_state.json")
+        scores = {
+            "dev": metrics,
+            "test": json.loads(test_file.read_text()),
+            "best_step": best_state.get("global_step"),  # (selection may happen mid-epoch)
+        }
+        metrics = drop_table_metrics(scores["test"], scores["dev"])
     device, bf16 = _device_and_bf16(cfg)
     result = {
         "experiment": experiment.name,
@@ -302,7 +328,8 @@ def execute_run(
         "grid": run.values,
         "extra_seed": run.extra,
         "seed": cfg.train.seed,
-        "metrics": json.loads(metrics_file.read_text()),
+        "metrics": metrics,
+        **scores,
         "best_epoch": _read_json(out / "best" / "train_state.json").get("best_epoch"),
         "epochs": state.get("epoch"),
         "steps": state.get("global_step"),

@@ -1,10 +1,14 @@
 """Experiment configs: a base config, grid axes and named variants, expanded into named runs.
 
-An experiment YAML holds ``name``, ``base`` (a mapping shaped like :class:`structqa.config.Config`),
-``grid`` (dotted config key -> list of values; their product), ``variants`` (named override
-mappings for axes that are not a product), ``table`` (how results are aggregated), and optionally
-``seeds_if_noisy`` and ``validation``. Every key is checked when the file is loaded: an unknown
-key is a :class:`~structqa.config.ConfigError` naming the closest valid one.
+An experiment YAML holds ``name``, ``kind`` (what a run trains: ``extractive``, the default, with
+:class:`structqa.config.Config` and ``structqa train``; or ``drop``, with
+:class:`structqa.ncbert.config.DropConfig` and ``structqa drop-train``), ``base`` (a mapping
+shaped like that config), ``grid`` (dotted config key -> list of values; their product),
+``variants`` (named override mappings for axes that are not a product), ``table`` (how results
+are aggregated), and optionally ``seeds_if_noisy`` and ``validation`` (extractive only). Every
+key is checked when the file is loaded: an unknown key is a
+:class:`~structqa.config.ConfigError` naming the closest valid one, and every run's full config
+is validated.
 
 Runs come out in a deterministic order: variants in file order (outermost), then the product of
 the grid axes in file order (the first axis outermost, the last one varying fastest). A run's
@@ -17,7 +21,7 @@ import copy
 import difflib
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +29,9 @@ from typing import Any
 import yaml
 
 from structqa.config import Config, ConfigError, config_from_dict
-from structqa.experiments.aggregate import metric_value, sample_std
+from structqa.experiments.aggregate import DROP_METRICS, metric_value, sample_std
+from structqa.ncbert.config import DropConfig
+from structqa.ncbert.config import validate as validate_drop
 
 SEED_KEY = "train.seed"
 VARIANT = "variant"  # the row/column key that means "the variant's name"
@@ -33,6 +39,7 @@ VARIANT = "variant"  # the row/column key that means "the variant's name"
 RUNNER_KEYS = ("train.output_dir", "data.dir")
 TOP_KEYS = (
     "name",
+    "kind",
     "description",
     "base",
     "grid",
@@ -100,14 +107,35 @@ def _lookup(cfg: Any, dotted: str) -> Any:
     return cfg
 
 
-def _resolve_value(key: str, value: Any, where: str) -> Any:
-    """Validate ``key=value`` against Config and return the value as Config stores it."""
+@dataclass(frozen=True)
+class Kind:
+    """What the runs of an experiment train: the config class their keys refer to, the check
+    of a whole config, and the table's metrics unless the YAML names them."""
+
+    name: str
+    config_cls: type
+    check: Callable[[Any], Any]  # returns the config, raises ConfigError
+    metrics: tuple[str, ...]
+
+
+def _no_check(cfg: Any) -> Any:
+    return cfg
+
+
+KINDS = {
+    "extractive": Kind("extractive", Config, _no_check, ("f1", "em")),
+    "drop": Kind("drop", DropConfig, validate_drop, DROP_METRICS),
+}
+
+
+def _resolve_value(key: str, value: Any, where: str, cls: type = Config) -> Any:
+    """Validate ``key=value`` against the config class and return the value as it stores it."""
     if "." not in key:
         raise ConfigError(f"{where}: {key!r} must be a dotted key like 'model.head'")
     if key in RUNNER_KEYS:
         raise ConfigError(f"{where}: {key!r} is set by the runner (see --runs-dir / --data)")
     try:
-        cfg = config_from_dict(nested({key: value}))
+        cfg = config_from_dict(nested({key: value}), cls=cls)
     except ConfigError as err:
         raise ConfigError(f"{where}: {err}") from None
     return _lookup(cfg, key)
@@ -165,7 +193,7 @@ class Run:
     """One training run of an experiment."""
 
     name: str
-    values: dict[str, Any]  # dotted key -> value (Config's type), plus "variant" -> name
+    values: dict[str, Any]  # dotted key -> value (the config's type), plus "variant" -> name
     overrides: dict[str, Any]  # dotted key -> value, what is applied to the base config
     seed: int
     extra: bool = False  # added by seeds_if_noisy
@@ -182,13 +210,18 @@ class Experiment:
     name: str
     source: str  # the YAML file it was read from ("" when built from a dict)
     base: dict[str, Any]
-    axes: dict[str, list[Any]]  # dotted key -> values (Config's types), file order
+    axes: dict[str, list[Any]]  # dotted key -> values (the config's types), file order
     variants: list[tuple[str, dict[str, Any]]]  # (name, dotted overrides), file order
     table: TableSpec
     description: str = ""
     seeds_if_noisy: NoisySeeds | None = None
     validation: ValidationSpec | None = None
     labels: dict[str, str] = field(default_factory=dict)  # dotted key -> short label in names
+    kind: str = "extractive"  # a key of KINDS
+
+    @property
+    def trains(self) -> Kind:
+        return KINDS[self.kind]
 
     @property
     def cell_keys(self) -> tuple[str, ...]:
@@ -196,9 +229,13 @@ class Experiment:
         keys = [VARIANT] if self.variants else []
         return tuple(keys + [k for k in self.axes if k != SEED_KEY])
 
-    def config_for(self, run: Run) -> Config:
-        """The run's full config (before the runner sets output_dir, data.dir and split files)."""
-        return config_from_dict(_merge(self.base, nested(run.overrides)))
+    def config_for(self, run: Run) -> Any:
+        """The run's full config, a :class:`Config` or :class:`DropConfig` by ``kind``, checked
+        (before the runner sets output_dir, data.dir and split files)."""
+        kind = self.trains
+        return kind.check(
+            config_from_dict(_merge(self.base, nested(run.overrides)), cls=kind.config_cls)
+        )
 
     def runs(self) -> list[Run]:
         """Every run of the grid itself, in execution order (no extra seeds)."""
@@ -215,7 +252,8 @@ class Experiment:
     def _expand(self, axes: list[tuple[str, list[Any]]], extra: bool) -> list[Run]:
         variants = self.variants or [("", {})]
         keys = [k for k, _ in axes]
-        base_seed = _lookup(config_from_dict(copy.deepcopy(self.base)), SEED_KEY)
+        base_cfg = config_from_dict(copy.deepcopy(self.base), cls=self.trains.config_cls)
+        base_seed = _lookup(base_cfg, SEED_KEY)
         out = []
         for variant, var_overrides in variants:
             for combo in itertools.product(*(vals for _, vals in axes)):
@@ -248,7 +286,7 @@ def _labels(keys: Sequence[str]) -> dict[str, str]:
     }
 
 
-def _parse_grid(raw: Any, where: str) -> dict[str, list[Any]]:
+def _parse_grid(raw: Any, where: str, cls: type) -> dict[str, list[Any]]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -257,7 +295,7 @@ def _parse_grid(raw: Any, where: str) -> dict[str, list[Any]]:
     for key, values in _flatten(raw).items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{where}.{key}: expected a non-empty list of values")
-        resolved = [_resolve_value(key, v, f"{where}.{key}") for v in values]
+        resolved = [_resolve_value(key, v, f"{where}.{key}", cls) for v in values]
         shown = [format_value(v) for v in resolved]
         if len(set(shown)) != len(shown):
             raise ConfigError(f"{where}.{key}: repeated values {shown}")
@@ -266,7 +304,7 @@ def _parse_grid(raw: Any, where: str) -> dict[str, list[Any]]:
 
 
 def _parse_variants(
-    raw: Any, axes: Mapping[str, Any], where: str
+    raw: Any, axes: Mapping[str, Any], where: str, cls: type
 ) -> list[tuple[str, dict[str, Any]]]:
     if raw is None:
         return []
@@ -287,13 +325,15 @@ def _parse_variants(
         for key, value in overrides.items():
             if key in axes:
                 raise ConfigError(f"{at}: {key!r} is also a grid axis; set it in one place")
-            resolved[key] = _resolve_value(key, value, f"{at}.{key}")
-        config_from_dict(nested(resolved))  # the variant's keys together
+            resolved[key] = _resolve_value(key, value, f"{at}.{key}", cls)
+        config_from_dict(nested(resolved), cls=cls)  # the variant's keys together
         out.append((name, resolved))
     return out
 
 
-def _parse_table(raw: Any, cell_keys: Sequence[str], where: str) -> TableSpec:
+def _parse_table(
+    raw: Any, cell_keys: Sequence[str], where: str, default_metrics: Sequence[str] = ("f1", "em")
+) -> TableSpec:
     if raw is None:
         raw = {"rows": list(cell_keys)[:1] or [VARIANT]} if cell_keys else {"rows": []}
     if not isinstance(raw, Mapping):
@@ -316,7 +356,7 @@ def _parse_table(raw: Any, cell_keys: Sequence[str], where: str) -> TableSpec:
             f"{where}: grid keys {missing} are neither rows nor columns; only {SEED_KEY!r} "
             "may be averaged over"
         )
-    metrics = raw.get("metrics", ["f1", "em"])
+    metrics = raw.get("metrics", list(default_metrics))
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     if not metrics:
         raise ConfigError(f"{where}.metrics: name at least one metric (f1, em, ...)")
@@ -374,16 +414,23 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
     name = data.get("name")
     if not name or format_value(str(name)) != str(name):
         raise ConfigError(f"{where}: needs a 'name' (used in paths; no slashes)")
+    kind_name = str(data.get("kind", "extractive"))
+    if kind_name not in KINDS:
+        hint = _did_you_mean(kind_name, list(KINDS))
+        raise ConfigError(f"{where}.kind: unknown kind {kind_name!r}{hint}")
+    kind = KINDS[kind_name]
+    if kind.name != "extractive" and data.get("validation") is not None:
+        raise ConfigError(f"{where}.validation: only extractive experiments split off validation")
     base = data.get("base") or {}
     if not isinstance(base, Mapping):
         raise ConfigError(f"{where}.base: expected a mapping shaped like the train config")
     try:
-        base_cfg = config_from_dict(copy.deepcopy(dict(base)))
+        base_cfg = config_from_dict(copy.deepcopy(dict(base)), cls=kind.config_cls)
     except ConfigError as err:
         raise ConfigError(f"{where}.base: {err}") from None
     del base_cfg
-    axes = _parse_grid(data.get("grid"), f"{where}.grid")
-    variants = _parse_variants(data.get("variants"), axes, f"{where}.variants")
+    axes = _parse_grid(data.get("grid"), f"{where}.grid", kind.config_cls)
+    variants = _parse_variants(data.get("variants"), axes, f"{where}.variants", kind.config_cls)
     labels = _labels(list(axes))
     cell_keys = ([VARIANT] if variants else []) + [k for k in axes if k != SEED_KEY]
     experiment = Experiment(
@@ -392,18 +439,27 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
         base=copy.deepcopy(dict(base)),
         axes=axes,
         variants=variants,
-        table=_parse_table(data.get("table"), cell_keys, f"{where}.table"),
+        table=_parse_table(data.get("table"), cell_keys, f"{where}.table", kind.metrics),
         description=str(data.get("description", "")),
         seeds_if_noisy=_parse_noisy(data.get("seeds_if_noisy"), axes, f"{where}.seeds_if_noisy"),
         validation=_parse_validation(data.get("validation"), f"{where}.validation"),
         labels=labels,
+        kind=kind.name,
     )
     runs = experiment.runs()
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: two runs would share a name; make the variant names unique")
-    for run in runs[:1] + runs[-1:]:  # every key was checked alone; check a full combination
-        experiment.config_for(run)
+    for run in runs:  # every key was checked alone; check each full combination
+        try:
+            cfg = experiment.config_for(run)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: run {run.name}: {err}") from None
+        if kind.name == "drop" and not cfg.data.test:
+            raise ConfigError(
+                f"{where}: run {run.name}: a drop experiment reports on data.test "
+                "(e.g. drop/drop-contrast-sets.json); it is null"
+            )
     return experiment
 
 

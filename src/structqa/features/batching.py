@@ -23,9 +23,11 @@ class Batch:
     start_positions: Tensor  # (B,)
     end_positions: Tensor  # (B,)
     feature_index: Tensor  # (B,) index into the feature list
+    pos_tag_ids: Tensor | None = None  # POS id of each token's word, 0 on padding (token_tags)
+    entity_mask: Tensor | None = None  # bool: tokens inside named entities (token_tags)
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(**{k: v.to(device) for k, v in self.__dict__.items()})
+        return Batch(**{k: None if v is None else v.to(device) for k, v in vars(self).items()})
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -44,6 +46,11 @@ def collate(features: Sequence[Feature], indices: Sequence[int], pad_id: int = 0
         ids[row, :k], types[row, :k], attn[row, :k] = f.input_ids, f.token_type_ids, 1
         ans[row, :k] = f.offsets[:, 0] >= 0
         ans[row, 0] = True
+    tags = {
+        name: _pad([getattr(features[i], name) for i in indices], n)
+        for name in ("pos_tag_ids", "entity_mask")
+        if getattr(features[indices[0]], name) is not None
+    }
     return Batch(
         input_ids=torch.from_numpy(ids),
         attention_mask=torch.from_numpy(attn),
@@ -52,7 +59,19 @@ def collate(features: Sequence[Feature], indices: Sequence[int], pad_id: int = 0
         start_positions=torch.tensor([features[i].start_position for i in indices]),
         end_positions=torch.tensor([features[i].end_position for i in indices]),
         feature_index=torch.tensor(list(indices)),
+        **tags,
     )
+
+
+def _pad(rows: Sequence[np.ndarray | None], n: int) -> Tensor:
+    """(B, n): the rows, zero-padded on the right (every feature of a batch has the field)."""
+    present = [r for r in rows if r is not None]
+    if len(present) != len(rows):
+        raise ValueError("features of one batch differ in their token tags")
+    out = np.zeros((len(present), n), dtype=present[0].dtype)
+    for row, values in enumerate(present):
+        out[row, : len(values)] = values
+    return torch.from_numpy(out)
 
 
 def length_grouped_batches(

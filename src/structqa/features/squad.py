@@ -3,7 +3,11 @@
 A context longer than the window is split into overlapping windows (``doc_stride`` tokens of
 overlap, as in the HF recipe). Gold answers map to token positions; an answer outside the
 window, or an unanswerable question, targets [CLS] (position 0).
-"""
+
+Encoders pre-trained with token-level linguistic inputs get them here too (``token_tags``): the
+POS id of each token's word and whether the token lies inside a named entity, read from spaCy
+annotations of the question and of the context (:mod:`structqa.text.annotate`, the annotator of
+the pre-training corpus) and aligned to word pieces through the tokenizer's char offsets."""
 
 from __future__ import annotations
 
@@ -14,8 +18,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from structqa.data.records import Example
+from structqa.text.annotate import (
+    DEFAULT_MODEL,
+    Annotation,
+    Annotator,
+    entity_token_mask,
+    pos_tag_ids,
+)
 
 log = logging.getLogger(__name__)
+
+
+#: Token tags featurization can add (``FeatureConfig.token_tags``): the Feature field each fills,
+#: the function aligning an annotation to tokens by char offsets, and the field's dtype.
+TOKEN_TAGS = {
+    "pos": ("pos_tag_ids", pos_tag_ids, np.int64),
+    "entities": ("entity_mask", entity_token_mask, np.bool_),
+}
 
 
 @dataclass(frozen=True)
@@ -23,6 +42,19 @@ class FeatureConfig:
     max_seq_len: int = 384
     doc_stride: int = 128
     max_query_len: int = 64
+    token_tags: tuple[str, ...] = ()  # keys of TOKEN_TAGS
+    spacy_model: str = DEFAULT_MODEL  # annotates questions and contexts for token_tags
+    annotation_cache: str | None = None
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.token_tags) - set(TOKEN_TAGS))
+        if bad:
+            raise ValueError(f"unknown token tag(s) {bad}; known: {sorted(TOKEN_TAGS)}")
+
+
+def tag_annotator(cfg: FeatureConfig) -> Annotator | None:
+    """The annotator of ``cfg``'s token tags (None without any); spaCy loads on first use."""
+    return Annotator(cfg.spacy_model, cache_file=cfg.annotation_cache) if cfg.token_tags else None
 
 
 @dataclass(frozen=True)
@@ -36,6 +68,8 @@ class Feature:
     offsets: np.ndarray  # (N, 2) int64
     start_position: int = 0
     end_position: int = 0
+    pos_tag_ids: np.ndarray | None = None  # (N,) int64 POS id of the token's word (0: none)
+    entity_mask: np.ndarray | None = None  # (N,) bool: the token lies in a named entity
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -77,9 +111,13 @@ def featurize(
     tokenizer,
     cfg: FeatureConfig = FeatureConfig(),
     training: bool = False,
+    annotator: Annotator | None = None,
 ) -> tuple[list[Feature], FeatureReport]:
     """Tokenize examples into windows. With ``training``, answerable examples without a
-    located answer are skipped (they have no target) and counted in the report."""
+    located answer are skipped (they have no target) and counted in the report.
+
+    With ``cfg.token_tags`` questions and contexts are annotated by ``annotator`` (default: a
+    new one for ``cfg.spacy_model``; pass one to reuse its parses across calls)."""
     report = FeatureReport(examples=len(examples))
     keep = list(range(len(examples)))
     if training:
@@ -87,8 +125,9 @@ def featurize(
         report.skipped_no_target = len(examples) - len(keep)
     if not keep:
         return [], report
+    full_questions = [examples[i].question.lstrip() for i in keep]
     questions, report.truncated_questions = _truncate_questions(
-        [examples[i].question.lstrip() for i in keep], tokenizer, cfg.max_query_len
+        full_questions, tokenizer, cfg.max_query_len
     )
     enc = tokenizer(
         questions,
@@ -101,12 +140,24 @@ def featurize(
         return_token_type_ids=True,
         padding=False,
     )
+    annotations: list[tuple[Annotation, Annotation]] = []
+    if cfg.token_tags:
+        annotator = annotator or tag_annotator(cfg)
+        assert annotator is not None
+        # a truncated question is a prefix of the full one: the full parse's offsets hold
+        parsed = annotator.annotate(full_questions + [examples[i].context for i in keep])
+        annotations = list(zip(parsed[: len(keep)], parsed[len(keep) :], strict=True))
     features: list[Feature] = []
     for f, sample in enumerate(enc["overflow_to_sample_mapping"]):
         ex_index = keep[sample]
         ex = examples[ex_index]
         seq_ids = np.array([-1 if s is None else s for s in enc.sequence_ids(f)])
         offsets = np.array(enc["offset_mapping"][f], dtype=np.int64).reshape(-1, 2)
+        tags = (
+            _token_tags(cfg.token_tags, seq_ids, offsets, *annotations[sample])
+            if annotations
+            else {}
+        )
         offsets[seq_ids != 1] = -1
         start = end = 0
         if ex.answers:
@@ -121,10 +172,32 @@ def featurize(
                 offsets=offsets,
                 start_position=start,
                 end_position=end,
+                **tags,
             )
         )
     report.features = len(features)
     return features, report
+
+
+def _token_tags(
+    names: Sequence[str],
+    seq_ids: np.ndarray,
+    offsets: np.ndarray,
+    question: Annotation,
+    context: Annotation,
+) -> dict[str, np.ndarray]:
+    """The Feature fields of the token tags ``names`` for one window: ``offsets`` (N, 2) are the
+    tokenizer's, relative to the question for ``seq_ids == 0`` and to the context for 1;
+    special tokens (``seq_ids == -1``) get no tag."""
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        attr, align, dtype = TOKEN_TAGS[name]
+        values = np.zeros(len(seq_ids), dtype=dtype)
+        for seq, annotation in ((0, question), (1, context)):
+            part = seq_ids == seq
+            values[part] = align(annotation, offsets[part])
+        out[attr] = values
+    return out
 
 
 def _locate(offsets: np.ndarray, start_char: int, end_char: int) -> tuple[int, int]:

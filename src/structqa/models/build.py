@@ -1,4 +1,10 @@
-"""Build a model and its tokenizer from a config, or load both from a checkpoint."""
+"""Build a model and its tokenizer from a config, or load both from a checkpoint.
+
+The encoder keeps the structure it was pre-trained with (``structqa pretrain`` outputs: block
+stacking, attention variants, POS-tag embedding), and so does a training checkpoint
+(``encoder_config.json``). Inputs beyond the tokens that such an encoder reads are computed at
+featurization: ``data.token_tags`` is resolved from the encoder (:func:`resolve_token_tags`).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,10 @@ from pathlib import Path
 from torch import nn
 
 from structqa.attention.module import MultiHeadAttention
-from structqa.config import Config
-from structqa.encoders.bert import BertEncoder, EncoderConfig
+from structqa.config import Config, ConfigError
+from structqa.encoders.bert import BertEncoder
+from structqa.encoders.stacking import attention_options, encoder_from_config_dict, load_encoder
+from structqa.features.squad import TOKEN_TAGS
 from structqa.heads import build_head
 from structqa.models.extractive import ExtractiveQAModel
 
@@ -40,10 +48,42 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
+def required_token_tags(encoder: BertEncoder) -> list[str]:
+    """The token tags (``features.squad.TOKEN_TAGS``) ``encoder`` reads, sorted."""
+    tags = []
+    if attention_options(encoder).entity_bias:
+        tags.append("entities")
+    if encoder.config.pos_vocab_size:
+        tags.append("pos")
+    return tags
+
+
+def resolve_token_tags(cfg: Config, encoder: BertEncoder) -> None:
+    """Set ``cfg.data.token_tags`` to the tags ``encoder`` reads when it is null; a value
+    given that differs is an error (the encoder needs exactly its inputs)."""
+    needed = required_token_tags(encoder)
+    given = cfg.data.token_tags
+    if given is None:
+        cfg.data.token_tags = needed
+        if needed:
+            log.info("the encoder reads spaCy token tags %s (%s)", needed, cfg.data.spacy_model)
+        return
+    unknown = sorted(set(given) - set(TOKEN_TAGS))
+    if unknown:
+        raise ConfigError(f"data.token_tags: unknown {unknown}; known: {sorted(TOKEN_TAGS)}")
+    if sorted(set(given)) != needed:
+        raise ConfigError(
+            f"data.token_tags={sorted(set(given))}, but the encoder reads {needed} "
+            "(leave it null to use the encoder's)"
+        )
+
+
 def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
-    """A pretrained encoder (from cfg.model.encoder) plus a freshly initialized head."""
+    """A pretrained encoder (from cfg.model.encoder, with the structure it was saved with)
+    plus a freshly initialized head; resolves ``cfg.data.token_tags`` from the encoder."""
     path = resolve_encoder_path(cfg.model.encoder)
-    encoder = BertEncoder.from_pretrained(path, block=cfg.model.block)
+    encoder = load_encoder(path, block=cfg.model.block)
+    resolve_token_tags(cfg, encoder)
     head = build_head(
         cfg.model.head,
         encoder.config,
@@ -78,11 +118,11 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
     if not (path / "model.safetensors").exists():
         raise FileNotFoundError(f"{path}: not a structqa checkpoint (no model.safetensors)")
     cfg = config_from_dict(json.loads((path / "structqa_config.json").read_text()))
-    enc_cfg = EncoderConfig.from_dict(json.loads((path / "encoder_config.json").read_text()))
-    encoder = BertEncoder(enc_cfg)
+    encoder = encoder_from_config_dict(json.loads((path / "encoder_config.json").read_text()))
+    resolve_token_tags(cfg, encoder)  # null in checkpoints from before token tags
     head = build_head(
         cfg.model.head,
-        enc_cfg,
+        encoder.config,
         query_mask=cfg.model.query_mask,
         dyrex_layers=cfg.model.dyrex_layers,
         joint_mode=cfg.model.joint_mode,

@@ -178,6 +178,12 @@ class GenBERT(nn.Module):
         states = enc.last_hidden_state  # (B, N, D)
         if self.nc_layer is None:
             return states
+        states, _ = self.nc_layer(states, self.nc_layer_mask(batch))
+        return states
+
+    def nc_layer_mask(self, batch: DropBatch) -> Tensor:
+        """The NC layer's boolean attention mask (B, H, N, N): the enabled encoder channels on
+        ``nc_heads`` (number-token query rows), every other head unrestricted, AND padding."""
         cfg, heads = self.config, self.encoder.config.num_heads
         channels = encoder_channels(
             cfg.nc_mask,
@@ -192,9 +198,7 @@ class GenBERT(nn.Module):
             nc_layer_masks(channels, cfg.nc_heads, heads),
         )
         b, n = batch.input_ids.shape
-        mask = materialize(mod, b, heads, n, n, states.device)  # (B, H, N, N)
-        states, _ = self.nc_layer(states, mask)
-        return states
+        return materialize(mod, b, heads, n, n, batch.input_ids.device)
 
     def memory_mask(self, batch: DropBatch) -> Tensor:
         """Keys the decoder's cross-attention may use: (B, 1, 1, N)."""
@@ -336,17 +340,20 @@ class GenBERT(nn.Module):
         kinds = type_probs.argmax(-1)
         cls_id = int(tokenizer.convert_tokens_to_ids("[CLS]"))
         sep_id = int(tokenizer.convert_tokens_to_ids("[SEP]"))
-        generated = None
-        if bool((kinds == GENERATE).any()):
-            generated = self.greedy_decode(h, self.memory_mask(batch), cls_id, sep_id)
+        # decode only the rows that answer by generation: decoding is most of the inference cost
+        gen_rows = (kinds == GENERATE).nonzero().squeeze(-1).tolist()
+        generated: dict[int, list[int]] = {}
+        if gen_rows:
+            memory_mask = self.memory_mask(batch)[gen_rows]
+            decoded = self.greedy_decode(h[gen_rows], memory_mask, cls_id, sep_id)
+            generated = dict(zip(gen_rows, decoded.tolist(), strict=True))
         preds = []
         for row in range(len(batch)):
             feature = features[int(batch.feature_index[row])]
             kind = int(kinds[row])
             probs = tuple(float(x) for x in type_probs[row].tolist())
             if kind == GENERATE:
-                assert generated is not None
-                ids = generated[row].tolist()
+                ids = generated[row]
                 ids = ids[: ids.index(sep_id)] if sep_id in ids else ids
                 tokens = tuple(tokenizer.convert_ids_to_tokens(ids))
                 text = tokens_to_text(tokens, self.config.lsdf)

@@ -27,6 +27,11 @@ from structqa.text.annotate import DEFAULT_MODEL
 @dataclass
 class DropModelConfig:
     encoder: str = "default"  # "default" (bundled all-MiniLM-L6-v2) or a local HF BERT dir
+    # a drop-train checkpoint directory (e.g. RUN/best) to start from instead of `encoder`:
+    # its encoder, cross-attention, ffn_enc/ffn_dec and heads, and its tokenizer; modules the
+    # checkpoint lacks (the NC layer of NC-BERT fine-tuned from a synthetic-data GenBERT) are
+    # freshly initialized (see structqa.ncbert.loop.warm_start)
+    init: str | None = None
     xa_init: str = "random"  # decoder cross-attention init: random | zero
     nc_layer: bool = False  # extra encoder layer N+1 with the NC-Mask (NC-BERT Sec. 3.3.1)
     nc_heads: list[int] = field(default_factory=list)  # heads of that layer that get the mask
@@ -44,7 +49,7 @@ class DropModelConfig:
 
     @property
     def needs_annotations(self) -> bool:
-        return self.nc_layer and self.entity_channel
+        return self.nc_layer and bool(self.nc_heads) and self.entity_channel
 
     def genbert(self, seed: int = 0) -> GenBERTConfig:
         return GenBERTConfig(
@@ -111,6 +116,9 @@ class DropTrainConfig:
     bf16: str = "auto"  # auto | on | off
     log_every_steps: int = 10
     save_every_steps: int | None = None  # extra resumable `last/` checkpoints inside an epoch
+    # also score the eval file every N steps inside an epoch (besides every epoch end): model
+    # selection when the step budget is shorter than an epoch or two
+    eval_every_steps: int | None = None
 
 
 @dataclass
@@ -133,11 +141,13 @@ def validate(cfg: DropConfig) -> DropConfig:
         raise ConfigError(str(err)) from None
     if m.nc_heads and not m.nc_layer:
         raise ConfigError("model.nc_heads is set but model.nc_layer is false")
-    if m.nc_layer and not (m.nc_heads and (m.entity_channel or m.type_channel)):
+    # nc_layer with no nc_heads is the extra layer N+1 unmasked: k = 0 of the k-heads sweep
+    if m.nc_layer and m.nc_heads and not (m.entity_channel or m.type_channel):
         raise ConfigError(
-            "model.nc_layer needs model.nc_heads (e.g. [0, 1]) and at least one channel "
-            "(model.entity_channel or model.type_channel)"
+            "model.nc_heads needs at least one channel (model.entity_channel or model.type_channel)"
         )
+    if m.init is not None and not m.init.strip():
+        raise ConfigError("model.init must be a drop-train checkpoint directory or null")
     if len(set(m.nc_heads)) != len(m.nc_heads) or any(h < 0 for h in m.nc_heads):
         raise ConfigError(f"model.nc_heads must be distinct and >= 0, got {m.nc_heads}")
     if m.dice_weight < 0:
@@ -149,8 +159,9 @@ def validate(cfg: DropConfig) -> DropConfig:
     for name in ("batch_size", "eval_batch_size", "grad_accum", "log_every_steps"):
         if getattr(t, name) < 1:
             raise ConfigError(f"train.{name} must be >= 1, got {getattr(t, name)}")
-    if t.save_every_steps is not None and t.save_every_steps < 1:
-        raise ConfigError(f"train.save_every_steps must be >= 1 or null, got {t.save_every_steps}")
+    for name in ("save_every_steps", "eval_every_steps"):
+        if getattr(t, name) is not None and getattr(t, name) < 1:
+            raise ConfigError(f"train.{name} must be >= 1 or null, got {getattr(t, name)}")
     if t.max_steps is not None and t.max_steps < 1:
         raise ConfigError(f"train.max_steps must be >= 1 or null, got {t.max_steps}")
     if t.max_steps is None and t.epochs <= 0:

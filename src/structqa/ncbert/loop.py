@@ -8,11 +8,15 @@ SIGINT/SIGTERM stop after the current step and save ``last/`` so that ``--resume
 exactly. DICE samples its number pairs from the model's own generator; the loop reseeds it
 from (seed, step, micro-batch) before every forward pass, so resume needs no extra state.
 
-At each epoch end (and when ``max_steps`` is reached) the eval file is predicted and scored
-with the official DROP metric (:func:`~structqa.metrics.drop.drop_score`); the best
-``global_f1`` is kept in ``best/``. When training is over, ``best/`` answers the test file:
-``best/test/predictions.json`` (query id -> answer string, what ``structqa score`` reads) and
-``best/test/metrics.json``.
+At each epoch end (and when ``max_steps`` is reached; also every ``eval_every_steps`` within an
+epoch when set) the eval file is predicted and scored with the official DROP metric
+(:func:`~structqa.metrics.drop.drop_score`); the best ``global_f1`` is kept in ``best/``.
+When training is over, ``best/`` answers the test file: ``best/test/predictions.json`` (query
+id -> answer string, what ``structqa score`` reads) and ``best/test/metrics.json``.
+
+Two-stage training: ``model.init`` names a checkpoint of an earlier run (GenBERT trained on
+``structqa synth`` data) to start from, with its tokenizer; modules it lacks (the NC layer) are
+freshly initialized (:func:`warm_start`).
 
 Checkpoints (``best/``, ``last/``): ``model.safetensors`` (GenBERT's state dict: the shared
 decoder registers no module twice), ``structqa_config.json`` (the resolved
@@ -129,7 +133,10 @@ def prepare_data(cfg: DropConfig, tokenizer) -> DropData:
 
 
 def build_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
-    """The pretrained encoder with GenBERT's new modules (seeded by ``train.seed``)."""
+    """The pretrained encoder with GenBERT's new modules (seeded by ``train.seed``), or, with
+    ``model.init``, the weights and tokenizer of that drop-train checkpoint."""
+    if cfg.model.init is not None:
+        return init_genbert(cfg)
     path = resolve_encoder_path(cfg.model.encoder)
     encoder = BertEncoder.from_pretrained(path)
     with torch.random.fork_rng(devices=[]):
@@ -137,6 +144,78 @@ def build_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
         model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
     set_dropout(model, cfg.model.dropout, None)
     return model, load_tokenizer(path)
+
+
+_CHECKPOINT_FILES = ("model.safetensors", CONFIG_FILE, "encoder_config.json")
+
+
+def init_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
+    """GenBERT of ``cfg.model`` started from the checkpoint ``cfg.model.init`` (two-stage
+    training: synthetic pre-training, then DROP fine-tuning). The encoder's architecture and
+    the tokenizer are the checkpoint's (``model.encoder`` is not read); modules the checkpoint
+    lacks are initialized as :func:`build_genbert` would (seeded by ``train.seed``)."""
+    from safetensors.torch import load_file
+
+    path = Path(str(cfg.model.init)).expanduser()
+    lacking = [name for name in _CHECKPOINT_FILES if not (path / name).is_file()]
+    if lacking:
+        what = "does not exist" if not path.exists() else f"has no {', '.join(lacking)}"
+        raise FileNotFoundError(
+            f"model.init {str(cfg.model.init)!r}: {what}; expected a drop-train checkpoint "
+            "directory such as runs/ncbert/pretrain-synthetic/best"
+        )
+    enc_cfg = EncoderConfig.from_dict(json.loads((path / "encoder_config.json").read_text()))
+    encoder = BertEncoder(enc_cfg)  # (its weights come from the checkpoint)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.train.seed)
+        model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
+    warm_start(model, load_file(str(path / "model.safetensors")), str(path))
+    set_dropout(model, cfg.model.dropout, None)
+    return model, load_tokenizer(path)
+
+
+def warm_start(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> list[str]:
+    """Copy a saved state dict into ``model``; returns the model's tensors it lacked.
+
+    Those keep their fresh initialization (logged, grouped by module): e.g. the NC layer when
+    NC-BERT starts from a GenBERT trained without one. A tensor of the checkpoint that the
+    model lacks, or one whose shape differs, is an error naming it: GenBERT has no buffers
+    or derived tensors, so nothing of a checkpoint is safe to drop silently.
+    """
+    own = model.state_dict()
+    mismatched = [
+        f"{key} (checkpoint {tuple(value.shape)}, model {tuple(own[key].shape)})"
+        for key, value in state.items()
+        if key in own and own[key].shape != value.shape
+    ]
+    if mismatched:
+        raise ValueError(
+            f"{source}: {len(mismatched)} tensor(s) have another shape than in this model "
+            f"(another encoder or vocabulary?): {'; '.join(mismatched[:5])}"
+        )
+    unexpected = sorted(set(state) - set(own))
+    if unexpected:
+        raise ValueError(
+            f"{source}: the checkpoint has {len(unexpected)} tensor(s) this model lacks (modules "
+            f"{', '.join(_modules(unexpected))}: does the config switch off a module the "
+            f"checkpoint trained, e.g. model.nc_layer?): {', '.join(unexpected[:5])}"
+        )
+    missing = sorted(set(own) - set(state))
+    model.load_state_dict(state, strict=False)
+    if missing:
+        log.info(
+            "initialized %d tensor(s) not in %s freshly: %s",
+            len(missing),
+            source,
+            ", ".join(_modules(missing)),
+        )
+    log.info("loaded %d tensor(s) from %s", len(state), source)
+    return missing
+
+
+def _modules(keys: Sequence[str]) -> list[str]:
+    """The top-level modules of state-dict keys, in first-seen order."""
+    return list(dict.fromkeys(key.split(".", 1)[0] for key in keys))
 
 
 def load_genbert(path: str | Path) -> tuple[GenBERT, Any, DropConfig]:
@@ -295,6 +374,23 @@ def train(
             save_checkpoint(target, raw_model, tokenizer, config, state, opt, sched, metrics)
         accelerator.wait_for_everyone()
 
+    def evaluate(epoch: int) -> dict[str, Any] | None:
+        """Score the eval file (main process) and log it under ``epoch`` (1-based: the epoch
+        just finished, or in progress); keep ``best/`` and return the metrics if they beat the
+        best global F1 so far."""
+        if not accelerator.is_main_process:
+            return None
+        _, metrics = evaluate_split(raw_model, data.eval, tokenizer, tc.eval_batch_size, bf16)
+        model.train()
+        append_jsonl(log_path, {"step": state.global_step, "epoch": epoch, "eval": metrics})
+        f1 = metrics["global_f1"]
+        bar.note(f"step {state.global_step}: EM {metrics['global_em']:.4f} F1 {f1:.4f}")
+        if f1 <= state.best_f1:
+            return None
+        state.best_f1, state.best_epoch = f1, epoch
+        save_checkpoint(best_dir, raw_model, tokenizer, config, state, metrics=metrics)
+        return metrics
+
     stop = StopFlag()
     old_handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     bar = Progress(total_steps, enabled=progress and accelerator.is_main_process)
@@ -346,6 +442,15 @@ def train(
                             "tokens_per_s": tokens * world / elapsed,
                         },
                     )
+                # within the epoch (even when stopping: a resumed run would not redo it)
+                if (
+                    tc.eval_every_steps
+                    and state.global_step % tc.eval_every_steps == 0
+                    and state.batch_in_epoch < len(batches)
+                    and state.global_step < total_steps
+                ):
+                    best = evaluate(state.epoch + 1) or best
+                    accelerator.wait_for_everyone()
                 if tc.save_every_steps and state.global_step % tc.save_every_steps == 0:
                     save(last_dir)
                 if stop.stop:
@@ -355,18 +460,7 @@ def train(
             # epoch finished (or the step budget reached): evaluate, keep the best
             state.epoch += 1
             state.batch_in_epoch = 0
-            if accelerator.is_main_process:
-                _, metrics = evaluate_split(
-                    raw_model, data.eval, tokenizer, tc.eval_batch_size, bf16
-                )
-                model.train()
-                entry = {"step": state.global_step, "epoch": state.epoch, "eval": metrics}
-                append_jsonl(log_path, entry)
-                f1 = metrics["global_f1"]
-                bar.note(f"epoch {state.epoch}: EM {metrics['global_em']:.4f} F1 {f1:.4f}")
-                if f1 > state.best_f1:
-                    state.best_f1, state.best_epoch, best = f1, state.epoch, metrics
-                    save_checkpoint(best_dir, raw_model, tokenizer, config, state, metrics=metrics)
+            best = evaluate(state.epoch) or best
             accelerator.wait_for_everyone()
             state.finished = state.global_step >= total_steps
             save(last_dir)
@@ -387,6 +481,7 @@ __all__ = [
     "build_genbert",
     "epoch_batches",
     "evaluate_split",
+    "init_genbert",
     "load_genbert",
     "predict_drop",
     "predict_file",
@@ -395,4 +490,5 @@ __all__ = [
     "resolve_drop_file",
     "run",
     "train",
+    "warm_start",
 ]

@@ -71,7 +71,9 @@ class PretrainDataConfig:
 
 @dataclass
 class PretrainMaskingConfig:
-    scheme: str = "anna"  # token | whole_word | entity | noun_phrase | anna (masking.SCHEMES)
+    # token | whole_word | word_pos | entity | noun_phrase | anna (masking.SCHEMES); word_pos
+    # masks whole words and gives the encoder a POS-tag input embedding (zero-initialized)
+    scheme: str = "anna"
     probability: float = 0.15
     mask_fraction: float = 0.8
     random_fraction: float = 0.1
@@ -126,12 +128,6 @@ def validate(cfg: PretrainConfig) -> PretrainConfig:
         use_bf16(cfg.train.bf16, torch.device("cpu"))  # only checks the setting
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if cfg.masking.scheme == "word_pos":
-        # Masker returns POS ids as an input feature; MaskedLM has no POS embedding to read them
-        raise ConfigError(
-            "masking.scheme 'word_pos' needs a POS input embedding that MaskedLM does not have; "
-            "use whole_word (the same units without the tags)"
-        )
     if cfg.model.added_init not in ("copy", "random"):
         raise ConfigError(f"model.added_init must be copy or random, got {cfg.model.added_init!r}")
     if not 0.0 <= cfg.data.heldout_fraction < 1.0:

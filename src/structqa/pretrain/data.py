@@ -13,7 +13,9 @@ masking scheme needs one.
 * Masks are drawn by :class:`~structqa.pretrain.masking.Masker` from ``(seed, window id,
   epoch)`` alone: any worker, any resume, the same masks. Held-out windows are always masked
   as in epoch 0, so every evaluation scores the same positions.
-* Batches are padded to their longest sequence (dynamic padding).
+* Batches are padded to their longest sequence (dynamic padding). They carry the inputs the
+  encoder needs besides the tokens: the entity key mask (entity-aware attention) and the POS
+  id of each token's word (a POS-tag embedding, ``word_pos``), both from the annotation.
 
 Dimension letters: B batch, N tokens.
 """
@@ -34,7 +36,7 @@ from torch import Tensor
 
 from structqa.pretrain.config import PretrainConfig, PretrainMaskingConfig
 from structqa.pretrain.masking import IGNORE_INDEX, Masker, get_scheme
-from structqa.text.annotate import Annotation, Annotator, entity_token_mask
+from structqa.text.annotate import Annotation, Annotator, entity_token_mask, pos_tag_ids
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +73,10 @@ class MLMBatch:
     attention_mask: Tensor  # (B, N) 1 for real tokens
     labels: Tensor  # (B, N) original id on the selected tokens, IGNORE_INDEX elsewhere
     entity_mask: Tensor | None = None  # (B, N) bool, tokens inside named entities
+    pos_tag_ids: Tensor | None = None  # (B, N) POS id of each token's word (0: none)
 
     def to(self, device: torch.device | str) -> MLMBatch:
-        em = None if self.entity_mask is None else self.entity_mask.to(device)
-        return MLMBatch(
-            self.input_ids.to(device), self.attention_mask.to(device), self.labels.to(device), em
-        )
+        return MLMBatch(**{k: None if v is None else v.to(device) for k, v in vars(self).items()})
 
     @property
     def num_masked(self) -> int:
@@ -264,10 +264,11 @@ class MLMDataset:
         seed: int,
         tokenizer,
         entity_masks: bool = False,
+        pos_tags: bool = False,
     ) -> None:
         self.windows = windows
         self.masking, self.seed = masking, seed
-        self.entity_masks = entity_masks
+        self.entity_masks, self.pos_tags = entity_masks, pos_tags
         self.pad_id = int(tokenizer.pad_token_id or 0)
         if tokenizer.mask_token_id is None:
             raise ValueError("the tokenizer has no mask token")
@@ -297,17 +298,21 @@ class MLMDataset:
         labels = np.full((len(rows), n), IGNORE_INDEX, dtype=np.int64)
         attn = np.zeros((len(rows), n), dtype=np.int64)
         ents = np.zeros((len(rows), n), dtype=bool) if self.entity_masks else None
+        tags = np.zeros((len(rows), n), dtype=np.int64) if self.pos_tags else None
         for r, w in enumerate(rows):
             masked = masker(w.id, w.input_ids, w.offsets, w.annotation)
             t = len(w)
             ids[r, :t], labels[r, :t], attn[r, :t] = masked.input_ids, masked.labels, 1
             if ents is not None and w.annotation is not None:
                 ents[r, :t] = entity_token_mask(w.annotation, w.offsets)
+            if tags is not None and w.annotation is not None:
+                tags[r, :t] = pos_tag_ids(w.annotation, w.offsets)
         return MLMBatch(
             torch.from_numpy(ids),
             torch.from_numpy(attn),
             torch.from_numpy(labels),
             None if ents is None else torch.from_numpy(ents),
+            None if tags is None else torch.from_numpy(tags),
         )
 
 
@@ -339,16 +344,21 @@ def resolve_corpus(cfg: PretrainConfig) -> Path:
 
 
 def prepare_pretrain_data(
-    cfg: PretrainConfig, tokenizer, entity_masks: bool | None = None
+    cfg: PretrainConfig,
+    tokenizer,
+    entity_masks: bool | None = None,
+    pos_tags: bool | None = None,
 ) -> PretrainData:
     """Read, annotate where needed, split, tokenize; log a report. ``entity_masks``: whether
-    batches carry the entity key mask (entity-aware attention; default model.entity_bias)."""
+    batches carry the entity key mask (entity-aware attention; default model.entity_bias);
+    ``pos_tags``: whether they carry POS ids (a POS-tag embedding; default: scheme word_pos)."""
     ents = cfg.model.entity_bias if entity_masks is None else entity_masks
+    tags = cfg.masking.scheme == "word_pos" if pos_tags is None else pos_tags
     path = resolve_corpus(cfg)
     chunks = read_corpus(path)
     if not chunks:
         raise ValueError(f"corpus {path} holds no text")
-    needs_annotation = get_scheme(cfg.masking.scheme) != ("token",) or ents
+    needs_annotation = get_scheme(cfg.masking.scheme) != ("token",) or ents or tags
     given = sum(c.annotation is not None for c in chunks)
     if needs_annotation:
         chunks = annotate_missing(chunks, cfg.data.spacy_model, cfg.data.annotation_cache)
@@ -367,9 +377,10 @@ def prepare_pretrain_data(
     }
     log.info("pretraining corpus %s: %s", path, report)
     seed, masking = cfg.train.seed, cfg.masking
+    inputs = {"entity_masks": ents, "pos_tags": tags}
     return PretrainData(
-        train=MLMDataset(train_windows, masking, seed, tokenizer, entity_masks=ents),
-        heldout=MLMDataset(held_windows, masking, seed, tokenizer, entity_masks=ents),
+        train=MLMDataset(train_windows, masking, seed, tokenizer, **inputs),
+        heldout=MLMDataset(held_windows, masking, seed, tokenizer, **inputs),
         report=report,
     )
 

@@ -16,7 +16,6 @@ state (``train_state.json``, ``resume.pt``).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
@@ -35,7 +34,7 @@ from structqa.encoders.stacking import (
     attention_options,
     build_encoder,
     convert_stacking,
-    entity_keys,
+    entity_keys_if,
     load_encoder,
 )
 from structqa.features.batching import length_grouped_batches, sorted_batches
@@ -46,6 +45,7 @@ from structqa.pretrain.data import MLMBatch, MLMDataset, PretrainData, prepare_p
 from structqa.pretrain.masking import IGNORE_INDEX
 from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
 from structqa.runtime import autocast
+from structqa.text.annotate import NUM_POS_IDS
 from structqa.training.checkpoint import TrainState, restore, save_resume_state
 from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
@@ -79,7 +79,11 @@ class MLMEval:
 
 def build_pretrain_model(cfg: PretrainConfig) -> tuple[MaskedLM, Any]:
     """The encoder (loaded, converted to ``model.block`` and attention variants, or built from
-    scratch) with a tied MLM head (the checkpoint's, else a fresh one), and the tokenizer."""
+    scratch) with a tied MLM head (the checkpoint's, else a fresh one), and the tokenizer.
+
+    Masking scheme ``word_pos`` gives an encoder without one a zero-initialized POS-tag input
+    embedding (the step-0 function is the checkpoint's); a checkpoint's table is always kept.
+    """
     m = cfg.model
     attention = m.attention()
     if m.encoder == SCRATCH:
@@ -109,6 +113,8 @@ def build_pretrain_model(cfg: PretrainConfig) -> tuple[MaskedLM, Any]:
             encoder = convert_stacking(encoder, block, attention, added_init=m.added_init)
             log.info("converted the encoder %s -> %s (%s)", before, block, attention)
         head_source = path
+    if cfg.masking.scheme == "word_pos" and not encoder.config.pos_vocab_size:
+        encoder.add_pos_tag_embeddings(NUM_POS_IDS)
     set_dropout(encoder, m.dropout, m.attention_dropout)
     # A fresh head's init must not depend on how much RNG the conversion consumed: seed it, so
     # the same checkpoint gets the same head under every block (the step-0 function matches).
@@ -119,13 +125,13 @@ def build_pretrain_model(cfg: PretrainConfig) -> tuple[MaskedLM, Any]:
 
 
 def _forward(model, raw_model: MaskedLM, batch: MLMBatch):
-    ctx = (
-        entity_keys(raw_model.encoder, batch.entity_mask)
-        if batch.entity_mask is not None
-        else contextlib.nullcontext()
-    )
-    with ctx:
-        return model(batch.input_ids, batch.attention_mask, labels=batch.labels)
+    with entity_keys_if(raw_model.encoder, batch.entity_mask):
+        return model(
+            batch.input_ids,
+            batch.attention_mask,
+            labels=batch.labels,
+            pos_tag_ids=batch.pos_tag_ids,
+        )
 
 
 @torch.no_grad()
@@ -202,8 +208,12 @@ def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLM
     validate(cfg)
     set_seed(cfg.train.seed)
     model, tokenizer = build_pretrain_model(cfg)
-    entity_masks = attention_options(model.encoder).entity_bias
-    data = prepare_pretrain_data(cfg, tokenizer, entity_masks=entity_masks)
+    data = prepare_pretrain_data(
+        cfg,
+        tokenizer,
+        entity_masks=attention_options(model.encoder).entity_bias,
+        pos_tags=model.encoder.config.pos_vocab_size > 0,
+    )
     return train(cfg, model, tokenizer, data, resume=resume, progress=progress)
 
 

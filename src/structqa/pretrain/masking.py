@@ -10,7 +10,7 @@ scheme         levels, in order                             Table 7 row
 =============  ===========================================  ====================================
 token          single tokens                                Standard MLM (BERT)
 whole_word     words                                        (whole-word masking)
-word_pos       words; also returns a POS id per token       w/POS
+word_pos       words (+ a POS-tag input embedding)          w/POS
 entity         named-entity spans, then single tokens       Entity
 noun_phrase    noun chunks, then single tokens              Noun phrase
 anna           noun chunks, then words, then single tokens  ANNA (Sec. 3.2, Fig. 3)
@@ -24,6 +24,12 @@ it exactly; word-level schemes can fall short by a token or two when only long w
 Words, entities and noun chunks come from spaCy (:mod:`structqa.text.annotate`); a token
 belongs to the span holding its first character, so a span's tokens are exactly its word
 pieces and span units are unions of word units.
+
+``word_pos`` masks exactly as ``whole_word``; what makes the Table 7 row is its input: the paper
+concatenates POS tags to the words, here a POS-tag embedding added to the input embeddings
+(``EncoderConfig.pos_vocab_size``, ids from :func:`structqa.text.annotate.pos_tag_ids`; the
+pre-training data gives them to every encoder that has the table). The tags stay visible on
+masked tokens: they are an input feature, not a prediction target.
 
 Special tokens ([CLS], [SEP], [PAD], ...) and tokens with an empty character range are never
 selected nor used as random replacements. Randomness is a numpy Generator seeded from
@@ -53,30 +59,6 @@ SCHEMES: dict[str, tuple[str, ...]] = {
     "noun_phrase": ("noun_chunk", "token"),
     "anna": ("noun_chunk", "word", "token"),
 }
-
-#: Universal POS tags as spaCy writes them; POS id 0 is "no word" (special tokens, padding).
-UPOS_TAGS = (
-    "ADJ",
-    "ADP",
-    "ADV",
-    "AUX",
-    "CCONJ",
-    "DET",
-    "INTJ",
-    "NOUN",
-    "NUM",
-    "PART",
-    "PRON",
-    "PROPN",
-    "PUNCT",
-    "SCONJ",
-    "SYM",
-    "VERB",
-    "X",
-    "SPACE",
-)
-POS_IDS = {tag: i + 1 for i, tag in enumerate(UPOS_TAGS)}
-NUM_POS_IDS = len(UPOS_TAGS) + 1
 
 
 def get_scheme(name: str) -> tuple[str, ...]:
@@ -125,9 +107,6 @@ class MaskedTokens:
     input_ids: np.ndarray
     labels: np.ndarray  # original id where selected, IGNORE_INDEX elsewhere
     units: tuple[SelectedUnit, ...]
-    # word_pos only: POS id of each token's word (0: none). An input feature, as the paper
-    # concatenates the tags to the words, so it stays visible on masked tokens.
-    pos_ids: np.ndarray | None = None
 
     @property
     def selected(self) -> np.ndarray:
@@ -193,7 +172,7 @@ class Masker:
         rng = example_rng(self.config.seed, example_id)
 
         word_ids = None
-        if annotation is not None and ("word" in self.levels or self.config.scheme == "word_pos"):
+        if annotation is not None and "word" in self.levels:
             word_ids = token_span_ids(annotation.words, offs, maskable)
         taken = np.zeros(len(ids), dtype=bool)
         units: list[SelectedUnit] = []
@@ -216,11 +195,7 @@ class Masker:
                         break
 
         out, labels = self._replace(ids, taken, rng)
-        pos_ids = None
-        if self.config.scheme == "word_pos":
-            assert annotation is not None and word_ids is not None
-            pos_ids = pos_ids_of_tokens(annotation, word_ids)
-        return MaskedTokens(input_ids=out, labels=labels, units=tuple(units), pos_ids=pos_ids)
+        return MaskedTokens(input_ids=out, labels=labels, units=tuple(units))
 
     def _units(
         self,
@@ -260,23 +235,13 @@ class Masker:
         return out, labels
 
 
-def pos_ids_of_tokens(annotation: Annotation, word_ids: np.ndarray) -> np.ndarray:
-    """(T,) POS id of the word holding each token (0 where none: special tokens, padding)."""
-    tags = np.asarray([0] + [POS_IDS.get(p, POS_IDS["X"]) for p in annotation.pos], np.int64)
-    return tags[word_ids + 1]
-
-
 __all__ = [
     "IGNORE_INDEX",
-    "NUM_POS_IDS",
-    "POS_IDS",
     "SCHEMES",
-    "UPOS_TAGS",
     "MaskedTokens",
     "Masker",
     "MaskingConfig",
     "SelectedUnit",
     "example_rng",
     "get_scheme",
-    "pos_ids_of_tokens",
 ]

@@ -137,8 +137,11 @@ class MaskedLM(nn.Module):
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         labels: Tensor | None = None,
+        pos_tag_ids: Tensor | None = None,
     ) -> MLMOutput:
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
+        hidden = self.encoder(
+            input_ids, attention_mask, token_type_ids, pos_tag_ids=pos_tag_ids
+        ).last_hidden_state
         logits = self.head(hidden)  # (B, N, V)
         loss = None
         if labels is not None:

@@ -10,10 +10,11 @@ import torch
 
 from structqa.data.records import Example
 from structqa.decoding import Candidate, DecodeConfig
-from structqa.features.squad import FeatureConfig, featurize
+from structqa.features.squad import featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
 from structqa.models.build import model_from_checkpoint
 from structqa.runtime import use_bf16
+from structqa.training.data import feature_config
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,8 @@ class Predictor:
             self.model = bf16_weights(self.model)
         self.null_threshold = null_threshold
         self.batch_size = batch_size
-        self.features = FeatureConfig(
-            config.data.max_seq_len, config.data.doc_stride, config.data.max_query_len
-        )
+        self.features = feature_config(config)
+        self.annotator = tag_annotator(self.features)  # kept: spaCy loads once
         self.decode = DecodeConfig(config.decode.n_best, config.decode.max_answer_length)
 
     @classmethod
@@ -87,7 +87,7 @@ class Predictor:
 
     def predict_examples(self, examples: Sequence[Example]):
         """Raw predictions (``structqa.decoding.Prediction``) keyed by example id."""
-        features, _ = featurize(examples, self.tokenizer, self.features)
+        features, _ = featurize(examples, self.tokenizer, self.features, annotator=self.annotator)
         collector = run_inference(
             self.model, features, self.decode, self.batch_size, self.bf16, self.device
         )

@@ -30,6 +30,30 @@ _EXCLUDE = ("lemmatizer",)
 Span = tuple[int, int]  # [start, end) in characters
 LabeledSpan = tuple[int, int, str]
 
+#: Universal POS tags as spaCy writes them; POS id 0 is "no word" (special tokens, padding).
+UPOS_TAGS = (
+    "ADJ",
+    "ADP",
+    "ADV",
+    "AUX",
+    "CCONJ",
+    "DET",
+    "INTJ",
+    "NOUN",
+    "NUM",
+    "PART",
+    "PRON",
+    "PROPN",
+    "PUNCT",
+    "SCONJ",
+    "SYM",
+    "VERB",
+    "X",
+    "SPACE",
+)
+POS_IDS = {tag: i + 1 for i, tag in enumerate(UPOS_TAGS)}
+NUM_POS_IDS = len(UPOS_TAGS) + 1
+
 
 @dataclass(frozen=True)
 class Annotation:
@@ -60,6 +84,8 @@ class Annotation:
 
     @classmethod
     def from_dict(cls, d: dict) -> Annotation:
+        if "pos" not in d:  # every structqa cache and corpus shard has held POS tags
+            raise ValueError("annotation without a 'pos' field (another format): re-annotate")
         return cls(
             sentences=tuple((int(a), int(b)) for a, b in d["sentences"]),
             entities=tuple((int(a), int(b), str(label)) for a, b, label in d["entities"]),
@@ -212,6 +238,16 @@ def group_tokens(span_ids: np.ndarray) -> list[np.ndarray]:
     order = tokens[np.argsort(span_ids[tokens], kind="stable")]
     cuts = np.flatnonzero(np.diff(span_ids[order])) + 1
     return np.split(order, cuts)
+
+
+def pos_tag_ids(
+    annotation: Annotation, offsets: np.ndarray | Sequence, valid: np.ndarray | None = None
+) -> np.ndarray:
+    """(T,) int64: the POS id (:data:`POS_IDS`) of the word holding each token, the input of
+    a POS-tag embedding; 0 for special tokens and tokens outside every word. Tags outside
+    :data:`UPOS_TAGS` count as "X"."""
+    tags = np.asarray([0] + [POS_IDS.get(p, POS_IDS["X"]) for p in annotation.pos], np.int64)
+    return tags[token_span_ids(annotation.words, offsets, valid) + 1]
 
 
 def entity_token_mask(

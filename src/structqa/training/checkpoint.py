@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from structqa.encoders.stacking import encoder_config_dict
 from structqa.io import recover_dir, replace_dir, write_json
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def save_checkpoint(
     weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(weights, str(tmp / "model.safetensors"))
     write_json(tmp / "structqa_config.json", config)
-    write_json(tmp / "encoder_config.json", model.encoder.config.to_dict())
+    write_json(tmp / "encoder_config.json", encoder_config_dict(model.encoder))
     tokenizer.save_pretrained(str(tmp))
     write_json(tmp / "train_state.json", asdict(state))
     if metrics is not None:

@@ -10,7 +10,7 @@ from structqa.config import Config
 from structqa.data import parse_train_size, train_subset
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
-from structqa.features.squad import Feature, FeatureConfig, featurize
+from structqa.features.squad import Feature, FeatureConfig, featurize, tag_annotator
 from structqa.paths import resolve_data_dir, resolve_data_file
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,16 @@ def load_eval_examples(cfg: Config, path: str | None = None) -> tuple[list[Examp
 
 
 def feature_config(cfg: Config) -> FeatureConfig:
-    return FeatureConfig(cfg.data.max_seq_len, cfg.data.doc_stride, cfg.data.max_query_len)
+    """Windows and token tags of ``cfg.data`` (its token_tags resolved: ``build_model``)."""
+    d = cfg.data
+    return FeatureConfig(
+        d.max_seq_len,
+        d.doc_stride,
+        d.max_query_len,
+        token_tags=tuple(d.token_tags or ()),
+        spacy_model=d.spacy_model,
+        annotation_cache=d.annotation_cache,
+    )
 
 
 def prepare_data(cfg: Config, tokenizer) -> TrainData:
@@ -55,8 +64,9 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
     )
     eval_examples, v2 = load_eval_examples(cfg)
     fc = feature_config(cfg)
-    train_feats, rep = featurize(train, tokenizer, fc, training=True)
+    annotator = tag_annotator(fc)  # one spaCy pipeline and parse cache for both splits
+    train_feats, rep = featurize(train, tokenizer, fc, training=True, annotator=annotator)
     log.info("train: %s", rep.summary())
-    eval_feats, rep = featurize(eval_examples, tokenizer, fc)
+    eval_feats, rep = featurize(eval_examples, tokenizer, fc, annotator=annotator)
     log.info("eval: %s", rep.summary())
     return TrainData(train, train_feats, eval_examples, eval_feats, v2)
