@@ -63,6 +63,7 @@ from structqa.training.checkpoint import (
     safetensors_loader,
     save_checkpoint,
 )
+from structqa.training.checkpoint import resumable as can_resume
 from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
@@ -353,7 +354,7 @@ def train(
 
     state = TrainState()
     last_dir, best_dir = out / "last", out / "best"
-    if resume and (last_dir / "resume.pt").exists():
+    if resume and can_resume(last_dir):
         state = restore(last_dir, safetensors_loader(model), optimizer, scheduler)
         if state.finished:
             log.info("run already finished")
@@ -453,7 +454,7 @@ def train(
                     accelerator.wait_for_everyone()
                 if tc.save_every_steps and state.global_step % tc.save_every_steps == 0:
                     save(last_dir)
-                if stop.stop:
+                if stop.synced(device):
                     break
             if stop.stop:
                 break

@@ -47,6 +47,7 @@ from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
 from structqa.runtime import autocast
 from structqa.text.annotate import NUM_POS_IDS
 from structqa.training.checkpoint import TrainState, restore, save_resume_state
+from structqa.training.checkpoint import resumable as can_resume
 from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
@@ -240,7 +241,7 @@ def train(
 
     state = TrainState()
     last_dir, final_dir = out / "last", out / "final"
-    if resume and (last_dir / "resume.pt").exists():
+    if resume and can_resume(last_dir):
         state = restore(last_dir, lambda path: _load_weights(model, path), optimizer, scheduler)
         if state.finished:
             log.info("run already finished: %s", final_dir)
@@ -324,7 +325,7 @@ def train(
                     model.train()
                 if tc.save_every_steps and step % tc.save_every_steps == 0 and step < total_steps:
                     save(last_dir)
-                if stop.stop:
+                if stop.synced(device):
                     break
             if state.batch_in_epoch >= len(batches):
                 state.epoch += 1
