@@ -46,53 +46,50 @@ class Candidate(NamedTuple):
     probability: float = 0.0
 
 
+class _CandidateTable(NamedTuple):
+    """Every example's candidate spans, grouped by example and best first (numpy arrays)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    scores: np.ndarray
+
+
 class LazyNBest:
-    """An example's n-best spans kept as rows of shared lists; texts are cut from the
-    context only when the n-best list is read (most callers need only the best answer)."""
+    """An example's n-best spans kept as rows ``lo:hi`` of a shared table; texts and
+    probabilities are computed only when the n-best list is read (most callers need only the
+    best answer)."""
 
-    __slots__ = ("context", "rows", "starts", "ends", "scores", "probs", "n_best")
+    __slots__ = ("context", "table", "lo", "hi", "n_best")
 
-    def __init__(
-        self,
-        context: str,
-        rows: range,
-        starts: list[int],
-        ends: list[int],
-        scores: list[float],
-        probs: list[float],
-        n_best: int,
-    ):
-        self.context, self.rows, self.n_best = context, rows, n_best
-        self.starts, self.ends, self.scores, self.probs = starts, ends, scores, probs
+    def __init__(self, context: str, table: _CandidateTable, lo: int, hi: int, n_best: int):
+        self.context, self.table, self.lo, self.hi, self.n_best = context, table, lo, hi, n_best
 
     def materialize(self) -> tuple[Candidate, ...]:
-        rows, ctx = self.rows, self.context
-        head = rows[: self.n_best]
-        texts = [ctx[self.starts[r] : self.ends[r]] for r in head]
-        if len(set(texts)) == len(texts):  # the usual case: no text repeats
-            return tuple(
-                Candidate(t, self.starts[r], self.ends[r], self.scores[r], self.probs[r])
-                for t, r in zip(texts, head, strict=True)
-            )
-        picked: dict[str, int] = {}  # a text recurring at several positions: its best span
-        for r in rows:
-            text = ctx[self.starts[r] : self.ends[r]]
+        t, ctx = self.table, self.context
+        starts = t.starts[self.lo : self.hi].tolist()
+        ends = t.ends[self.lo : self.hi].tolist()
+        scores = t.scores[self.lo : self.hi].tolist()
+        picked: dict[str, int] = {}  # a text seen at several positions: its best span only
+        for r, (s, e) in enumerate(zip(starts, ends, strict=True)):
+            text = ctx[s:e]
             if text not in picked:
                 picked[text] = r
                 if len(picked) == self.n_best:
                     break
-        top = self.scores[rows[0]]
-        weights = [math.exp(self.scores[r] - top) for r in picked.values()]
+        top = scores[0]
+        weights = [math.exp(scores[r] - top) for r in picked.values()]
         total = sum(weights)
         return tuple(
-            Candidate(t, self.starts[r], self.ends[r], self.scores[r], w / total)
-            for (t, r), w in zip(picked.items(), weights, strict=True)
+            Candidate(text, starts[r], ends[r], scores[r], w / total)
+            for (text, r), w in zip(picked.items(), weights, strict=True)
         )
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """The answer to one question: best non-null span, the null score and the n-best."""
+class Prediction(NamedTuple):
+    """The answer to one question: best non-null span, the null score and the n-best.
+
+    A NamedTuple (immutable, and ~8x cheaper to create than a frozen dataclass: decoding
+    makes one per question)."""
 
     id: str
     text: str
@@ -116,30 +113,28 @@ class Prediction:
         return self.text
 
 
+def _topk(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest entries of each row, unordered: (values, indices), (B, k).
+
+    torch's ``topk`` on the chunk is ~2.5x numpy's ``argpartition`` here (measured on a
+    (220, 384) float32 chunk: 0.25 vs 0.69 ms); ``from_numpy`` shares memory, no copy."""
+    val, idx = torch.from_numpy(values).topk(k, dim=1, sorted=False)
+    return val.numpy(), idx.numpy()
+
+
 def _topk_candidates(
     start: np.ndarray, end: np.ndarray, ctx: np.ndarray, k: int, keep: int, max_len: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Best starts x best ends -> the ``keep`` best valid spans: (scores, starts, ends), (B, K).
-
-    In numpy: on CPU its per-call overhead is a fraction of torch's for arrays this small."""
+    """Best starts x best ends -> the ``keep`` best valid spans: (scores, starts, ends), (B, K)."""
     b = start.shape[0]
-    start, end = np.where(ctx, start, -np.inf), np.where(ctx, end, -np.inf)
-    s_idx = np.argpartition(-start, k - 1, axis=1)[:, :k]  # (B, k), unordered
-    e_idx = np.argpartition(-end, k - 1, axis=1)[:, :k]
+    s_val, s_idx = _topk(np.where(ctx, start, -np.inf).astype(np.float32, copy=False), k)
+    e_val, e_idx = _topk(np.where(ctx, end, -np.inf).astype(np.float32, copy=False), k)
     length = e_idx[:, None, :] - s_idx[:, :, None]  # (B, k, k)
-    scores = (
-        np.take_along_axis(start, s_idx, 1)[:, :, None]
-        + np.take_along_axis(end, e_idx, 1)[:, None, :]
-    )
+    scores = s_val[:, :, None] + e_val[:, None, :]
     scores[(length < 0) | (length >= max_len)] = -np.inf
     scores = scores.reshape(b, k * k)
-    kk = min(keep, k * k)
-    top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]  # (B, K)
-    return (
-        np.take_along_axis(scores, top, 1),
-        np.take_along_axis(s_idx, top // k, 1),
-        np.take_along_axis(e_idx, top % k, 1),
-    )
+    top_val, top = _topk(scores, min(keep, k * k))  # (B, K)
+    return top_val, np.take_along_axis(s_idx, top // k, 1), np.take_along_axis(e_idx, top % k, 1)
 
 
 def _band_candidates(band: Tensor, ctx: Tensor, keep: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -153,54 +148,88 @@ def _band_candidates(band: Tensor, ctx: Tensor, keep: int) -> tuple[Tensor, Tens
 
 
 class SpanCollector:
-    """Accumulates per-window top spans batch by batch, then merges per example."""
+    """Accumulates per-window top spans batch by batch, then merges per example.
 
-    def __init__(self, cfg: DecodeConfig = DecodeConfig()):
+    Start/end logits (the ``"topk"`` candidate set) are buffered and searched in chunks of
+    at least ``flush_rows`` windows: one vectorized pass per chunk instead of one per batch
+    (the per-call cost of the ~20 numpy calls dominated at evaluation batch sizes), with
+    memory still bounded by the chunk."""
+
+    def __init__(self, cfg: DecodeConfig = DecodeConfig(), flush_rows: int = 256):
         self.cfg = cfg
+        self.flush_rows = flush_rows
         self._parts: list[tuple[np.ndarray, ...]] = []
         self._nulls: list[tuple[np.ndarray, np.ndarray]] = []
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending_rows = 0
 
     @torch.no_grad()
     def add(self, output: HeadOutput, feature_index: Tensor, answer_mask: Tensor) -> None:
         cfg = self.cfg
-        keep = cfg.n_best * cfg.window_factor
         rows = feature_index.cpu().numpy()
         if output.span_scores is None and cfg.candidates == "topk":
             start = output.start_logits.float().cpu().numpy()
             end = output.end_logits.float().cpu().numpy()
             ctx = answer_mask.cpu().numpy().copy()
             ctx[:, 0] = False  # [CLS] is the null answer, not a span
-            null = start[:, 0] + end[:, 0]
-            k = min(cfg.n_best, start.shape[1])
-            scores, starts, ends = _topk_candidates(start, end, ctx, k, keep, cfg.max_answer_length)
+            self._nulls.append((rows, start[:, 0] + end[:, 0]))
+            self._pending.append((rows, start, end, ctx))
+            self._pending_rows += len(rows)
+            if self._pending_rows >= self.flush_rows:
+                self._flush()
+            return
+        ctx_t = answer_mask.clone()
+        ctx_t[:, 0] = False
+        if output.span_scores is not None:
+            if output.span_scores.shape[2] != cfg.max_answer_length:
+                raise ValueError(
+                    f"the head scores spans up to {output.span_scores.shape[2]} tokens but "
+                    f"decoding asks for {cfg.max_answer_length}: build the head with the "
+                    "same decode.max_answer_length"
+                )
+            null_t = output.null_scores.float()
+            band = output.span_scores.float()
         else:
-            ctx_t = answer_mask.clone()
-            ctx_t[:, 0] = False
-            if output.span_scores is not None:
-                if output.span_scores.shape[2] != cfg.max_answer_length:
-                    raise ValueError(
-                        f"the head scores spans up to {output.span_scores.shape[2]} tokens but "
-                        f"decoding asks for {cfg.max_answer_length}: build the head with the "
-                        "same decode.max_answer_length"
-                    )
-                null_t = output.null_scores.float()
-                band = output.span_scores.float()
-            else:
-                start_t, end_t = output.start_logits.float(), output.end_logits.float()
-                null_t = start_t[:, 0] + end_t[:, 0]
-                band = span_band(start_t, end_t, cfg.max_answer_length)
-            found = _band_candidates(band, ctx_t, keep)
-            scores, starts, ends = (t.cpu().numpy() for t in found)
-            null = null_t.cpu().numpy()
+            start_t, end_t = output.start_logits.float(), output.end_logits.float()
+            null_t = start_t[:, 0] + end_t[:, 0]
+            band = span_band(start_t, end_t, cfg.max_answer_length)
+        found = _band_candidates(band, ctx_t, cfg.n_best * cfg.window_factor)
+        self._keep(rows, *(t.cpu().numpy() for t in found))
+        self._nulls.append((rows, null_t.cpu().numpy()))
+
+    def _flush(self) -> None:
+        """Search the buffered windows' logits at once (padded to the longest window)."""
+        if not self._pending:
+            return
+        cfg, pending = self.cfg, self._pending
+        n = max(p[1].shape[1] for p in pending)
+        total = sum(len(p[0]) for p in pending)
+        start = np.full((total, n), -np.inf, dtype=np.float32)
+        end = np.full((total, n), -np.inf, dtype=np.float32)
+        ctx = np.zeros((total, n), dtype=bool)
+        r = 0
+        for _, s, e, c in pending:
+            b, m = s.shape
+            start[r : r + b, :m], end[r : r + b, :m], ctx[r : r + b, :m] = s, e, c
+            r += b
+        rows = np.concatenate([p[0] for p in pending])
+        keep = cfg.n_best * cfg.window_factor
+        found = _topk_candidates(start, end, ctx, min(cfg.n_best, n), keep, cfg.max_answer_length)
+        self._keep(rows, *found)
+        self._pending, self._pending_rows = [], 0
+
+    def _keep(
+        self, rows: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> None:
         ok = scores > NEG / 2  # drops -inf padding and masked tokens
         rows_k = np.broadcast_to(rows[:, None], scores.shape)
         self._parts.append((rows_k[ok], starts[ok], ends[ok], scores[ok]))
-        self._nulls.append((rows, null))
 
     def predictions(
         self, examples: Sequence[Example], features: Sequence[Feature]
     ) -> dict[str, Prediction]:
         """Merge windows: per example, the best distinct answer texts across its windows."""
+        self._flush()
         if not self._nulls:
             return {}
         feat, starts, ends, scores = (np.concatenate(c) for c in zip(*self._parts, strict=True))
@@ -215,17 +244,9 @@ class SpanCollector:
         # best first within each example (the same span seen from two overlapping windows
         # is one text: the n-best keeps each text once, see LazyNBest)
         order = np.lexsort((-scores, cand_ex))
-        cand_ex, scores = cand_ex[order], scores[order]
-        bounds = np.searchsorted(cand_ex, np.arange(len(examples) + 1))
-        # softmax over each example's first n_best spans, all examples at once
-        n_best = self.cfg.n_best
-        rank = np.arange(len(cand_ex)) - bounds[cand_ex]
-        top = scores[bounds[cand_ex]]
-        weights = np.where(rank < n_best, np.exp(scores - top), 0.0)
-        totals = np.bincount(cand_ex, weights=weights, minlength=len(examples))
-        probs = (weights / np.maximum(totals[cand_ex], 1e-300)).tolist()
-        scores_l, bounds_l = scores.tolist(), bounds.tolist()
-        char_start, char_end = char_start[order].tolist(), char_end[order].tolist()
+        cand_ex = cand_ex[order]
+        table = _CandidateTable(char_start[order], char_end[order], scores[order])
+        bounds = np.searchsorted(cand_ex, np.arange(len(examples) + 1)).tolist()
         null_feat, null = (np.concatenate(c) for c in zip(*self._nulls, strict=True))
         # the null score of an example: the lowest over its windows (as in BERT's run_squad)
         null_ex = example_of[null_feat]
@@ -234,17 +255,29 @@ class SpanCollector:
         null_by_ex = np.full(len(examples), np.inf)
         null_by_ex[present] = np.minimum.reduceat(null[by_ex], first_window)
         null_list = null_by_ex.tolist()
+        # each example's best span: the first row of its group
+        firsts = np.minimum(bounds[:-1], max(len(cand_ex) - 1, 0))
+        best_s = table.starts[firsts].tolist() if len(cand_ex) else []
+        best_e = table.ends[firsts].tolist() if len(cand_ex) else []
+        best_score = table.scores[firsts].tolist() if len(cand_ex) else []
+        n_best = self.cfg.n_best
         out: dict[str, Prediction] = {}
         for e in present.tolist():
-            ex, context = examples[e], examples[e].context
+            ex = examples[e]
             null_score = null_list[e]
-            lo, hi = bounds_l[e], bounds_l[e + 1]
+            lo, hi = bounds[e], bounds[e + 1]
             if lo == hi:
                 out[ex.id] = Prediction(ex.id, "", -1, -1, NEG, null_score, null_score - NEG)
                 continue
-            nbest = LazyNBest(context, range(lo, hi), char_start, char_end, scores_l, probs, n_best)
-            cs, ce, score = char_start[lo], char_end[lo], scores_l[lo]
+            cs, ce, score = best_s[e], best_e[e], best_score[e]
             out[ex.id] = Prediction(
-                ex.id, context[cs:ce], cs, ce, score, null_score, null_score - score, nbest
+                ex.id,
+                ex.context[cs:ce],
+                cs,
+                ce,
+                score,
+                null_score,
+                null_score - score,
+                LazyNBest(ex.context, table, lo, hi, n_best),
             )
         return out
