@@ -35,7 +35,7 @@ def run_inference(
     model: ExtractiveQAModel,
     features: Sequence[Feature],
     decode: DecodeConfig,
-    batch_size: int = 64,
+    batch_size: int = 16,
     bf16: bool = False,
     device: torch.device | None = None,
     progress=None,

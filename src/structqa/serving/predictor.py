@@ -38,7 +38,7 @@ class Predictor:
         config,
         null_threshold: float | None = None,
         bf16: str = "auto",
-        batch_size: int = 64,
+        batch_size: int = 16,
     ):
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.device = next(model.parameters()).device
