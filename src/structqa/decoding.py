@@ -243,7 +243,11 @@ class SpanCollector:
         cand_ex = example_of[feat]
         # best first within each example (the same span seen from two overlapping windows
         # is one text: the n-best keeps each text once, see LazyNBest)
-        order = np.lexsort((-scores, cand_ex))
+        # (two sorts: numpy's SIMD float sort, then a stable radix sort on int16 example ids,
+        # together ~2.5x one lexsort; equal scores keep an arbitrary but fixed order)
+        by_score = np.argsort(-scores)
+        ex_key = cand_ex.astype(np.int16) if len(examples) < 2**15 else cand_ex
+        order = by_score[np.argsort(ex_key[by_score], kind="stable")]
         cand_ex = cand_ex[order]
         table = _CandidateTable(char_start[order], char_end[order], scores[order])
         bounds = np.searchsorted(cand_ex, np.arange(len(examples) + 1)).tolist()
