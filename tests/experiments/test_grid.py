@@ -55,15 +55,18 @@ def test_product_axes_expand_in_file_order_with_stable_names():
         )
     )
     names = [r.name for r in exp.runs()]
-    assert names[:3] == [
+    # seed by seed (every cell once, then again), the other axes in file order
+    assert names[:5] == [
         "head=independent,train_size=256,seed=0",
-        "head=independent,train_size=256,seed=1",
         "head=independent,train_size=512,seed=0",
+        "head=joint,train_size=256,seed=0",
+        "head=joint,train_size=512,seed=0",
+        "head=independent,train_size=256,seed=1",
     ]
     assert names[-1] == "head=joint,train_size=512,seed=1"
     assert len(names) == len(set(names)) == 8
     assert names == [r.name for r in exp.runs()]  # deterministic
-    run = exp.runs()[5]  # joint, 256, seed 1
+    run = exp.runs()[6]  # joint, 256, seed 1
     cfg = exp.config_for(run)
     assert (cfg.model.head, cfg.data.train_size, cfg.train.seed, cfg.train.lr) == (
         "joint",
@@ -78,7 +81,7 @@ def test_product_axes_expand_in_file_order_with_stable_names():
     }
 
 
-def test_variants_are_outermost_and_values_are_coerced_into_names():
+def test_variants_are_outermost_within_a_seed_and_values_are_coerced_into_names():
     exp = experiment_from_dict(
         spec(
             variants=[
@@ -91,7 +94,8 @@ def test_variants_are_outermost_and_values_are_coerced_into_names():
     )
     names = [r.name for r in exp.runs()]
     assert names[0] == "variant=static,head_lr=null,seed=0"
-    assert names[4] == "variant=fast,head_lr=null,seed=0"
+    assert names[2] == "variant=fast,head_lr=null,seed=0"
+    assert names[4] == "variant=static,head_lr=null,seed=1"
     assert names[-1] == "variant=fast,head_lr=0.001,seed=1"
     cfg = exp.config_for(exp.runs()[-1])
     assert cfg.model.head == "joint" and cfg.train.lr == 3e-5 and cfg.train.head_lr == 1e-3

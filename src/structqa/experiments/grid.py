@@ -238,8 +238,14 @@ class Experiment:
         )
 
     def runs(self) -> list[Run]:
-        """Every run of the grid itself, in execution order (no extra seeds)."""
-        return self._expand(list(self.axes.items()), extra=False)
+        """Every run of the grid itself, in execution order (no extra seeds): seed by seed
+        (every cell's first seed, then every cell's second, ...), so an interrupted grid
+        has filled whole tables rather than all seeds of its first cells."""
+        runs = self._expand(list(self.axes.items()), extra=False)
+        if SEED_KEY not in self.axes:
+            return runs
+        order = {seed: i for i, seed in enumerate(self.axes[SEED_KEY])}
+        return sorted(runs, key=lambda r: order[r.overrides[SEED_KEY]])  # stable
 
     def extra_runs(self, cell: tuple[str, ...]) -> list[Run]:
         """The seeds_if_noisy runs of one cell (a tuple of labels in cell_keys order)."""
