@@ -162,3 +162,34 @@ def test_checkpoint_tensors_the_model_lacks_or_misshapes_are_errors(
         ValueError, match=r"type_head\.weight \(checkpoint \(5, 32\), model \(3, 32\)"
     ):
         loop.warm_start(model, bad, "ckpt")
+
+
+def test_drop_train_keeps_a_stacked_relative_encoder_and_refuses_pos_inputs(
+    tmp_path, tiny_checkpoint, shared_data
+):
+    import shutil
+
+    from structqa.encoders.bert import BertEncoder
+    from structqa.encoders.stacking import (
+        AttentionOptions,
+        attention_options,
+        convert_stacking,
+        save_encoder,
+    )
+
+    plain = BertEncoder.from_pretrained(tiny_checkpoint)
+    anna = convert_stacking(plain, ["sa", "naa", "ffn"], AttentionOptions(relative_keys=True))
+    save_encoder(anna, tmp_path / "anna")
+    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        if (tiny_checkpoint / f).exists():
+            shutil.copy(tiny_checkpoint / f, tmp_path / "anna" / f)
+    args = tiny_args(tmp_path / "anna", shared_data, tmp_path / "run")
+    model, _ = loop.build_genbert(load_drop_config(overrides=args))
+    assert model.encoder.layers[0].spec == anna.layers[0].spec
+    assert attention_options(model.encoder).relative_keys
+    for key, value in anna.state_dict().items():
+        assert torch.equal(model.encoder.state_dict()[key], value), key
+
+    plain.config.pos_vocab_size = 4  # a word+POS encoder (ANNA Table 7)
+    with pytest.raises(ValueError, match="POS-tag inputs or entity-aware attention"):
+        loop.drop_ready(BertEncoder(plain.config), "x")

@@ -41,7 +41,8 @@ from accelerate.utils import set_seed
 
 from structqa.config import config_from_dict
 from structqa.data.drop import DropExample, read_drop
-from structqa.encoders.bert import BertEncoder, EncoderConfig
+from structqa.encoders.bert import BertEncoder
+from structqa.encoders.stacking import attention_options, encoder_from_config_dict, load_encoder
 from structqa.features.batching import length_grouped_batches, sorted_batches
 from structqa.features.drop_features import (
     DropBatch,
@@ -133,13 +134,25 @@ def prepare_data(cfg: DropConfig, tokenizer) -> DropData:
 # ---- model -----------------------------------------------------------------------------------
 
 
+def drop_ready(encoder: BertEncoder, path: str | Path) -> BertEncoder:
+    """``encoder`` if GenBERT can feed it: any stacking (SA/NAA) and relative-position
+    attention work; POS-tag inputs and entity-aware attention need per-token tags that the
+    DROP features do not carry yet, so they are refused here rather than failing mid-run."""
+    if encoder.config.pos_vocab_size or attention_options(encoder).entity_bias:
+        raise ValueError(
+            f"{path}: this encoder takes POS-tag inputs or entity-aware attention, which "
+            "drop-train does not feed yet; pre-train without them for DROP"
+        )
+    return encoder
+
+
 def build_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
     """The pretrained encoder with GenBERT's new modules (seeded by ``train.seed``), or, with
     ``model.init``, the weights and tokenizer of that drop-train checkpoint."""
     if cfg.model.init is not None:
         return init_genbert(cfg)
     path = resolve_encoder_path(cfg.model.encoder)
-    encoder = BertEncoder.from_pretrained(path)
+    encoder = drop_ready(load_encoder(path), path)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
         model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
@@ -165,8 +178,8 @@ def init_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
             f"model.init {str(cfg.model.init)!r}: {what}; expected a drop-train checkpoint "
             "directory such as runs/ncbert/pretrain-synthetic/best"
         )
-    enc_cfg = EncoderConfig.from_dict(json.loads((path / "encoder_config.json").read_text()))
-    encoder = BertEncoder(enc_cfg)  # (its weights come from the checkpoint)
+    # (its weights come from the checkpoint)
+    encoder = encoder_from_config_dict(json.loads((path / "encoder_config.json").read_text()))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
         model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
@@ -227,8 +240,8 @@ def load_genbert(path: str | Path) -> tuple[GenBERT, Any, DropConfig]:
     if not (path / "model.safetensors").exists():
         raise FileNotFoundError(f"{path}: not a structqa checkpoint (no model.safetensors)")
     cfg = validate(config_from_dict(json.loads((path / CONFIG_FILE).read_text()), cls=DropConfig))
-    enc_cfg = EncoderConfig.from_dict(json.loads((path / "encoder_config.json").read_text()))
-    model = GenBERT(BertEncoder(enc_cfg), cfg.model.genbert(cfg.train.seed))
+    encoder = encoder_from_config_dict(json.loads((path / "encoder_config.json").read_text()))
+    model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
     model.load_state_dict(load_file(str(path / "model.safetensors")))
     model.eval()
     return model, load_tokenizer(path), cfg
