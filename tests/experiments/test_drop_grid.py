@@ -148,7 +148,7 @@ def test_shipped_ncbert_grids_expand_and_fine_tune_from_the_synthetic_checkpoint
         "dice",
         "ncbert",
     ]
-    assert len(grid.runs()) == 8 * 3 and len(heads.runs()) == 6 * 3
+    assert len(grid.runs()) == 8 * 3 and len(heads.runs()) == 5 * 3
     by_name = {r.name: grid.config_for(r) for r in grid.runs()}
     base = by_name["variant=baseline,seed=0"].model
     assert not base.nc_layer and not base.decoder_number_mask and base.dice_weight == 0
@@ -158,10 +158,14 @@ def test_shipped_ncbert_grids_expand_and_fine_tune_from_the_synthetic_checkpoint
     assert ncbert.model.nc_layer and ncbert.model.dice_weight > 0 and ncbert.model.lsdf
     assert ncbert.train.seed == 2
     k = {r.name.split(",")[0]: len(heads.config_for(r).model.nc_heads) for r in heads.runs()}
-    assert k == {f"variant=k{n}": n for n in (0, 1, 2, 4, 6, 12)}
+    assert k == {f"variant=k{n}": n for n in (0, 1, 2, 4, 12)}  # k = 6: the grid's nc-mask
     k0 = heads.config_for(heads.runs()[0]).model  # the extra layer with no masked head
     assert k0.nc_layer and not k0.nc_heads and not k0.needs_annotations
-    for exp in (grid, heads):
+    placement = load_experiment(CONFIGS / "placement.yaml")
+    replaced = {placement.config_for(r).model.nc_replace for r in placement.runs()}
+    assert replaced == {"all_layers", "last_all", "last_single", "last_odd", "last_even"}
+    assert not any(placement.config_for(r).model.nc_layer for r in placement.runs())
+    for exp in (grid, heads, placement):
         for run in exp.runs():
             cfg = exp.config_for(run)
             assert cfg.model.init == "runs/ncbert/pretrain-synthetic/best"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from structqa.attention.masks import materialize
 from structqa.attention.nc_masks import NCMaskConfig
 from structqa.data.drop import DropAnswer, DropExample
 from structqa.encoders.bert import BertEncoder
@@ -259,3 +260,49 @@ def test_lsdf_targets_read_back(tokenizer):
     assert tokens == ["[CLS]", "7", "##2", "##1", "[SEP]"]
     assert from_lsdf(tokens[1:-1]) == "127" == tokens_to_text(tokens[1:-1], use_lsdf=True)
     assert tokens_to_text(["1", "##2", "##7"]) == "127" and tokens_to_text(["-", "7"]) == "-7"
+
+
+def test_replaced_heads_patterns():
+    from structqa.models.genbert import replaced_heads
+
+    assert replaced_heads("all_layers", 2, 4) == {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]}
+    assert replaced_heads("last_all", 3, 4) == {2: [0, 1, 2, 3]}
+    assert replaced_heads("last_single", 3, 4) == {2: [0]}
+    assert replaced_heads("last_odd", 3, 4) == {2: [1, 3]}
+    assert replaced_heads("last_even", 3, 4) == {2: [0, 2]}
+    with pytest.raises(ValueError, match="nc_replace must be one of"):
+        GenBERTConfig(nc_replace="middle")
+
+
+@pytest.mark.parametrize("placement", ["last_single", "last_odd", "all_layers"])
+def test_nc_mask_on_pretrained_heads(tiny_checkpoint, tokenizer, placement):
+    """Table 4 placement: in the chosen heads of the pretrained layers a number token gives
+    attention only to keys its channels allow; every other head attends as before."""
+    from structqa.models.genbert import replaced_heads
+
+    nc = NCMaskConfig(entity_channel=False, type_channel=True, type_words=2, type_window=3)
+    model = build(tiny_checkpoint, GenBERTConfig(nc_replace=placement, nc_mask=nc)).eval()
+    plain = build(tiny_checkpoint).eval()
+    _, _, batch = batch_of(tokenizer)
+    args = (batch.input_ids, batch.attention_mask, batch.token_type_ids)
+    masks = model.replaced_layer_masks(batch)
+    ecfg = model.encoder.config
+    chosen = replaced_heads(placement, ecfg.num_layers, ecfg.num_heads)
+    assert masks is not None and [m is not None for m in masks] == [
+        i in chosen for i in range(ecfg.num_layers)
+    ]
+    with torch.no_grad():
+        masked = model.encoder(*args, layer_masks=masks, output_attentions=True).attentions
+        free = plain.encoder(*args, output_attentions=True).attentions
+        assert not torch.equal(model.encode(batch), plain.encode(batch))
+    rows = batch.is_number  # (B, N) number-token query rows
+    for i in range(ecfg.num_layers):
+        b, h, n, _ = masked[i].shape
+        allowed = materialize(masks[i], b, h, n, n, rows.device) if masks[i] is not None else None
+        for head in range(ecfg.num_heads):
+            if i in chosen and head in chosen[i]:
+                leak = masked[i][:, head].masked_fill(allowed[:, head], 0.0)  # forbidden keys
+                assert float(leak[rows].abs().max()) < 1e-6
+                assert bool((allowed[:, head][rows].sum(-1) < n).all())  # a real restriction
+            else:
+                torch.testing.assert_close(masked[i][:, head], free[i][:, head])

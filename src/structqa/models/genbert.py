@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from structqa.attention.masks import and_masks, causal, key_padding, materialize
+from structqa.attention.masks import MaskMod, and_masks, causal, key_padding, materialize
 from structqa.attention.nc_masks import (
     NCMaskConfig,
     decoder_number,
@@ -82,6 +82,9 @@ class GenBERTConfig:
     nc_layer: bool = False  # extra randomly initialized encoder block with the NC-Mask
     nc_heads: tuple[int, ...] = ()  # heads of that block that get the mask (k of H)
     nc_mask: NCMaskConfig = field(default_factory=NCMaskConfig)
+    # NC-Mask on heads of the pretrained layers instead (Table 4): None | all_layers |
+    # last_all | last_single | last_odd | last_even (see :func:`replaced_heads`)
+    nc_replace: str | None = None
     decoder_number_mask: bool = False  # decoder-number channel on the cross-attention
     dice_weight: float = 0.0  # L = L_ans + dice_weight * L_num
     dice_pairs: int = 4  # sampled number pairs per example
@@ -93,7 +96,30 @@ class GenBERTConfig:
     def __post_init__(self) -> None:
         if self.xa_init not in ("random", "zero"):
             raise ValueError(f"xa_init must be 'random' or 'zero', got {self.xa_init!r}")
+        if self.nc_replace is not None and self.nc_replace not in NC_REPLACE:
+            raise ValueError(
+                f"nc_replace must be one of {NC_REPLACE} or None, got {self.nc_replace!r}"
+            )
         object.__setattr__(self, "nc_heads", tuple(self.nc_heads))
+
+
+NC_REPLACE = ("all_layers", "last_all", "last_single", "last_odd", "last_even")
+
+
+def replaced_heads(placement: str, num_layers: int, num_heads: int) -> dict[int, list[int]]:
+    """NC-BERT Table 4: which heads of which pretrained layers get the NC-Mask (layer index ->
+    heads). ``all_layers``: every head of every layer; ``last_all``: every head of the last
+    layer; ``last_single``: head 0 of the last layer; ``last_odd`` / ``last_even``: the odd /
+    even heads (1, 3, ... / 0, 2, ...) of the last layer."""
+    every = list(range(num_heads))
+    last = num_layers - 1
+    return {
+        "all_layers": dict.fromkeys(range(num_layers), every),
+        "last_all": {last: every},
+        "last_single": {last: [0]},
+        "last_odd": {last: every[1::2]},
+        "last_even": {last: every[0::2]},
+    }[placement]
 
 
 class Transform(nn.Module):
@@ -174,12 +200,37 @@ class GenBERT(nn.Module):
 
     def encode(self, batch: DropBatch) -> Tensor:
         """M: the last encoder states (B, N, D), after the NC layer when there is one."""
-        enc = self.encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        enc = self.encoder(
+            batch.input_ids,
+            batch.attention_mask,
+            batch.token_type_ids,
+            layer_masks=self.replaced_layer_masks(batch),
+        )
         states = enc.last_hidden_state  # (B, N, D)
         if self.nc_layer is None:
             return states
         states, _ = self.nc_layer(states, self.nc_layer_mask(batch))
         return states
+
+    def replaced_layer_masks(self, batch: DropBatch) -> list[MaskMod | None] | None:
+        """Per pretrained layer, the NC-Mask on the heads chosen by ``nc_replace`` (Table 4),
+        other heads and layers unrestricted; None when the mask is not placed there."""
+        cfg, ecfg = self.config, self.encoder.config
+        if cfg.nc_replace is None:
+            return None
+        channels = encoder_channels(
+            cfg.nc_mask,
+            batch.is_number,
+            batch.is_entity,
+            batch.sentence_id,
+            batch.is_word,
+            batch.number_index,
+        )
+        heads = replaced_heads(cfg.nc_replace, ecfg.num_layers, ecfg.num_heads)
+        return [
+            nc_layer_masks(channels, heads[i], ecfg.num_heads) if i in heads else None
+            for i in range(ecfg.num_layers)
+        ]
 
     def nc_layer_mask(self, batch: DropBatch) -> Tensor:
         """The NC layer's boolean attention mask (B, H, N, N): the enabled encoder channels on

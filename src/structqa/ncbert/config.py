@@ -35,6 +35,9 @@ class DropModelConfig:
     xa_init: str = "random"  # decoder cross-attention init: random | zero
     nc_layer: bool = False  # extra encoder layer N+1 with the NC-Mask (NC-BERT Sec. 3.3.1)
     nc_heads: list[int] = field(default_factory=list)  # heads of that layer that get the mask
+    # or the NC-Mask on heads of the pretrained layers (Table 4): all_layers | last_all |
+    # last_single | last_odd | last_even (structqa.models.genbert.replaced_heads)
+    nc_replace: str | None = None
     entity_channel: bool = True  # entity-number channel (needs entity tables; see features)
     type_channel: bool = True  # type-number channel
     type_words: int = 4  # m: words a number may attend to (type-number channel)
@@ -49,13 +52,15 @@ class DropModelConfig:
 
     @property
     def needs_annotations(self) -> bool:
-        return self.nc_layer and bool(self.nc_heads) and self.entity_channel
+        masked = (self.nc_layer and bool(self.nc_heads)) or self.nc_replace is not None
+        return masked and self.entity_channel
 
     def genbert(self, seed: int = 0) -> GenBERTConfig:
         return GenBERTConfig(
             xa_init=self.xa_init,
             nc_layer=self.nc_layer,
             nc_heads=tuple(self.nc_heads),
+            nc_replace=self.nc_replace,
             nc_mask=NCMaskConfig(
                 entity_channel=self.entity_channel,
                 type_channel=self.type_channel,
@@ -145,6 +150,11 @@ def validate(cfg: DropConfig) -> DropConfig:
     if m.nc_layer and m.nc_heads and not (m.entity_channel or m.type_channel):
         raise ConfigError(
             "model.nc_heads needs at least one channel (model.entity_channel or model.type_channel)"
+        )
+    if m.nc_replace is not None and not (m.entity_channel or m.type_channel):
+        raise ConfigError(
+            "model.nc_replace needs at least one channel (model.entity_channel or "
+            "model.type_channel)"
         )
     if m.init is not None and not m.init.strip():
         raise ConfigError("model.init must be a drop-train checkpoint directory or null")
