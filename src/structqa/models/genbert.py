@@ -212,20 +212,24 @@ class GenBERT(nn.Module):
         states, _ = self.nc_layer(states, self.nc_layer_mask(batch))
         return states
 
-    def replaced_layer_masks(self, batch: DropBatch) -> list[MaskMod | None] | None:
-        """Per pretrained layer, the NC-Mask on the heads chosen by ``nc_replace`` (Table 4),
-        other heads and layers unrestricted; None when the mask is not placed there."""
-        cfg, ecfg = self.config, self.encoder.config
-        if cfg.nc_replace is None:
-            return None
-        channels = encoder_channels(
-            cfg.nc_mask,
+    def encoder_channels(self, batch: DropBatch) -> list[MaskMod]:
+        """The enabled entity-number / type-number mask functions for this batch."""
+        return encoder_channels(
+            self.config.nc_mask,
             batch.is_number,
             batch.is_entity,
             batch.sentence_id,
             batch.is_word,
             batch.number_index,
         )
+
+    def replaced_layer_masks(self, batch: DropBatch) -> list[MaskMod | None] | None:
+        """Per pretrained layer, the NC-Mask on the heads chosen by ``nc_replace`` (Table 4),
+        other heads and layers unrestricted; None when the mask is not placed there."""
+        cfg, ecfg = self.config, self.encoder.config
+        if cfg.nc_replace is None:
+            return None
+        channels = self.encoder_channels(batch)
         heads = replaced_heads(cfg.nc_replace, ecfg.num_layers, ecfg.num_heads)
         return [
             nc_layer_masks(channels, heads[i], ecfg.num_heads) if i in heads else None
@@ -236,14 +240,7 @@ class GenBERT(nn.Module):
         """The NC layer's boolean attention mask (B, H, N, N): the enabled encoder channels on
         ``nc_heads`` (number-token query rows), every other head unrestricted, AND padding."""
         cfg, heads = self.config, self.encoder.config.num_heads
-        channels = encoder_channels(
-            cfg.nc_mask,
-            batch.is_number,
-            batch.is_entity,
-            batch.sentence_id,
-            batch.is_word,
-            batch.number_index,
-        )
+        channels = self.encoder_channels(batch)
         mod = and_masks(
             key_padding(batch.attention_mask.bool()),
             nc_layer_masks(channels, cfg.nc_heads, heads),
