@@ -259,11 +259,11 @@ class SpanCollector:
         null_by_ex = np.full(len(examples), np.inf)
         null_by_ex[present] = np.minimum.reduceat(null[by_ex], first_window)
         null_list = null_by_ex.tolist()
-        # each example's best span: the first row of its group
-        firsts = np.minimum(bounds[:-1], max(len(cand_ex) - 1, 0))
-        best_s = table.starts[firsts].tolist() if len(cand_ex) else []
-        best_e = table.ends[firsts].tolist() if len(cand_ex) else []
-        best_score = table.scores[firsts].tolist() if len(cand_ex) else []
+        # each example's best span: the first row of its group (read only where lo < hi)
+        firsts = np.minimum(bounds[:-1], len(cand_ex) - 1)
+        best_s, best_e, best_score = (
+            (col[firsts].tolist() for col in table) if len(cand_ex) else ([], [], [])
+        )
         n_best = self.cfg.n_best
         out: dict[str, Prediction] = {}
         for e in present.tolist():

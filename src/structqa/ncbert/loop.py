@@ -59,12 +59,10 @@ from structqa.ncbert.config import DropConfig, validate
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.runtime import autocast, use_bf16
 from structqa.training.checkpoint import (
-    TrainState,
-    restore,
+    resume_from,
     safetensors_loader,
     save_checkpoint,
 )
-from structqa.training.checkpoint import resumable as can_resume
 from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
@@ -365,15 +363,11 @@ def train(
     scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
     pad_id = int(tokenizer.pad_token_id or 0)
 
-    state = TrainState()
     last_dir, best_dir = out / "last", out / "best"
-    if resume and can_resume(last_dir):
-        state = restore(last_dir, safetensors_loader(model), optimizer, scheduler)
-        if state.finished:
-            log.info("run already finished")
-            return None
-    elif resume:
-        log.info("nothing to resume in %s; starting fresh", last_dir)
+    state = resume_from(last_dir, resume, safetensors_loader(model), optimizer, scheduler)
+    if state.finished:
+        log.info("run already finished")
+        return None
     model, optimizer = accelerator.prepare(model, optimizer)
     raw_model: GenBERT = accelerator.unwrap_model(model)
     config = cfg.to_dict()

@@ -46,8 +46,7 @@ from structqa.pretrain.masking import IGNORE_INDEX
 from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
 from structqa.runtime import autocast
 from structqa.text.annotate import NUM_POS_IDS
-from structqa.training.checkpoint import TrainState, restore, save_resume_state
-from structqa.training.checkpoint import resumable as can_resume
+from structqa.training.checkpoint import TrainState, resume_from, save_resume_state
 from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
@@ -239,15 +238,13 @@ def train(
     optimizer = build_optimizer(model, tc.lr, None, tc.weight_decay)
     scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
 
-    state = TrainState()
     last_dir, final_dir = out / "last", out / "final"
-    if resume and can_resume(last_dir):
-        state = restore(last_dir, lambda path: _load_weights(model, path), optimizer, scheduler)
-        if state.finished:
-            log.info("run already finished: %s", final_dir)
-            return None
-    elif resume:
-        log.info("nothing to resume in %s; starting fresh", last_dir)
+    state = resume_from(
+        last_dir, resume, lambda path: _load_weights(model, path), optimizer, scheduler
+    )
+    if state.finished:
+        log.info("run already finished: %s", final_dir)
+        return None
     model, optimizer = accelerator.prepare(model, optimizer)
     raw_model: MaskedLM = accelerator.unwrap_model(model)
     config = cfg.to_dict()

@@ -106,6 +106,23 @@ def resumable(last_dir: Path) -> bool:
     return (last_dir / "resume.pt").exists()
 
 
+def resume_from(
+    last_dir: Path,
+    resume: bool,
+    load_weights: Callable[[Path], None],
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+) -> TrainState:
+    """Where a loop starts: with ``resume`` and a checkpoint in ``last_dir`` (see
+    :func:`resumable`), its state with weights, optimizer, scheduler and RNG restored;
+    otherwise a fresh state. Callers stop when the returned state is ``finished``."""
+    if resume and resumable(last_dir):
+        return restore(last_dir, load_weights, optimizer, scheduler)
+    if resume:
+        log.info("nothing to resume in %s; starting fresh", last_dir)
+    return TrainState()
+
+
 def restore(
     last_dir: Path,
     load_weights: Callable[[Path], None],

@@ -33,9 +33,7 @@ from structqa.io import append_jsonl, write_json
 from structqa.models.build import build_model
 from structqa.runtime import autocast, use_bf16
 from structqa.training.checkpoint import (
-    TrainState,
-    restore,
-    resumable,
+    resume_from,
     safetensors_loader,
     save_checkpoint,
 )
@@ -111,15 +109,11 @@ def train(
     optimizer = build_optimizer(model, tc.lr, tc.head_lr, tc.weight_decay)
     scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
 
-    state = TrainState()
     last_dir, best_dir = out / "last", out / "best"
-    if resume and resumable(last_dir):
-        state = restore(last_dir, safetensors_loader(model), optimizer, scheduler)
-        if state.finished:
-            log.info("run already finished")
-            return None
-    elif resume:
-        log.info("nothing to resume in %s; starting fresh", last_dir)
+    state = resume_from(last_dir, resume, safetensors_loader(model), optimizer, scheduler)
+    if state.finished:
+        log.info("run already finished")
+        return None
     model, optimizer = accelerator.prepare(model, optimizer)
     raw_model = accelerator.unwrap_model(model)
     if accelerator.is_main_process:
@@ -127,6 +121,16 @@ def train(
         write_json(out / "config.json", cfg.to_dict())
     log_path = out / "metrics.jsonl"
     decode = DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length)
+
+    def save_last(metrics: dict[str, Any] | None = None) -> None:
+        """The resumable last/ checkpoint; ``metrics`` (with SQuAD 2.0's tuned null
+        threshold) when these exact weights were just evaluated, so a model loaded from
+        last/ can abstain too."""
+        if accelerator.is_main_process:
+            save_checkpoint(
+                last_dir, raw_model, tokenizer, cfg.to_dict(), state, optimizer, scheduler, metrics
+            )
+        accelerator.wait_for_everyone()
 
     stop = StopFlag()
     old_handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -171,16 +175,7 @@ def train(
                         },
                     )
                 if tc.save_every_steps and state.global_step % tc.save_every_steps == 0:
-                    _save(
-                        accelerator,
-                        out / "last",
-                        raw_model,
-                        tokenizer,
-                        cfg,
-                        state,
-                        optimizer,
-                        scheduler,
-                    )
+                    save_last()
                 if stop.synced(device):
                     break
             if stop.stop:
@@ -217,19 +212,9 @@ def train(
                     write_outputs(result, best_dir)
             accelerator.wait_for_everyone()
             state.finished = state.global_step >= total_steps
-            _save(
-                accelerator,
-                out / "last",
-                raw_model,
-                tokenizer,
-                cfg,
-                state,
-                optimizer,
-                scheduler,
-                result.metrics_with_threshold() if result is not None else None,
-            )
+            save_last(result.metrics_with_threshold() if result is not None else None)
         if stop.stop:
-            _save(accelerator, out / "last", raw_model, tokenizer, cfg, state, optimizer, scheduler)
+            save_last()
             log.warning("stopped at step %d; continue with --resume", state.global_step)
     finally:
         bar.close()
@@ -277,18 +262,6 @@ def accumulate_step(
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return loss_sum, rows, tokens
-
-
-def _save(
-    accelerator, target, model, tokenizer, cfg, state, optimizer, scheduler, metrics=None
-) -> None:
-    """A resumable checkpoint; ``metrics`` (with SQuAD 2.0's tuned null threshold) when these
-    exact weights were just evaluated, so a model loaded from ``last/`` can abstain too."""
-    if accelerator.is_main_process:
-        save_checkpoint(
-            target, model, tokenizer, cfg.to_dict(), state, optimizer, scheduler, metrics
-        )
-    accelerator.wait_for_everyone()
 
 
 class Progress:
