@@ -102,25 +102,20 @@ def drop_batches(
     with entity tables, in padded batches (longest first); returns (batches, questions)."""
     from structqa.data.drop import read_drop
     from structqa.features.batching import sorted_batches
-    from structqa.features.drop_features import collate_drop, featurize_drop_examples
-    from structqa.text.annotate import Annotator
+    from structqa.features.drop_features import collate_drop
+    from structqa.ncbert.loop import featurize
 
     examples = read_drop(drop_file).examples
     if max_questions is not None:
         examples = examples[:max_questions]
     if not examples:
         raise ValueError(f"{drop_file}: no questions to analyse")
-    annotator = Annotator(cfg.data.spacy_model, cfg.data.annotation_cache)
-    try:
-        flat = annotator.annotate(t for ex in examples for t in (ex.question, ex.passage))
+    try:  # always annotated: the tables need entity tokens even where the mask does not
+        features, report = featurize(examples, tokenizer, cfg, annotate=True)
     except (ImportError, OSError) as err:
         raise SpacyMissing(
             f"entity tokens need spaCy and the model {cfg.data.spacy_model!r} ({TEXT_HINT}): {err}"
         ) from err
-    annotations = list(zip(flat[0::2], flat[1::2], strict=True))
-    features, report = featurize_drop_examples(
-        examples, tokenizer, cfg.data.features(cfg.model.lsdf), annotations
-    )
     log.info("%s: %s", drop_file, report.summary())
     pad_id = int(tokenizer.pad_token_id or 0)
     batches = [

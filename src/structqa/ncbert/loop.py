@@ -105,18 +105,26 @@ def read_split(paths: Sequence[str | Path], tokenizer, cfg: DropConfig) -> DropS
     for path in paths:
         examples.extend(read_drop(path).examples)
         gold.update(gold_from_drop_json(json.loads(Path(path).read_text(encoding="utf-8"))))
+    features, report = featurize(examples, tokenizer, cfg)
+    return DropSplit(examples, features, gold, report)
+
+
+def featurize(
+    examples: Sequence[DropExample], tokenizer, cfg: DropConfig, annotate: bool = False
+) -> tuple[list[DropFeature], Any]:
+    """drop-train's features of ``examples``, with spaCy entity/sentence tables (through
+    ``data.spacy_model`` and the ``data.annotation_cache``) when the model's mask needs them
+    or ``annotate`` asks for them anyway."""
     annotations = None
-    if cfg.model.needs_annotations:
+    if annotate or cfg.model.needs_annotations:
         from structqa.text.annotate import Annotator
 
         annotator = Annotator(cfg.data.spacy_model, cfg.data.annotation_cache)
-        texts = [t for ex in examples for t in (ex.question, ex.passage)]
-        flat = annotator.annotate(texts)
+        flat = annotator.annotate([t for ex in examples for t in (ex.question, ex.passage)])
         annotations = list(zip(flat[0::2], flat[1::2], strict=True))
-    features, report = featurize_drop_examples(
+    return featurize_drop_examples(
         examples, tokenizer, cfg.data.features(cfg.model.lsdf), annotations
     )
-    return DropSplit(examples, features, gold, report)
 
 
 def prepare_data(cfg: DropConfig, tokenizer) -> DropData:
