@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 POSTPROCESS_REPEATS = 5  # both sides; each run takes milliseconds, so one is noise
+INTERLEAVED_ROUNDS = 15  # --quick: alternating re-runs of both post-processings (the ratio)
 
 
 def machine_info(device: torch.device) -> dict[str, Any]:
@@ -218,8 +219,12 @@ def structqa_evaluate(
     bf16: bool,
     device: torch.device,
     check_end_to_end: bool = True,
+    replay: dict[str, Callable[[], float]] | None = None,
 ) -> dict[str, Any]:
-    """Timed inference (forward only) and decoding (add + predictions), then EM/F1."""
+    """Timed inference (forward only) and decoding (add + predictions), then EM/F1.
+
+    With ``replay``, leaves there (key "structqa") a closure that re-times one decoding run,
+    for :func:`interleaved_postprocess`."""
     from structqa.inference import run_inference
 
     decode = DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length)
@@ -238,7 +243,12 @@ def structqa_evaluate(
         key=lambda r: r[1] + r[2],
     )
     preds, add_s, merge_s = runs[len(runs) // 2]
-    del outputs
+    if replay is not None:
+        replay["structqa"] = lambda: sum(
+            structqa_decode(outputs, examples, features, decode, device)[1:]
+        )
+    else:
+        del outputs
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     metrics = squad_v1(gold, {k: p.text for k, p in preds.items()})
     n_win, n_q = len(features), len(examples)
@@ -330,6 +340,7 @@ def structqa_quick(
     train_feats: list[Feature],
     eval_ex: list[Example],
     out: Path,
+    replay: dict[str, Callable[[], float]] | None = None,
 ) -> dict[str, Any]:
     from structqa.models.build import build_model
     from structqa.training.data import TrainData, feature_config
@@ -379,7 +390,7 @@ def structqa_quick(
         "train_mean_window_tokens": float(np.mean([len(f) for f in train_feats])),
         "train_call_seconds": call_s,
     }
-    res.update(structqa_evaluate(model, cfg, eval_ex, eval_feats, bf16, device))
+    res.update(structqa_evaluate(model, cfg, eval_ex, eval_feats, bf16, device, replay=replay))
     res["config"] = cfg.to_dict()
     shutil.rmtree(work.parent, ignore_errors=True)  # quick-work: checkpoints not kept
     return res
@@ -469,7 +480,15 @@ def hf_tokenizer():
     return tok
 
 
-def hf_evaluate(model, tokenizer, examples: Sequence[Example], args, device) -> dict[str, Any]:
+def hf_evaluate(
+    model,
+    tokenizer,
+    examples: Sequence[Example],
+    args,
+    device,
+    replay: dict[str, Callable[[], float]] | None = None,
+) -> dict[str, Any]:
+    """As :func:`structqa_evaluate`, for the HF recipe (replay key "hf")."""
     feats = hf_recipe.prepare_validation_features(
         examples, tokenizer, args.max_seq_len, args.doc_stride
     )
@@ -492,6 +511,14 @@ def hf_evaluate(model, tokenizer, examples: Sequence[Example], args, device) -> 
         answers, _ = hf_recipe.postprocess_predictions(examples, feats, start, end, 20, 30)
         post_runs.append(time.perf_counter() - t0)
     post_s = float(np.median(post_runs))
+    if replay is not None:
+
+        def one_run() -> float:
+            t0 = time.perf_counter()
+            hf_recipe.postprocess_predictions(examples, feats, start, end, 20, 30)
+            return time.perf_counter() - t0
+
+        replay["hf"] = one_run
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     metrics = squad_v1(gold, answers)
     n_win, n_q = len(feats), len(examples)
@@ -520,7 +547,12 @@ def hf_model_info(model) -> dict[str, Any]:
 
 
 def hf_quick(
-    args, device, train_ex: list[Example], n_total: int, eval_ex: list[Example]
+    args,
+    device,
+    train_ex: list[Example],
+    n_total: int,
+    eval_ex: list[Example],
+    replay: dict[str, Callable[[], float]] | None = None,
 ) -> dict[str, Any]:
     tokenizer = hf_tokenizer()
     feats = hf_recipe.prepare_train_features(
@@ -554,9 +586,28 @@ def hf_quick(
         "fused_adamw": tr.fused_adamw,
         "model": hf_model_info(model),
     }
-    res.update(hf_evaluate(model, tokenizer, eval_ex, args, device))
+    res.update(hf_evaluate(model, tokenizer, eval_ex, args, device, replay=replay))
     res["config"] = asdict(cfg) | {"eval_batch_size": args.hf_eval_batch_size}
     return res
+
+
+def interleaved_postprocess(
+    replay: dict[str, Callable[[], float]], sq: dict[str, Any], hf: dict[str, Any], rounds: int
+) -> None:
+    """Re-time both sides' post-processing alternately (structqa, HF, structqa, ...) and
+    record the medians in each side's result as ``postprocess_interleaved_seconds``.
+
+    Each side's own median is taken minutes apart from the other's, and this machine's speed
+    drifts by up to ~1.5x between minutes (both sides' times moved together across runs);
+    alternating runs puts the two measurements under the same conditions. The ratio uses
+    these medians when present."""
+    times: dict[str, list[float]] = {"structqa": [], "hf": []}
+    for _ in range(rounds):
+        for side in ("structqa", "hf"):
+            times[side].append(replay[side]())
+    for side, res in (("structqa", sq), ("hf", hf)):
+        res["postprocess_interleaved_seconds"] = float(np.median(times[side]))
+        res["postprocess_interleaved_runs"] = times[side]
 
 
 def hf_full(args, device, data_dir: Path, out: Path) -> dict[str, Any] | None:
@@ -630,6 +681,7 @@ ROWS = [
     ("inference features/s", "inference_features_per_s", "{:.2f}"),
     ("inference questions/s", "inference_questions_per_s", "{:.2f}"),
     ("postprocess seconds", "postprocess_seconds", "{:.3f}"),
+    ("postprocess s, interleaved", "postprocess_interleaved_seconds", "{:.4f}"),
     ("postprocess questions/s", "postprocess_questions_per_s", "{:.1f}"),
     ("held-out EM", "exact_match", "{:.2f}"),
     ("held-out F1", "f1", "{:.2f}"),
@@ -640,10 +692,15 @@ def ratios(sq: dict[str, Any] | None, hf: dict[str, Any] | None) -> dict[str, fl
     """structqa / HF throughput (post-processing: HF seconds / structqa seconds)."""
     if not sq or not hf:
         return {"train": None, "inference": None, "postprocess": None}
+    key = (
+        "postprocess_interleaved_seconds"
+        if "postprocess_interleaved_seconds" in sq and "postprocess_interleaved_seconds" in hf
+        else "postprocess_seconds"
+    )
     return {
         "train": sq["train_features_per_s"] / hf["train_features_per_s"],
         "inference": sq["inference_features_per_s"] / hf["inference_features_per_s"],
-        "postprocess": hf["postprocess_seconds"] / sq["postprocess_seconds"],
+        "postprocess": hf[key] / sq[key] if key in sq and key in hf else None,
     }
 
 
@@ -782,10 +839,13 @@ def main(argv: list[str] | None = None) -> int:
         fc = FeatureConfig(args.max_seq_len, args.doc_stride)
         tok = load_tokenizer(default_encoder_path())
         train_ex, train_feats = quick_training_set(pool, tok, fc, n_total, args.seed)
+        replay: dict[str, Callable[[], float]] = {}
         if "structqa" in run_sides:
-            sq = structqa_quick(args, device, train_ex, train_feats, eval_ex, out)
+            sq = structqa_quick(args, device, train_ex, train_feats, eval_ex, out, replay)
         if "hf" in run_sides:
-            hf = hf_quick(args, device, train_ex, n_total, eval_ex)
+            hf = hf_quick(args, device, train_ex, n_total, eval_ex, replay)
+        if sq and hf:
+            interleaved_postprocess(replay, sq, hf, INTERLEAVED_ROUNDS)
         title = "bench_vs_hf --quick (throughput; EM/F1 after a few steps mean nothing)"
     else:
         key = "structqa-bf16" if use_bf16(args.structqa_bf16, device) else "structqa"
