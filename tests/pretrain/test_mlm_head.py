@@ -41,6 +41,11 @@ def hf_mlm(path: Path):
     ).eval()
 
 
+def inputs(b: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The batch without its labels: the model then returns every token's logits."""
+    return {k: v for k, v in b.items() if k != "labels"}
+
+
 def batch(vocab: int, seed: int = 0) -> dict[str, Tensor]:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, vocab, (2, 9), generator=g)
@@ -64,12 +69,17 @@ def test_loaded_head_reproduces_bert_for_masked_lm(hf_mlm_dir: Path) -> None:
     theirs = hf_mlm(hf_mlm_dir)
     b = batch(ours.encoder.config.vocab_size)
     with torch.no_grad():
-        got = ours(**b)
+        got = ours(**inputs(b))
         want = theirs(**b)
+        labeled = ours(**b)
     real = b["attention_mask"].bool()
     assert got.logits.shape == (2, 9, ours.encoder.config.vocab_size)
     torch.testing.assert_close(got.logits[real], want.logits[real], rtol=TOL, atol=TOL)
-    torch.testing.assert_close(got.loss, want.loss, rtol=TOL, atol=TOL)
+    torch.testing.assert_close(labeled.loss, want.loss, rtol=TOL, atol=TOL)
+    # with labels, only the labeled tokens' logits are computed, and they are the same
+    sel = b["labels"] != -100
+    assert labeled.logits.shape == (int(sel.sum()), ours.encoder.config.vocab_size)
+    torch.testing.assert_close(labeled.logits, got.logits[sel], rtol=TOL, atol=TOL)
     # the head's own weights were loaded, not re-created
     torch.testing.assert_close(ours.head.bias, theirs.cls.predictions.bias, rtol=0, atol=0)
 
@@ -106,7 +116,7 @@ def test_head_is_created_when_the_checkpoint_has_none(tiny_checkpoint: Path) -> 
     b = batch(encoder.config.vocab_size, seed=2)
     with torch.no_grad():
         out = model(**b)
-    assert out.logits.shape == (2, 9, encoder.config.vocab_size)
+    assert out.logits.shape == (3, encoder.config.vocab_size)  # the 3 labeled tokens
     assert bool(torch.isfinite(out.logits).all()) and out.loss is not None
     assert float(out.loss) > 0
 
@@ -131,8 +141,8 @@ def test_saved_model_reloads_here_and_in_transformers(hf_mlm_dir: Path, tmp_path
     b = batch(model.encoder.config.vocab_size, seed=3)
     real = b["attention_mask"].bool()
     with torch.no_grad():
-        want = model(**b).logits[real]
-        again = MaskedLM.from_pretrained(tmp_path).eval()(**b).logits[real]
+        want = model(**inputs(b)).logits[real]
+        again = MaskedLM.from_pretrained(tmp_path).eval()(**inputs(b)).logits[real]
         hf = hf_mlm(tmp_path)(**b).logits[real]
     assert torch.equal(again, want)
     torch.testing.assert_close(hf, want, rtol=TOL, atol=TOL)
@@ -154,14 +164,14 @@ def test_bert_continues_as_anna_with_its_head(hf_mlm_dir: Path, tmp_path: Path) 
     b = batch(bert.encoder.config.vocab_size, seed=4)
     real = b["attention_mask"].bool()
     with torch.no_grad():
-        want = bert(**b).logits[real]
-        got = anna(**b).logits[real]
+        want = bert(**inputs(b)).logits[real]
+        got = anna(**inputs(b)).logits[real]
     torch.testing.assert_close(got, want, rtol=TOL, atol=TOL)
     anna.save_pretrained(tmp_path)
     reloaded = MaskedLM.from_pretrained(tmp_path).eval()
     assert reloaded.encoder.config.block == ANNA_BLOCK
     with torch.no_grad():
-        assert torch.equal(reloaded(**b).logits[real], got)
+        assert torch.equal(reloaded(**inputs(b)).logits[real], got)
 
 
 def test_untied_head_is_rejected(tiny_checkpoint: Path) -> None:

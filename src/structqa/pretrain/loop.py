@@ -145,13 +145,11 @@ def evaluate_mlm(
     for idx in sorted_batches(data.lengths, batch_size):
         batch = data.batch(idx, epoch=0).to(device)
         with autocast(device, bf16):
-            logits = _forward(model, model, replace(batch, labels=None)).logits  # (B, N, V)
-        sel = batch.labels != IGNORE_INDEX  # (B, N)
-        picked = logits[sel].float()  # (M, V)
-        gold = batch.labels[sel]
+            picked = _forward(model, model, batch).logits.float()  # (M, V): labeled tokens
+        gold = batch.labels[batch.labels != IGNORE_INDEX]
         loss_sum += float(F.cross_entropy(picked, gold, reduction="sum"))
         correct += int((picked.argmax(-1) == gold).sum())
-        count += int(sel.sum())
+        count += len(gold)
     model.train(was_training)
     n = max(count, 1)
     return MLMEval(loss_sum / n, correct / n, count, len(data))
