@@ -21,7 +21,7 @@ import logging
 import shutil
 import signal
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
