@@ -132,26 +132,33 @@ def _topk(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return val.numpy(), idx.numpy()
 
 
-def _topk_candidates(
-    start: np.ndarray, end: np.ndarray, k: int, keep: int, max_len: int
+def _pair_candidates(
+    s_val: np.ndarray,
+    s_idx: np.ndarray,
+    e_val: np.ndarray,
+    e_idx: np.ndarray,
+    keep: int,
+    max_len: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Best starts x best ends -> each window's ``keep`` best valid spans, flat:
-    (window row, score, start, end). ``start``/``end`` are -inf outside the context.
+    """Each window's best starts x best ends, (B, k) each -> its ``keep`` best valid spans,
+    flat: (window row, score, start, end).
 
     Spans tied with a window's ``keep``-th best are all kept (a superset: the n-best reads
     texts best first, so extra rows never change it); windows with fewer valid spans keep
     them all."""
-    s_val, s_idx = _topk(start, k)
-    e_val, e_idx = _topk(end, k)
-    length = e_idx[:, None, :] - s_idx[:, :, None]  # (B, k, k)
-    scores = s_val[:, :, None] + e_val[:, None, :]
-    scores[(length < 0) | (length >= max_len)] = -np.inf
+    k = s_idx.shape[1]
+    s32, e32 = s_idx.astype(np.int32), e_idx.astype(np.int32)
+    # end - start as uint32: a negative length wraps above max_len, so one comparison
+    valid = (e32[:, None, :] - s32[:, :, None]).view(np.uint32) < max_len  # (B, k, k)
+    scores = np.where(valid, s_val[:, :, None] + e_val[:, None, :], np.float32(-np.inf))
     pairs = k * k
     scores = scores.reshape(-1, pairs)
-    ok = scores > NEG / 2  # drops invalid spans and masked tokens
+    floor = np.float32(NEG / 2)  # drops invalid spans and masked tokens
     if keep < pairs:
-        ok &= scores >= np.partition(scores, pairs - keep, axis=1)[:, pairs - keep, None]
-    rows, cols = np.nonzero(ok)
+        kth = np.partition(scores, pairs - keep, axis=1)[:, pairs - keep, None]
+        rows, cols = np.nonzero(scores >= np.maximum(kth, floor))
+    else:
+        rows, cols = np.nonzero(scores >= floor)
     return rows, scores[rows, cols], s_idx[rows, cols // k], e_idx[rows, cols % k]
 
 
@@ -221,22 +228,33 @@ class SpanCollector:
         self._nulls.append((rows, null_t.cpu().numpy()))
 
     def _flush(self) -> None:
-        """Search the buffered windows' logits: windows of similar length (within
-        ``_WIDTH_RATIO``) are padded together and searched at once."""
+        """Search the buffered windows' logits. The best starts and ends are selected per
+        group of similar-length windows (within ``_WIDTH_RATIO``, padded together); their
+        pairs are then scored for all windows at once."""
         if not self._pending:
             return
+        cfg = self.cfg
         pending = sorted(self._pending, key=lambda p: -p[1].shape[1])
-        group = [pending[0]]
+        tops, group = [], [pending[0]]
         for p in pending[1:]:
             if p[1].shape[1] * _WIDTH_RATIO < group[0][1].shape[1]:
-                self._search(group)
+                tops.append(self._best_starts_ends(group))
                 group = []
             group.append(p)
-        self._search(group)
+        tops.append(self._best_starts_ends(group))
+        rows, s_val, s_idx, e_val, e_idx = (
+            np.concatenate(c) if len(tops) > 1 else c[0] for c in zip(*tops, strict=True)
+        )
+        keep = cfg.n_best * cfg.window_factor
+        win, scores, starts, ends = _pair_candidates(
+            s_val, s_idx, e_val, e_idx, keep, cfg.max_answer_length
+        )
+        self._parts.append((rows[win], starts, ends, scores))
         self._pending, self._pending_rows = [], 0
 
-    def _search(self, pending: list[tuple[np.ndarray, ...]]) -> None:
-        cfg = self.cfg
+    def _best_starts_ends(self, pending: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+        """One length group -> (rows, start values, start indices, end values, end indices),
+        with ``n_best`` columns (windows narrower than that: padded with -inf)."""
         n = pending[0][1].shape[1]  # the widest (pending is sorted by width)
         total = sum(len(p[0]) for p in pending)
         start = np.full((total, n), -np.inf, dtype=np.float32)
@@ -247,11 +265,15 @@ class SpanCollector:
             np.copyto(start[r : r + b, :m], s, where=c)
             np.copyto(end[r : r + b, :m], e, where=c)
             r += b
-        rows = np.concatenate([p[0] for p in pending])
-        keep = cfg.n_best * cfg.window_factor
-        k = min(cfg.n_best, n)
-        win, scores, starts, ends = _topk_candidates(start, end, k, keep, cfg.max_answer_length)
-        self._parts.append((rows[win], starts, ends, scores))
+        rows = np.concatenate([p[0] for p in pending]) if len(pending) > 1 else pending[0][0]
+        k = self.cfg.n_best
+        if n < k:  # pad the scores with -inf columns: every pair with them is dropped
+            start = np.pad(start, ((0, 0), (0, k - n)), constant_values=-np.inf)
+            end = np.pad(end, ((0, 0), (0, k - n)), constant_values=-np.inf)
+            n = k
+        s_val, s_idx = _topk(start, k)
+        e_val, e_idx = _topk(end, k)
+        return rows, s_val, s_idx, e_val, e_idx
 
     def _keep(
         self, rows: np.ndarray, scores: np.ndarray, starts: np.ndarray, ends: np.ndarray
@@ -270,9 +292,10 @@ class SpanCollector:
         feat, starts, ends, scores = (np.concatenate(c) for c in zip(*self._parts, strict=True))
         example_of = np.fromiter((f.example_index for f in features), np.int64, len(features))
         # char spans of every candidate at once, from one flat offsets table
+        offsets = [f.offsets for f in features]
         base = np.zeros(len(features) + 1, dtype=np.int64)
-        np.cumsum([len(f) for f in features], out=base[1:])
-        flat = np.concatenate([f.offsets for f in features])  # (sum N, 2)
+        np.cumsum(list(map(len, offsets)), out=base[1:])
+        flat = np.concatenate(offsets)  # (sum N, 2)
         char_start = flat[base[feat] + starts, 0]
         char_end = flat[base[feat] + ends, 1]
         cand_ex = example_of[feat]
