@@ -124,9 +124,9 @@ def _topk(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     than k finite entries) fall back to torch's ``topk`` for the whole chunk."""
     n = values.shape[1]
     kth = np.partition(values, n - k, axis=1)[:, n - k, None]
-    _, cols = np.nonzero(values >= kth)
-    if len(cols) == k * len(values):
-        idx = cols.reshape(-1, k)
+    flat = np.flatnonzero(values >= kth)  # (2-D nonzero is ~5x slower here)
+    if len(flat) == k * len(values):
+        idx = (flat % n).reshape(-1, k)
         return np.take_along_axis(values, idx, 1), idx
     val, idx = torch.from_numpy(values).topk(k, dim=1, sorted=False)  # shares memory
     return val.numpy(), idx.numpy()
@@ -156,9 +156,10 @@ def _pair_candidates(
     floor = np.float32(NEG / 2)  # drops invalid spans and masked tokens
     if keep < pairs:
         kth = np.partition(scores, pairs - keep, axis=1)[:, pairs - keep, None]
-        rows, cols = np.nonzero(scores >= np.maximum(kth, floor))
+        flat = np.flatnonzero(scores >= np.maximum(kth, floor))
     else:
-        rows, cols = np.nonzero(scores >= floor)
+        flat = np.flatnonzero(scores >= floor)
+    rows, cols = np.divmod(flat, pairs)
     return rows, scores[rows, cols], s_idx[rows, cols // k], e_idx[rows, cols % k]
 
 
