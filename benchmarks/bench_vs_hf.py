@@ -55,7 +55,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 POSTPROCESS_REPEATS = 5  # both sides; each run takes milliseconds, so one is noise
-INTERLEAVED_ROUNDS = 15  # --quick: alternating re-runs of both post-processings (the ratio)
+INTERLEAVED_ROUNDS = 8  # --quick: alternating blocks of both post-processings (the ratio)
+BLOCK_TIMED = 2  # timed runs per side and block, after one untimed
 
 
 def machine_info(device: torch.device) -> dict[str, Any]:
@@ -594,17 +595,20 @@ def hf_quick(
 def interleaved_postprocess(
     replay: dict[str, Callable[[], float]], sq: dict[str, Any], hf: dict[str, Any], rounds: int
 ) -> None:
-    """Re-time both sides' post-processing alternately (structqa, HF, structqa, ...) and
-    record the medians in each side's result as ``postprocess_interleaved_seconds``.
+    """Re-time both sides' post-processing in alternating blocks and record the medians in
+    each side's result as ``postprocess_interleaved_seconds``; the ratio uses them.
 
-    Each side's own median is taken minutes apart from the other's, and this machine's speed
-    drifts by up to ~1.5x between minutes (both sides' times moved together across runs);
-    alternating runs puts the two measurements under the same conditions. The ratio uses
-    these medians when present."""
+    Each side's own median (``postprocess_seconds``) is taken minutes apart from the other's,
+    and this machine's speed drifts by up to ~1.5x between minutes; alternating every few
+    runs puts both sides under the same conditions. Within a block a side runs once
+    untimed, then ``BLOCK_TIMED`` times timed, so both are measured warm: alternating single
+    runs instead timed structqa's few milliseconds right after HF's loop had churned the
+    caches (+1 ms, ~35 %), while HF's run never followed anything comparable."""
     times: dict[str, list[float]] = {"structqa": [], "hf": []}
     for _ in range(rounds):
         for side in ("structqa", "hf"):
-            times[side].append(replay[side]())
+            replay[side]()  # warm-up, untimed
+            times[side].extend(replay[side]() for _ in range(BLOCK_TIMED))
     for side, res in (("structqa", sq), ("hf", hf)):
         res["postprocess_interleaved_seconds"] = float(np.median(times[side]))
         res["postprocess_interleaved_runs"] = times[side]
