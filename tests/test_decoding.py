@@ -249,3 +249,47 @@ def test_topk_shortlist_is_berts_best_starts_times_best_ends() -> None:
     pred = collector.predictions([ex], [f])["q0"]
     # d (start) pairs with no shortlisted end after it; a pairs with b and c
     assert [(c.text, c.score) for c in pred.nbest] == [("a b", 8.0), ("a b c", 6.0)]
+
+
+@pytest.mark.parametrize(
+    "case", ["distinct", "ties_at_kth", "short_rows", "all_equal"], ids=lambda c: c
+)
+def test_topk_rows_are_the_k_largest(case: str) -> None:
+    # the partition fast path (distinct values) and the fallback (ties at the k-th value,
+    # rows with fewer than k finite entries) both return k entries that are a row's k largest
+    from structqa.decoding import _topk
+
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal((6, 40)).astype(np.float32)
+    if case == "ties_at_kth":
+        values = np.round(values * 2) / 2  # few distinct values: ties everywhere
+    elif case == "short_rows":
+        values[:, 5:] = -np.inf  # 5 finite entries per row, k = 8
+    elif case == "all_equal":
+        values[:] = 1.5
+    k = 8
+    val, idx = _topk(values, k)
+    assert val.shape == idx.shape == (6, k)
+    for row in range(6):
+        assert len(set(idx[row].tolist())) == k  # k distinct positions
+        np.testing.assert_array_equal(val[row], values[row, idx[row]])
+        np.testing.assert_array_equal(np.sort(val[row]), np.sort(values[row])[-k:])
+
+
+def test_candidates_skip_ties_and_short_windows_consistently() -> None:
+    # constant logits tie every start and end: decoding still returns the best span found
+    # by the exact search's score, and a window shorter than n_best decodes
+    ex = make_example(0, ["a", "b", "c", "d"])
+    (f,) = windows(0, ["a", "b", "c", "d"], size=8, overlap=3)
+    batch = collate([f], [0])
+    flat = torch.zeros(1, batch.answer_mask.shape[1])
+    got = {}
+    for candidates in ("topk", "all"):
+        collector = SpanCollector(
+            DecodeConfig(n_best=20, max_answer_length=2, candidates=candidates)
+        )
+        collector.add(HeadOutput(flat, flat), batch.feature_index, batch.answer_mask)
+        got[candidates] = collector.predictions([ex], [f])["q0"]
+    assert got["topk"].score == got["all"].score == 0.0
+    # every span of length <= 2 ties at 0: the same set of texts either way
+    assert sorted(c.text for c in got["topk"].nbest) == sorted(c.text for c in got["all"].nbest)
