@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 POSTPROCESS_REPEATS = 5  # both sides; each run takes milliseconds, so one is noise
 INTERLEAVED_ROUNDS = 8  # --quick: alternating blocks of both post-processings (the ratio)
 BLOCK_TIMED = 2  # timed runs per side and block, after one untimed
+INFERENCE_ROUNDS = 2  # --quick: alternating re-timed forward passes per side (the ratio)
 
 
 def machine_info(device: torch.device) -> dict[str, Any]:
@@ -224,8 +225,9 @@ def structqa_evaluate(
 ) -> dict[str, Any]:
     """Timed inference (forward only) and decoding (add + predictions), then EM/F1.
 
-    With ``replay``, leaves there (key "structqa") a closure that re-times one decoding run,
-    for :func:`interleaved_postprocess`."""
+    With ``replay``, leaves there closures that re-time one decoding run (key "structqa")
+    and one forward pass (key "structqa-forward"), for :func:`interleaved_postprocess` and
+    :func:`interleaved_inference`."""
     from structqa.inference import run_inference
 
     decode = DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length)
@@ -245,6 +247,7 @@ def structqa_evaluate(
     )
     preds, add_s, merge_s = runs[len(runs) // 2]
     if replay is not None:
+        replay["structqa-forward"] = lambda: structqa_forward(model, features, bs, bf16, device)[1]
         replay["structqa"] = lambda: sum(
             structqa_decode(outputs, examples, features, decode, device)[1:]
         )
@@ -489,7 +492,7 @@ def hf_evaluate(
     device,
     replay: dict[str, Callable[[], float]] | None = None,
 ) -> dict[str, Any]:
-    """As :func:`structqa_evaluate`, for the HF recipe (replay key "hf")."""
+    """As :func:`structqa_evaluate`, for the HF recipe (replay keys "hf", "hf-forward")."""
     feats = hf_recipe.prepare_validation_features(
         examples, tokenizer, args.max_seq_len, args.doc_stride
     )
@@ -520,6 +523,7 @@ def hf_evaluate(
             return time.perf_counter() - t0
 
         replay["hf"] = one_run
+        replay["hf-forward"] = lambda: hf_recipe.hf_forward(model, feats, bs, device)[2]
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     metrics = squad_v1(gold, answers)
     n_win, n_q = len(feats), len(examples)
@@ -590,6 +594,28 @@ def hf_quick(
     res.update(hf_evaluate(model, tokenizer, eval_ex, args, device, replay=replay))
     res["config"] = asdict(cfg) | {"eval_batch_size": args.hf_eval_batch_size}
     return res
+
+
+def interleaved_inference(
+    replay: dict[str, Callable[[], float]], sq: dict[str, Any], hf: dict[str, Any], rounds: int
+) -> None:
+    """Re-time both sides' forward passes over the held-out windows alternately (structqa,
+    HF, structqa, HF, ...) and record ``inference_interleaved_features_per_s`` (windows over
+    the summed seconds); the ratio uses them. The first timing of each side is ~15 s
+    apart from the other's, long enough for this VM's speed to drift (it moved the
+    inference ratio between 3.5x and 5.2x over 17 idle runs)."""
+    seconds = {"structqa": 0.0, "hf": 0.0}
+    runs: dict[str, list[float]] = {"structqa": [], "hf": []}
+    for _ in range(rounds):
+        for side in ("structqa", "hf"):
+            t = replay[f"{side}-forward"]()
+            seconds[side] += t
+            runs[side].append(t)
+    for side, res in (("structqa", sq), ("hf", hf)):
+        res["inference_interleaved_features_per_s"] = rate(
+            res["eval_windows"] * rounds, seconds[side]
+        )
+        res["inference_interleaved_runs"] = runs[side]
 
 
 def interleaved_postprocess(
@@ -684,6 +710,7 @@ ROWS = [
     ("inference seconds", "inference_seconds", "{:.2f}"),
     ("inference features/s", "inference_features_per_s", "{:.2f}"),
     ("inference questions/s", "inference_questions_per_s", "{:.2f}"),
+    ("inference f/s, interleaved", "inference_interleaved_features_per_s", "{:.2f}"),
     ("postprocess seconds", "postprocess_seconds", "{:.3f}"),
     ("postprocess s, interleaved", "postprocess_interleaved_seconds", "{:.4f}"),
     ("postprocess questions/s", "postprocess_questions_per_s", "{:.1f}"),
@@ -696,6 +723,12 @@ def ratios(sq: dict[str, Any] | None, hf: dict[str, Any] | None) -> dict[str, fl
     """structqa / HF throughput (post-processing: HF seconds / structqa seconds)."""
     if not sq or not hf:
         return {"train": None, "inference": None, "postprocess": None}
+    inf = (
+        "inference_interleaved_features_per_s"
+        if "inference_interleaved_features_per_s" in sq
+        and "inference_interleaved_features_per_s" in hf
+        else "inference_features_per_s"
+    )
     key = (
         "postprocess_interleaved_seconds"
         if "postprocess_interleaved_seconds" in sq and "postprocess_interleaved_seconds" in hf
@@ -703,7 +736,7 @@ def ratios(sq: dict[str, Any] | None, hf: dict[str, Any] | None) -> dict[str, fl
     )
     return {
         "train": sq["train_features_per_s"] / hf["train_features_per_s"],
-        "inference": sq["inference_features_per_s"] / hf["inference_features_per_s"],
+        "inference": sq[inf] / hf[inf],
         "postprocess": hf[key] / sq[key] if key in sq and key in hf else None,
     }
 
@@ -850,6 +883,7 @@ def main(argv: list[str] | None = None) -> int:
             hf = hf_quick(args, device, train_ex, n_total, eval_ex, replay)
         if sq and hf:
             interleaved_postprocess(replay, sq, hf, INTERLEAVED_ROUNDS)
+            interleaved_inference(replay, sq, hf, INFERENCE_ROUNDS)
         title = "bench_vs_hf --quick (throughput; EM/F1 after a few steps mean nothing)"
     else:
         key = "structqa-bf16" if use_bf16(args.structqa_bf16, device) else "structqa"
