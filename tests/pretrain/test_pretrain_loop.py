@@ -194,6 +194,13 @@ def test_resume_after_sigint_is_exact(tmp_path, tiny_checkpoint, corpus_file, mo
         assert torch.equal(tensor, resumed[name]), name
     steps = [x["step"] for x in read_log(tmp_path / "b") if "loss" in x]
     assert steps == [1, 2, 3, 4, 5, 6, 7]
+    # each session's provenance: the interrupted one, then the resumed one
+    sessions = [json.loads(x) for x in (tmp_path / "b" / "sessions.jsonl").read_text().splitlines()]
+    assert [(x["resume"], x["global_step"], x["finished"]) for x in sessions] == [
+        (False, 3, False),
+        (True, 7, True),
+    ]
+    assert all(x["wall_seconds"] > 0 and "cpu" in x["machine"] for x in sessions)
 
 
 def test_anna_block_keeps_the_step0_mlm_loss(tmp_path, tiny_checkpoint, corpus_file):

@@ -15,11 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import platform
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,13 +38,13 @@ from structqa.experiments.grid import Experiment, Run, ValidationSpec, load_expe
 from structqa.io import write_json
 from structqa.ncbert import loop as drop_loop
 from structqa.ncbert.config import DropConfig
+from structqa.provenance import git_info, machine_info
 from structqa.training import loop
 from structqa.training.data import data_path
 
 log = logging.getLogger(__name__)
 
 EXIT_INTERRUPTED = 130
-_REPO_ROOT = Path(__file__).resolve().parents[3]
 _TIME_FILE = "experiment_time.json"  # wall time summed over the sessions of one run
 
 
@@ -78,64 +75,6 @@ def run_status(paths: Paths, run: Run) -> str:
 
 
 # ---- provenance ------------------------------------------------------------------------
-
-
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        proc = subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
-
-
-def git_info(repo: Path | None = None) -> dict[str, Any]:
-    """HEAD commit and whether tracked files differ from it (docs/results excluded: the runner
-    writes there). Looks at the package's checkout, else the working directory."""
-    for root in (repo,) if repo else (_REPO_ROOT, Path.cwd()):
-        head = _git(root, "rev-parse", "HEAD")
-        if head is None:
-            continue
-        status = _git(
-            root,
-            "status",
-            "--porcelain",
-            "--untracked-files=no",
-            "--",
-            ".",
-            ":(exclude)docs/results",
-        )
-        return {"commit": head.strip(), "dirty": bool(status and status.strip())}
-    return {"commit": None, "dirty": None}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_info() -> dict[str, Any]:
-    import torch
-
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    return {
-        "cpu": _cpu_model(),
-        "cores": os.cpu_count(),
-        "usable_cores": usable,
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
 
 
 def _device_and_bf16(cfg: Config | DropConfig) -> tuple[str, bool]:

@@ -20,6 +20,7 @@ import json
 import logging
 import shutil
 import signal
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ from structqa.pretrain.config import SCRATCH, PretrainConfig, validate
 from structqa.pretrain.data import MLMBatch, MLMDataset, PretrainData, prepare_pretrain_data
 from structqa.pretrain.masking import IGNORE_INDEX
 from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
+from structqa.provenance import git_info, machine_info
 from structqa.runtime import autocast
 from structqa.text.annotate import NUM_POS_IDS
 from structqa.training.checkpoint import TrainState, resume_from, save_resume_state
@@ -202,7 +204,19 @@ def epoch_batches(data: MLMDataset, cfg: PretrainConfig, epoch: int, world: int)
 
 
 def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLMEval | None:
-    """Seed, build the model, read, annotate and tokenize the corpus, pre-train."""
+    """Seed, build the model, read, annotate and tokenize the corpus, pre-train.
+
+    Each call appends its provenance to ``<output_dir>/sessions.jsonl`` (command, commit,
+    machine, start, wall seconds, the step reached): a run resumed over several sessions
+    lists each of them."""
+    started, t0 = time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
+    record: dict[str, Any] = {
+        "command": sys.argv,
+        "resume": resume,
+        "git": git_info(),
+        "machine": machine_info(),
+        "started_at": started,
+    }
     validate(cfg)
     set_seed(cfg.train.seed)
     model, tokenizer = build_pretrain_model(cfg)
@@ -212,7 +226,21 @@ def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLM
         entity_masks=attention_options(model.encoder).entity_bias,
         pos_tags=model.encoder.config.pos_vocab_size > 0,
     )
-    return train(cfg, model, tokenizer, data, resume=resume, progress=progress)
+    result = None
+    try:
+        result = train(cfg, model, tokenizer, data, resume=resume, progress=progress)
+    finally:
+        out = Path(cfg.train.output_dir)
+        state_file = out / "last" / "train_state.json"
+        state = json.loads(state_file.read_text()) if state_file.exists() else {}
+        record |= {
+            "wall_seconds": time.perf_counter() - t0,
+            "global_step": state.get("global_step"),
+            "finished": bool(state.get("finished")),
+        }
+        if out.is_dir():
+            append_jsonl(out / "sessions.jsonl", record)
+    return result
 
 
 def train(

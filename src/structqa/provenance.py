@@ -1,0 +1,69 @@
+"""Where a result came from: the git commit of the running code and the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def git_info(repo: Path | None = None) -> dict[str, Any]:
+    """HEAD commit and whether tracked files differ from it (docs/results excluded: the runner
+    writes there). Looks at the package's checkout, else the working directory."""
+    for root in (repo,) if repo else (_REPO_ROOT, Path.cwd()):
+        head = _git(root, "rev-parse", "HEAD")
+        if head is None:
+            continue
+        status = _git(
+            root,
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":(exclude)docs/results",
+        )
+        return {"commit": head.strip(), "dirty": bool(status and status.strip())}
+    return {"commit": None, "dirty": None}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    import torch
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
