@@ -10,6 +10,10 @@ at inference (forward + ``SpanCollector.add``, one untimed batch first), on the 
 slice of ``splits/squad1-heldout`` featurized 384/128, in order. bf16 follows
 ``runtime.use_bf16`` (``--bf16``, default auto). Ratios are against the independent head.
 
+Part 3 (printed after part 1): inference again, all heads in one process, alternating head
+by head over ``--rounds`` rounds, so that the machine's drift between minutes cancels out of the
+ratios.
+
 Part 2: the joint scorer alone (B=1, D=384, L=30, float32, forward + backward) in band and
 full mode at N = 256/512/1024/2048 tokens: band memory grows linearly in N, full memory
 quadratically.
@@ -31,6 +35,7 @@ import json
 import os
 import pickle
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -201,6 +206,54 @@ def bench_head(name: str, features: list[Feature], batch_size: int, bf16_setting
     }
 
 
+def interleaved_inference(
+    names: list[str], features: list[Feature], batch_size: int, bf16_setting: str, rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Part 3: every head's inference (forward + ``SpanCollector.add``) timed in one process,
+    round-robin over ``rounds`` rounds; samples/s from each head's median round.
+
+    Part 1 times the heads one after another in separate processes, minutes apart, and this
+    VM's speed drifts between minutes; alternating the heads puts every ratio under the
+    same conditions. (Untrained heads: inference cost does not depend on the weights.)"""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    bf16 = use_bf16(bf16_setting, device)
+    batches = [
+        collate(features, list(range(i, min(i + batch_size, len(features))))).to(device)
+        for i in range(0, len(features), batch_size)
+    ]
+    models = {}
+    for name in names:
+        torch.manual_seed(0)
+        cfg = Config()
+        cfg.model.head = name
+        model, _ = build_model(cfg)
+        models[name] = (
+            model.to(device).eval(),
+            DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length),
+        )
+    times: dict[str, list[float]] = {name: [] for name in names}
+    with torch.inference_mode():
+        for r in range(rounds + 1):  # round 0: warm-up, untimed
+            for name, (model, decode) in models.items():
+                collector = SpanCollector(decode)
+                sync(device)
+                t0 = time.perf_counter()
+                for batch in batches:
+                    with autocast(device, bf16):
+                        out = model(batch)
+                    collector.add(out, batch.feature_index, batch.answer_mask)
+                sync(device)
+                if r:
+                    times[name].append(time.perf_counter() - t0)
+    return {
+        name: {
+            "infer_samples_per_s": len(features) / statistics.median(t),
+            "runs_seconds": t,
+        }
+        for name, t in times.items()
+    }
+
+
 # ---- part 2: the joint scorer alone ------------------------------------------------------
 
 
@@ -287,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default=None, help="scorer N values (default 256,512,1024,2048)")
     p.add_argument("--out", default="runs/bench_heads")
     p.add_argument("--threads", type=int, default=None, help="torch threads in every worker")
+    p.add_argument("--rounds", type=int, default=5, help="part 3: interleaved inference rounds")
     p.add_argument("--worker-head", help=argparse.SUPPRESS)
     p.add_argument("--features-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -332,6 +386,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['infer_peak_mb']:>10.1f}{r['first_loss']:>8.2f}"
         )
 
+    names = args.heads.split(",")
+    inter = interleaved_inference(names, features, args.batch_size, args.bf16, args.rounds)
+    base_inter = inter[names[0]]["infer_samples_per_s"]
+    print(f"\ninference, heads interleaved in one process ({args.rounds} rounds, median)")
+    print(f"{'head':<13}{'infer/s':>9}{'ratio':>7}")
+    for name in names:
+        rate = inter[name]["infer_samples_per_s"]
+        print(f"{name:<13}{rate:>9.2f}{ratio(rate, base_inter):>7}")
+
     scorer = [bench_scorer(mode, n) for n in sizes for mode in ("band", "full")]
     print("\njoint scorer alone, forward + backward (B=1, D=384, L=30, float32)")
     print(f"{'N':>6}{'band MB':>10}{'band ms':>9}{'full MB':>10}{'full ms':>9}{'full/band':>11}")
@@ -357,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokens": tokens,
         "batch_size": args.batch_size,
         "heads": heads,
+        "interleaved_inference": inter,
         "scorer": scorer,
     }
     path = out / f"{'quick' if args.quick else 'full'}-{time.strftime('%Y%m%d-%H%M%S')}.json"
