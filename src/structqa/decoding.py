@@ -160,7 +160,7 @@ def _pair_candidates(
     else:
         flat = np.flatnonzero(scores >= floor)
     rows, cols = np.divmod(flat, pairs)
-    return rows, scores[rows, cols], s_idx[rows, cols // k], e_idx[rows, cols % k]
+    return rows, scores.ravel()[flat], s_idx[rows, cols // k], e_idx[rows, cols % k]
 
 
 def _band_candidates(band: Tensor, ctx: Tensor, keep: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -243,9 +243,7 @@ class SpanCollector:
                 group = []
             group.append(p)
         tops.append(self._best_starts_ends(group))
-        rows, s_val, s_idx, e_val, e_idx = (
-            np.concatenate(c) if len(tops) > 1 else c[0] for c in zip(*tops, strict=True)
-        )
+        rows, s_val, s_idx, e_val, e_idx = (np.concatenate(c) for c in zip(*tops, strict=True))
         keep = cfg.n_best * cfg.window_factor
         win, scores, starts, ends = _pair_candidates(
             s_val, s_idx, e_val, e_idx, keep, cfg.max_answer_length
@@ -256,7 +254,10 @@ class SpanCollector:
     def _best_starts_ends(self, pending: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
         """One length group -> (rows, start values, start indices, end values, end indices),
         with ``n_best`` columns (windows narrower than that: padded with -inf)."""
-        n = pending[0][1].shape[1]  # the widest (pending is sorted by width)
+        k = self.cfg.n_best
+        # the widest window (pending is sorted by width), and at least k columns: the -inf
+        # padding of narrower windows drops every pair it takes part in
+        n = max(pending[0][1].shape[1], k)
         total = sum(len(p[0]) for p in pending)
         start = np.full((total, n), -np.inf, dtype=np.float32)
         end = np.full((total, n), -np.inf, dtype=np.float32)
@@ -266,12 +267,7 @@ class SpanCollector:
             np.copyto(start[r : r + b, :m], s, where=c)
             np.copyto(end[r : r + b, :m], e, where=c)
             r += b
-        rows = np.concatenate([p[0] for p in pending]) if len(pending) > 1 else pending[0][0]
-        k = self.cfg.n_best
-        if n < k:  # pad the scores with -inf columns: every pair with them is dropped
-            start = np.pad(start, ((0, 0), (0, k - n)), constant_values=-np.inf)
-            end = np.pad(end, ((0, 0), (0, k - n)), constant_values=-np.inf)
-            n = k
+        rows = np.concatenate([p[0] for p in pending])
         s_val, s_idx = _topk(start, k)
         e_val, e_idx = _topk(end, k)
         return rows, s_val, s_idx, e_val, e_idx

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -27,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from accelerate.utils import set_seed
 
 from structqa.encoders.bert import EncoderConfig
@@ -147,9 +147,10 @@ def evaluate_mlm(
     for idx in sorted_batches(data.lengths, batch_size):
         batch = data.batch(idx, epoch=0).to(device)
         with autocast(device, bf16):
-            picked = _forward(model, model, batch).logits.float()  # (M, V): labeled tokens
+            out = _forward(model, model, batch)  # logits (M, V) of the labeled tokens
+        picked = out.logits
         gold = batch.labels[batch.labels != IGNORE_INDEX]
-        loss_sum += float(F.cross_entropy(picked, gold, reduction="sum"))
+        loss_sum += float(out.loss) * len(gold)  # the mean over them, back to a sum
         correct += int((picked.argmax(-1) == gold).sum())
         count += len(gold)
     model.train(was_training)
@@ -238,7 +239,7 @@ def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLM
             "global_step": state.get("global_step"),
             "finished": bool(state.get("finished")),
         }
-        if out.is_dir():
+        if out.is_dir() and int(os.environ.get("RANK", "0")) == 0:  # one line per session
             append_jsonl(out / "sessions.jsonl", record)
     return result
 
