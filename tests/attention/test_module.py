@@ -198,3 +198,82 @@ def test_padding_shaped_mask_with_no_valid_key_gives_zero_context_with_weights()
     out, probs = attn(x, mask, need_weights=True)
     assert probs is not None and bool((probs[1] == 0).all())
     torch.testing.assert_close(out[1], attn.output.bias.detach().expand(K, D))
+
+
+# ---- folded cross-attention (DyREx: few queries, many keys) ------------------------------------
+
+
+def folded_twin(kv_hidden: int | None = None) -> tuple[MultiHeadAttention, MultiHeadAttention]:
+    """The same weights with and without ``fold_memory``."""
+    plain = make_attention(kv_hidden=kv_hidden)
+    folded = make_attention(kv_hidden=kv_hidden)
+    folded.load_state_dict(plain.state_dict())
+    folded.fold_memory = True
+    return plain, folded
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("mask_kind", ["none", "random_b1qk", "padding_b11k", "empty_rows"])
+def test_folded_cross_attention_matches_float64_reference(
+    need_weights: bool, mask_kind: str
+) -> None:
+    _, folded = folded_twin(kv_hidden=7)
+    folded = folded.double()
+    torch.manual_seed(12)
+    x = torch.randn(B, Q, D, dtype=torch.float64)
+    memory = torch.randn(B, K, 7, dtype=torch.float64)
+    mask = {
+        "none": None,
+        "random_b1qk": random_mask((B, 1, Q, K), seed=13),
+        "padding_b11k": materialize(padding(torch.tensor([3, 6]), K), B, H, Q, K, "cpu"),
+        "empty_rows": mask_with_empty_rows()[:, :, :Q],
+    }[mask_kind]
+    out, probs = folded(x, mask, memory=memory, need_weights=need_weights)
+    want, want_probs = reference(folded, x, memory, mask)
+    assert out.shape == (B, Q, D)
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    if need_weights:
+        assert probs is not None
+        torch.testing.assert_close(probs, want_probs.expand(B, H, Q, K), rtol=1e-10, atol=1e-10)
+    else:
+        assert probs is None
+
+
+def test_folded_cross_attention_has_the_same_gradients() -> None:
+    plain, folded = folded_twin()
+    torch.manual_seed(14)
+    x = torch.randn(B, 2, D)
+    memory = torch.randn(B, K, D)
+    mask = materialize(padding(torch.tensor([4, 6]), K), B, H, 2, K, "cpu")
+    grads = []
+    for attn in (plain, folded):
+        xx, mm = x.clone().requires_grad_(), memory.clone().requires_grad_()
+        out, _ = attn(xx, mask, memory=mm)
+        (out * torch.linspace(-1, 1, D)).sum().backward()
+        # the key bias cancels in the softmax: the folded path never reads it (gradient None,
+        # the plain path's is zero up to rounding)
+        params = [torch.zeros_like(p) if p.grad is None else p.grad for p in attn.parameters()]
+        grads.append([xx.grad, mm.grad, *params])
+    for g_plain, g_folded in zip(*grads, strict=True):
+        torch.testing.assert_close(g_folded, g_plain, rtol=1e-4, atol=1e-5)
+
+
+def test_folded_cross_attention_with_dropout_keeps_the_value_bias_scaled() -> None:
+    """Training-mode dropout: the bias term follows the kept probability mass, as in V's rows."""
+    plain, folded = folded_twin()
+    plain.dropout = folded.dropout = 0.5
+    plain.train()
+    folded.train()
+    torch.manual_seed(15)
+    x, memory = torch.randn(B, 2, D), torch.randn(B, K, D)
+    torch.manual_seed(16)
+    out_f, _ = folded(x, None, memory=memory)
+    # the same dropout draw applied by hand to the plain path's probabilities
+    torch.manual_seed(16)
+    keep = torch.nn.functional.dropout(torch.ones(B, H, 2, K), 0.5, True)
+    q = plain.query(x).view(B, 2, H, D // H).transpose(1, 2)
+    k = plain.key(memory).view(B, K, H, D // H).transpose(1, 2)
+    v = plain.value(memory).view(B, K, H, D // H).transpose(1, 2)
+    probs = (q @ k.transpose(-1, -2) / math.sqrt(D // H)).softmax(-1)
+    ctx = ((probs * keep) @ v).transpose(1, 2).reshape(B, 2, D)
+    torch.testing.assert_close(out_f, plain.output(ctx), rtol=1e-5, atol=1e-5)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -18,14 +19,28 @@ class MultiHeadAttention(nn.Module):
 
     ``mask`` is boolean and broadcastable to (B, H, Q, K), ``True`` = may attend. Query rows
     with no allowed key output zeros instead of NaN (the residual path carries the token).
+
+    ``fold_memory`` (cross-attention only) computes the same function without projecting the
+    memory: the key projection is folded into the queries and the value projection applied
+    after the weighted sum (see :meth:`_folded`). It pays when few queries read many keys
+    (H * Q < D; DyREx's two queries): O(H Q K D) instead of O(K D^2). Parameters and
+    checkpoints are the same either way.
     """
 
-    def __init__(self, hidden: int, heads: int, dropout: float = 0.0, kv_hidden: int | None = None):
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        dropout: float = 0.0,
+        kv_hidden: int | None = None,
+        fold_memory: bool = False,
+    ):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden size {hidden} is not divisible by {heads} heads")
         kv_hidden = kv_hidden or hidden
         self.heads, self.head_dim, self.dropout = heads, hidden // heads, dropout
+        self.fold_memory = fold_memory
         self.query = nn.Linear(hidden, hidden)
         self.key = nn.Linear(kv_hidden, hidden)
         self.value = nn.Linear(kv_hidden, hidden)
@@ -43,6 +58,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """x: (B, Q, D); memory: (B, K, D) for cross-attention (else self-attention)."""
+        if memory is not None and self.fold_memory:
+            return self._folded(x, mask, memory, need_weights)
         source = x if memory is None else memory
         q, k, v = (
             self._split(self.query(x)),
@@ -71,3 +88,37 @@ class MultiHeadAttention(nn.Module):
         b, _, n, _ = out.shape
         out = out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)  # (B, Q, D)
         return self.output(out), probs
+
+    def _folded(
+        self, x: Tensor, mask: Tensor | None, memory: Tensor, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Cross-attention with the key/value projections moved off the memory.
+
+        Per head h, with a = W_q x + b_q: a . (W_k m_i + b_k) = (W_k^T a) . m_i + a . b_k, and
+        the second term is the same for every key, so it cancels in the softmax. With weights
+        p_i, sum_i p_i (W_v m_i + b_v) = W_v (sum_i p_i m_i) + b_v sum_i p_i (sum_i p_i is 1
+        without attention dropout). Both are exact rewrites of :meth:`forward`'s arithmetic.
+        """
+        b, nq, _ = x.shape
+        h, e = self.heads, self.head_dim
+        a = self.query(x).view(b, nq, h, e)
+        w_k = self.key.weight.view(h, e, -1)  # (H, E, Dm)
+        w_v = self.value.weight.view(h, e, -1)
+        u = torch.einsum("bqhe,hed->bhqd", a, w_k.to(a.dtype)) / math.sqrt(e)  # (B, H, Q, Dm)
+        mem = memory.to(u.dtype)  # (B, K, Dm)
+        nk = mem.shape[1]
+        # one (H*Q, Dm) x (Dm, K) product per batch row: broadcasting the memory over heads
+        # in a 4-D matmul would copy it H times
+        scores = torch.bmm(u.reshape(b, h * nq, -1), mem.transpose(1, 2)).view(b, h, nq, nk)
+        if mask is not None:
+            scores = scores + to_additive_bias(mask, scores.dtype)
+        probs = scores.softmax(-1)
+        has_key = None if mask is None else mask.any(-1, keepdim=True)
+        if has_key is not None and not bool(has_key.all()):
+            probs = probs * has_key
+        weights = F.dropout(probs, self.dropout, self.training) if self.training else probs
+        pooled = torch.bmm(weights.reshape(b, h * nq, nk), mem).view(b, h, nq, -1)  # (B,H,Q,Dm)
+        ctx = torch.einsum("bhqd,hed->bhqe", pooled, w_v.to(pooled.dtype))
+        ctx = ctx + self.value.bias.view(h, 1, e).to(ctx.dtype) * weights.sum(-1, keepdim=True)
+        out = ctx.transpose(1, 2).reshape(b, nq, h * e)  # (B, Q, D)
+        return self.output(out), probs if need_weights else None

@@ -159,9 +159,17 @@ class Embeddings(nn.Module):
 class AttentionSublayer(nn.Module):
     """Attention + dropout + residual + layer norm. ``neighbor_aware`` removes the diagonal."""
 
-    def __init__(self, cfg: EncoderConfig, neighbor_aware: bool = False, cross: bool = False):
+    def __init__(
+        self,
+        cfg: EncoderConfig,
+        neighbor_aware: bool = False,
+        cross: bool = False,
+        fold_memory: bool = False,
+    ):
         super().__init__()
-        self.attn = MultiHeadAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout)
+        self.attn = MultiHeadAttention(
+            cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, fold_memory=cross and fold_memory
+        )
         self.neighbor_aware, self.cross = neighbor_aware, cross
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
@@ -200,7 +208,10 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """One encoder (or decoder) layer: the sub-layers of ``cfg.block`` in order."""
 
-    def __init__(self, cfg: EncoderConfig, spec: Sequence[str] | None = None):
+    def __init__(
+        self, cfg: EncoderConfig, spec: Sequence[str] | None = None, fold_memory: bool = False
+    ):
+        """``fold_memory``: cross-attention sub-layers use the folded path (few queries)."""
         super().__init__()
         self.spec = tuple(spec or cfg.block)
         subs: list[nn.Module] = []
@@ -209,7 +220,12 @@ class Block(nn.Module):
                 subs.append(FeedForward(cfg))
             else:
                 subs.append(
-                    AttentionSublayer(cfg, neighbor_aware=kind == "naa", cross=kind == "xa")
+                    AttentionSublayer(
+                        cfg,
+                        neighbor_aware=kind == "naa",
+                        cross=kind == "xa",
+                        fold_memory=fold_memory,
+                    )
                 )
         self.sublayers = nn.ModuleList(subs)
 

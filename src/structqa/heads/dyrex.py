@@ -43,7 +43,11 @@ class DyRExQueries(QuerySource):
         self.query_mask = query_mask
         self.pair_mask = dyrex_mask(query_mask)  # raises on an unknown name
         self.q0 = nn.Parameter(torch.empty(NUM_QUERIES, cfg.hidden_size))  # rows: q_s, q_e
-        self.layers = nn.ModuleList(Block(cfg, spec=DYREX_BLOCK) for _ in range(layers))
+        # two queries read N tokens: fold the key/value projections into the queries
+        # (MultiHeadAttention._folded) instead of projecting every token in every layer
+        self.layers = nn.ModuleList(
+            Block(cfg, spec=DYREX_BLOCK, fold_memory=True) for _ in range(layers)
+        )
         self.apply(bert_init)
         nn.init.normal_(self.q0, std=0.02)
 
