@@ -245,7 +245,9 @@ def accumulate_step(
     Shared by the extractive, pre-training and DROP loops; ``loss_of(i, batch)`` runs the
     forward pass of micro-batch i."""
     device = accelerator.device
-    loss_sum, rows, tokens = 0.0, 0, 0
+    rows = 0
+    losses: list[torch.Tensor] = []
+    token_counts: list[torch.Tensor] = []
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
         sync = accelerator.num_processes == 1 or last
@@ -253,14 +255,18 @@ def accumulate_step(
         with ctx, autocast(device, bf16):
             loss = loss_of(i, batch) / len(batches)
         accelerator.backward(loss)
-        loss_sum += loss.item()
+        # kept on the device: reading them here would wait for the GPU after every
+        # micro-batch; they are read once, after the optimizer step
+        losses.append(loss.detach().float())
+        token_counts.append(batch.attention_mask.sum())
         rows += batch.input_ids.shape[0]
-        tokens += int(batch.attention_mask.sum())
     if max_grad_norm:
         accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+    loss_sum = float(torch.stack(losses).sum())
+    tokens = int(torch.stack([t.to(losses[0].device) for t in token_counts]).sum())
     return loss_sum, rows, tokens
 
 
