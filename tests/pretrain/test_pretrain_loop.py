@@ -374,3 +374,55 @@ def test_finetuning_keeps_the_pretrained_structure(
     example = data.eval_examples[0]
     answer = predictor.predict(example.question, example.context)
     assert answer.text == predictions[example.id]
+
+
+def test_np_vocabulary_is_added_whole_saved_and_rebuilt_on_resume(tmp_path, tiny_checkpoint):
+    """model.np_vocab (Table 5): noun-phrase words of the training chunks join the vocabulary
+    whole; final/ holds the extended tokenizer and embeddings; resume rebuilds the same ids."""
+    from structqa.pretrain.np_tokenizer import load_extended
+
+    pytest.importorskip("spacy")
+    from structqa.text.annotate import Annotator
+
+    sentences = [
+        "The COVID-19 vaccine reached the U.S. market after a long Ph.D. study.",
+        "A non-profit group in the U.S. tracked COVID-19 cases for the X-Files fans.",
+        "Her Ph.D. thesis on COVID-19 helped a non-profit clinic in the U.S. city.",
+    ]
+    records = [
+        {"id": f"np-{i}", "text": f"{sentences[i % 3]} Chunk number {i} ends here."}
+        for i in range(15)
+    ]
+    corpus = tmp_path / "np-corpus"
+    corpus.mkdir()
+    (corpus / "corpus-00000.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    annotations = Annotator().annotate(r["text"] for r in records)
+    (corpus / "annotations-00000.jsonl").write_text(
+        "".join(
+            json.dumps({"id": r["id"], **a.to_dict()}) + "\n"
+            for r, a in zip(records, annotations, strict=True)
+        )
+    )
+    args = ("model.np_vocab=20", "model.np_min_count=1", "train.max_steps=2")
+    cfg = tiny_config(tmp_path / "np", tiny_checkpoint, corpus, *args)
+    assert loop.run(cfg, progress=False) is not None
+    words = json.loads((tmp_path / "np" / "np_vocab.json").read_text())
+    assert 0 < len(words) <= 20
+    report = json.loads((tmp_path / "np" / "data_report.json").read_text())
+    assert report["np_vocab_added"] == len(words)
+    model, tokenizer = load_extended(tmp_path / "np" / "final")
+    base_size = len(load_encoder(tiny_checkpoint).embeddings.word_embeddings.weight)
+    assert model.encoder.config.vocab_size == len(tokenizer) == base_size + len(words)
+    for word in words:  # each is one token now, with an id past the old vocabulary
+        ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1 and ids[0] >= base_size, word
+    # a resumed session rebuilds the vocabulary from the corpus: the same words, same order
+    fresh_model, base_tokenizer = loop.build_pretrain_model(cfg)
+    rebuilt: dict[str, list[str]] = {}
+
+    def collect(chunks):
+        tok, rebuilt["words"] = loop.add_np_vocabulary(cfg, fresh_model, base_tokenizer, chunks)
+        return tok
+
+    loop.prepare_pretrain_data(cfg, base_tokenizer, on_train_chunks=collect)
+    assert rebuilt["words"] == words

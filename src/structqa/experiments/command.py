@@ -5,6 +5,10 @@ Each run trains into ``<runs-dir>/<run>/`` and, once finished, leaves one result
 An extractive run trains with :func:`structqa.training.loop.run`; a ``kind: drop`` run with
 :func:`structqa.ncbert.loop.run`, and its result adds the full DROP scores of ``best/`` on the
 dev file (``dev``) and on the test file (``test``, with per-type EM/F1).
+A run whose ``model.encoder`` is ``pretrain:NAME`` first gets that pre-training arm (see
+:mod:`structqa.experiments.grid`): ``structqa pretrain`` into ``<runs-dir>/pretrain/NAME/``,
+resumable the same way, leaving ``<results>/pretrain/NAME.json`` (held-out MLM loss and
+accuracy, config, provenance, wall time); later runs of that arm reuse its ``final/``.
 A run with a result is skipped; a run with an output directory but no result is resumed.
 SIGINT/SIGTERM stop the current run cleanly (the trainer saves ``last/``) and the runner exits
 without a result for it; the same command continues later.
@@ -34,10 +38,19 @@ from structqa.experiments.aggregate import (
     metric_value,
     refresh,
 )
-from structqa.experiments.grid import Experiment, Run, ValidationSpec, load_experiment, plan
+from structqa.experiments.grid import (
+    Experiment,
+    Run,
+    ValidationSpec,
+    load_experiment,
+    plan,
+    pretrain_arm,
+)
 from structqa.io import write_json
 from structqa.ncbert import loop as drop_loop
 from structqa.ncbert.config import DropConfig
+from structqa.pretrain import loop as pretrain_loop
+from structqa.pretrain.config import PretrainConfig
 from structqa.provenance import git_info, machine_info
 from structqa.training import loop
 from structqa.training.data import data_path
@@ -63,6 +76,20 @@ class Paths:
     def output(self, run: Run) -> Path:
         return self.runs / run.name
 
+    def pretrain_result(self, arm: str) -> Path:
+        return self.results / "pretrain" / f"{arm}.json"
+
+    def pretrain_output(self, arm: str) -> Path:
+        return self.runs / "pretrain" / arm
+
+
+def pretrain_status(paths: Paths, arm: str) -> str:
+    """``done``, ``partial`` or ``todo`` for a pre-training arm, as :func:`run_status`."""
+    if paths.pretrain_result(arm).exists():
+        return "done"
+    out = paths.pretrain_output(arm)
+    return "partial" if out.is_dir() and any(out.iterdir()) else "todo"
+
 
 def run_status(paths: Paths, run: Run) -> str:
     """``done`` (result written), ``partial`` (output directory started) or ``todo``."""
@@ -77,7 +104,7 @@ def run_status(paths: Paths, run: Run) -> str:
 # ---- provenance ------------------------------------------------------------------------
 
 
-def _device_and_bf16(cfg: Config | DropConfig) -> tuple[str, bool]:
+def _device_and_bf16(cfg: Config | DropConfig | PretrainConfig) -> tuple[str, bool]:
     """What the trainer chose: CUDA when there is one, bf16 as ``train.bf16`` resolves there."""
     import torch
 
@@ -205,6 +232,68 @@ def _eval_history(out: Path) -> list[dict[str, Any]]:
     return [{"epoch": r["epoch"], "step": r["step"], **r["eval"]} for r in rows if "eval" in r]
 
 
+def ensure_pretrained(
+    experiment: Experiment,
+    arm: str,
+    paths: Paths,
+    *,
+    command: str,
+    provenance: Mapping[str, Any],
+    data_dir: str | None = None,
+    progress: bool = True,
+) -> Path | None:
+    """Pre-train (or continue) one arm; its ``final/`` directory once finished, else None."""
+    if experiment.pretrain is None or arm not in experiment.pretrain.arms:
+        raise ConfigError(f"{experiment.name}: no pre-training arm {arm!r}")
+    out = paths.pretrain_output(arm)
+    final = out / "final"
+    if paths.pretrain_result(arm).exists() and (final / "metrics.json").exists():
+        return final
+    cfg = experiment.pretrain.config_for(arm)
+    cfg.train.output_dir = str(out)
+    if data_dir:
+        cfg.data.dir = data_dir
+    resume = (out / "last").is_dir()
+    log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
+    timing = _read_json(out / _TIME_FILE)
+    t0 = time.perf_counter()
+    try:
+        pretrain_loop.run(cfg, resume=resume, progress=progress)
+    finally:
+        timing = {
+            "wall_time_s": timing.get("wall_time_s", 0.0) + time.perf_counter() - t0,
+            "sessions": timing.get("sessions", 0) + 1,
+        }
+        if out.is_dir():
+            write_json(out / _TIME_FILE, timing)
+    if not (final / "metrics.json").exists():
+        return None  # interrupted: last/ holds the state
+    state = _read_json(final / "train_state.json")
+    device, bf16 = _device_and_bf16(cfg)
+    write_json(
+        paths.pretrain_result(arm),
+        {
+            "experiment": experiment.name,
+            "arm": arm,
+            "overrides": experiment.pretrain.arms[arm],
+            "metrics": _read_json(final / "metrics.json"),
+            "steps": state.get("global_step"),
+            "seed": cfg.train.seed,
+            "wall_time_s": round(timing["wall_time_s"], 3),
+            "sessions": timing["sessions"],
+            "device": device,
+            "bf16": bf16,
+            **provenance,
+            "command": command,
+            "config_file": experiment.source,
+            "pretrain_base": experiment.pretrain.base_file,
+            "config": cfg.to_dict(),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+    return final
+
+
 def execute_run(
     experiment: Experiment,
     run: Run,
@@ -217,6 +306,20 @@ def execute_run(
 ) -> bool:
     """Train (or continue) one run; write its result JSON if it finished. True if it did."""
     cfg, split = resolve_config(experiment, run, paths, data_dir)
+    arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
+    if arm is not None:
+        final = ensure_pretrained(
+            experiment,
+            arm,
+            paths,
+            command=command,
+            provenance=provenance,
+            data_dir=data_dir,
+            progress=progress,
+        )
+        if final is None:
+            return False
+        cfg.model.encoder = str(final)
     out = Path(cfg.train.output_dir)
     resume = run_status(paths, run) == "partial"
     timing = _read_json(out / _TIME_FILE)
@@ -400,6 +503,22 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         name = run.name + (" (extra seed)" if run.extra else "")
         table.add_row(str(i), name, status, *scores)
     console = Console()
+    if experiment.pretrain is not None:
+        arms = Table(
+            title=f"{experiment.name}: {len(experiment.pretrain.arms)} pre-training arm(s)"
+        )
+        for col in ("arm", "status", "MLM acc", "MLM loss"):
+            arms.add_column(col, justify="right" if col.startswith("MLM") else "left")
+        for arm in experiment.pretrain.arms:
+            m = _read_json(paths.pretrain_result(arm)).get("metrics", {})
+            acc, loss = m.get("mlm_accuracy"), m.get("mlm_loss")
+            arms.add_row(
+                arm,
+                pretrain_status(paths, arm),
+                "" if acc is None else f"{100 * acc:.2f}",
+                "" if loss is None else f"{loss:.4f}",
+            )
+        console.print(arms)
     console.print(table)
     console.print(", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo")))
     console.print(f"outputs: {paths.runs}  results: {paths.results}")

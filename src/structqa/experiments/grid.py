@@ -5,10 +5,17 @@ An experiment YAML holds ``name``, ``kind`` (what a run trains: ``extractive``, 
 :class:`structqa.ncbert.config.DropConfig` and ``structqa drop-train``), ``base`` (a mapping
 shaped like that config), ``grid`` (dotted config key -> list of values; their product),
 ``variants`` (named override mappings for axes that are not a product), ``table`` (how results
-are aggregated), and optionally ``seeds_if_noisy`` and ``validation`` (extractive only). Every
+are aggregated), and optionally ``seeds_if_noisy``, ``validation`` (extractive only) and
+``pretrain`` (masked-LM pre-training arms that runs fine-tune from). Every
 key is checked when the file is loaded: an unknown key is a
 :class:`~structqa.config.ConfigError` naming the closest valid one, and every run's full config
 is validated.
+
+Pre-training arms: ``pretrain: {base: PRETRAIN.yaml | mapping, arms: {NAME: {dotted: value}}}``
+declares ``structqa pretrain`` configs (the base with each arm's overrides, validated when the
+file is loaded); a run whose ``model.encoder`` is ``pretrain:NAME`` fine-tunes that arm's
+``final/`` checkpoint, and the runner pre-trains the arm first if it has not been (once per arm,
+resumably). One command then reproduces a whole pre-train-then-fine-tune table.
 
 Runs come out in a deterministic order: variants in file order (outermost), then the product of
 the grid axes in file order (the first axis outermost, the last one varying fastest). A run's
@@ -32,6 +39,8 @@ from structqa.config import Config, ConfigError, config_from_dict
 from structqa.experiments.aggregate import DROP_METRICS, metric_value, sample_std
 from structqa.ncbert.config import DropConfig
 from structqa.ncbert.config import validate as validate_drop
+from structqa.pretrain.config import PretrainConfig
+from structqa.pretrain.config import validate as validate_pretrain
 
 SEED_KEY = "train.seed"
 VARIANT = "variant"  # the row/column key that means "the variant's name"
@@ -47,7 +56,10 @@ TOP_KEYS = (
     "table",
     "seeds_if_noisy",
     "validation",
+    "pretrain",
 )
+PRETRAIN_KEYS = ("base", "arms")
+PRETRAIN_PREFIX = "pretrain:"  # model.encoder=pretrain:NAME -> that arm's final/ checkpoint
 TABLE_KEYS = ("rows", "columns", "metrics", "summary", "title")
 NOISY_KEYS = ("std_above", "seeds", "metric")
 VALIDATION_KEYS = ("fraction", "seed")
@@ -189,6 +201,25 @@ class ValidationSpec:
 
 
 @dataclass(frozen=True)
+class PretrainSpec:
+    """Masked-LM pre-training arms: a base ``structqa pretrain`` config and per-arm overrides."""
+
+    base_file: str  # the base YAML as written in the experiment ("" when given inline)
+    base: dict[str, Any]
+    arms: dict[str, dict[str, Any]]  # name -> dotted overrides, file order
+
+    def config_for(self, arm: str) -> PretrainConfig:
+        """The arm's full config, validated (before the runner sets output_dir and data.dir)."""
+        cfg = config_from_dict(_merge(self.base, nested(self.arms[arm])), cls=PretrainConfig)
+        return validate_pretrain(cfg)
+
+
+def pretrain_arm(encoder: str) -> str | None:
+    """``NAME`` for ``model.encoder: pretrain:NAME``, else None."""
+    return encoder[len(PRETRAIN_PREFIX) :] if encoder.startswith(PRETRAIN_PREFIX) else None
+
+
+@dataclass(frozen=True)
 class Run:
     """One training run of an experiment."""
 
@@ -218,6 +249,7 @@ class Experiment:
     validation: ValidationSpec | None = None
     labels: dict[str, str] = field(default_factory=dict)  # dotted key -> short label in names
     kind: str = "extractive"  # a key of KINDS
+    pretrain: PretrainSpec | None = None
 
     @property
     def trains(self) -> Kind:
@@ -412,6 +444,50 @@ def _parse_validation(raw: Any, where: str) -> ValidationSpec | None:
     return ValidationSpec(fraction, seed)
 
 
+def _parse_pretrain(raw: Any, where: str) -> PretrainSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping {{base: FILE.yaml, arms: {{NAME: ...}}}}")
+    _check_keys(raw, PRETRAIN_KEYS, where)
+    base_raw = raw.get("base") or {}
+    base_file = ""
+    if isinstance(base_raw, str):
+        base_file = base_raw
+        path = Path(base_raw)
+        if not path.is_file():
+            raise ConfigError(
+                f"{where}.base: {base_raw} does not exist (paths are relative to the working "
+                "directory, the repository root for the shipped configs)"
+            )
+        base_raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(base_raw, Mapping):
+        raise ConfigError(f"{where}.base: expected a pretrain YAML file or a mapping")
+    base = copy.deepcopy(dict(base_raw))
+    arms_raw = raw.get("arms")
+    if not isinstance(arms_raw, Mapping) or not arms_raw:
+        raise ConfigError(f"{where}.arms: expected a mapping of arm names to overrides")
+    arms: dict[str, dict[str, Any]] = {}
+    for name, overrides in arms_raw.items():
+        at = f"{where}.arms.{name}"
+        if str(name) != format_value(str(name)) or "," in str(name) or "=" in str(name):
+            raise ConfigError(f"{at}: an arm name may not contain / \\ , or =")
+        flat = _flatten(overrides or {})
+        for key in flat:
+            if "." not in key:
+                raise ConfigError(f"{at}: {key!r} must be a dotted key like 'masking.scheme'")
+            if key in RUNNER_KEYS:
+                raise ConfigError(f"{at}: {key!r} is set by the runner")
+        arms[str(name)] = flat
+    spec = PretrainSpec(base_file, base, arms)
+    for name in arms:
+        try:
+            spec.config_for(name)
+        except ConfigError as err:
+            raise ConfigError(f"{where}.arms.{name}: {err}") from None
+    return spec
+
+
 def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experiment:
     where = source or "experiment"
     if not isinstance(data, Mapping):
@@ -451,6 +527,7 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
         validation=_parse_validation(data.get("validation"), f"{where}.validation"),
         labels=labels,
         kind=kind.name,
+        pretrain=_parse_pretrain(data.get("pretrain"), f"{where}.pretrain"),
     )
     runs = experiment.runs()
     names = [r.name for r in runs]
@@ -461,6 +538,17 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
             cfg = experiment.config_for(run)
         except ConfigError as err:
             raise ConfigError(f"{where}: run {run.name}: {err}") from None
+        arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
+        if arm is not None and (experiment.pretrain is None or arm not in experiment.pretrain.arms):
+            known = list(experiment.pretrain.arms) if experiment.pretrain else []
+            raise ConfigError(
+                f"{where}: run {run.name}: model.encoder names pre-training arm {arm!r}, "
+                + (
+                    f"not one of {known}{_did_you_mean(arm, known)}"
+                    if known
+                    else "but the experiment has no 'pretrain' section"
+                )
+            )
         if kind.name == "drop" and not cfg.data.test:
             raise ConfigError(
                 f"{where}: run {run.name}: a drop experiment reports on data.test "

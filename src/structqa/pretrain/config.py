@@ -41,6 +41,11 @@ class PretrainModelConfig:
     entity_bias: bool = False
     dropout: float | None = None  # override hidden dropout (None: the checkpoint's)
     attention_dropout: float | None = None  # override attention-probability dropout
+    # ANNA's noun-phrase-preserving tokenizer (Table 5): add up to np_vocab noun-phrase words
+    # that WordPiece splits (seen >= np_min_count times in the training chunks) to the
+    # vocabulary, whole; new embeddings start at the mean of their pieces. 0: off.
+    np_vocab: int = 0
+    np_min_count: int = 2
     # scratch only
     tokenizer: str = "default"  # a checkpoint directory whose tokenizer is used
     hidden: int = 256
@@ -128,6 +133,11 @@ def validate(cfg: PretrainConfig) -> PretrainConfig:
         use_bf16(cfg.train.bf16, torch.device("cpu"))  # only checks the setting
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    if cfg.model.np_vocab < 0 or cfg.model.np_min_count < 1:
+        raise ConfigError(
+            f"model.np_vocab must be >= 0 and model.np_min_count >= 1, got "
+            f"{cfg.model.np_vocab} and {cfg.model.np_min_count}"
+        )
     if cfg.model.added_init not in ("copy", "random"):
         raise ConfigError(f"model.added_init must be copy or random, got {cfg.model.added_init!r}")
     if not 0.0 <= cfg.data.heldout_fraction < 1.0:

@@ -26,9 +26,10 @@ import gzip
 import hashlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -348,21 +349,28 @@ def prepare_pretrain_data(
     tokenizer,
     entity_masks: bool | None = None,
     pos_tags: bool | None = None,
+    on_train_chunks: Callable[[list[Chunk]], Any] | None = None,
 ) -> PretrainData:
     """Read, annotate where needed, split, tokenize; log a report. ``entity_masks``: whether
     batches carry the entity key mask (entity-aware attention; default model.entity_bias);
-    ``pos_tags``: whether they carry POS ids (a POS-tag embedding; default: scheme word_pos)."""
+    ``pos_tags``: whether they carry POS ids (a POS-tag embedding; default: scheme word_pos).
+    ``on_train_chunks(train_chunks)`` runs before tokenization and may return the tokenizer
+    to use instead (the noun-phrase vocabulary is collected from the training chunks)."""
     ents = cfg.model.entity_bias if entity_masks is None else entity_masks
     tags = cfg.masking.scheme == "word_pos" if pos_tags is None else pos_tags
     path = resolve_corpus(cfg)
     chunks = read_corpus(path)
     if not chunks:
         raise ValueError(f"corpus {path} holds no text")
-    needs_annotation = get_scheme(cfg.masking.scheme) != ("token",) or ents or tags
+    needs_annotation = (
+        get_scheme(cfg.masking.scheme) != ("token",) or ents or tags or cfg.model.np_vocab > 0
+    )
     given = sum(c.annotation is not None for c in chunks)
     if needs_annotation:
         chunks = annotate_missing(chunks, cfg.data.spacy_model, cfg.data.annotation_cache)
     train_chunks, held_chunks = split_heldout(chunks, cfg.data.heldout_fraction)
+    if on_train_chunks is not None:
+        tokenizer = on_train_chunks(train_chunks) or tokenizer
     seq = cfg.data.max_seq_len
     train_windows = tokenize_chunks(train_chunks, tokenizer, seq)
     held_windows = tokenize_chunks(held_chunks, tokenizer, seq)

@@ -42,9 +42,16 @@ from structqa.features.batching import length_grouped_batches, sorted_batches
 from structqa.io import append_jsonl, replace_dir, write_json
 from structqa.models.build import load_tokenizer, resolve_encoder_path, set_dropout
 from structqa.pretrain.config import SCRATCH, PretrainConfig, validate
-from structqa.pretrain.data import MLMBatch, MLMDataset, PretrainData, prepare_pretrain_data
+from structqa.pretrain.data import (
+    Chunk,
+    MLMBatch,
+    MLMDataset,
+    PretrainData,
+    prepare_pretrain_data,
+)
 from structqa.pretrain.masking import IGNORE_INDEX
 from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
+from structqa.pretrain.np_tokenizer import collect_np_words, extend_embeddings, extend_tokenizer
 from structqa.provenance import git_info, machine_info
 from structqa.runtime import autocast
 from structqa.text.annotate import NUM_POS_IDS
@@ -124,6 +131,37 @@ def build_pretrain_model(cfg: PretrainConfig) -> tuple[MaskedLM, Any]:
         torch.manual_seed(cfg.train.seed)
         head = ensure_mlm_head(encoder, head_source)
     return MaskedLM(encoder, head), tokenizer
+
+
+def add_np_vocabulary(
+    cfg: PretrainConfig, model: MaskedLM, tokenizer: Any, train_chunks: list[Chunk]
+) -> tuple[Any, list[str]]:
+    """ANNA's tokenizer: the ``model.np_vocab`` most frequent noun-phrase words of the training
+    chunks that ``tokenizer`` splits, added whole (tokenizer and embeddings, in place on the
+    model). Deterministic in the corpus, so a resumed run rebuilds the same vocabulary."""
+    texts = [c.text for c in train_chunks]
+    annotations = [c.annotation for c in train_chunks]
+    if any(a is None for a in annotations):  # (prepare_pretrain_data annotates them all)
+        raise ValueError("noun-phrase vocabulary: some training chunks have no annotation")
+    words = collect_np_words(
+        texts,
+        tokenizer,
+        annotations,  # type: ignore[arg-type]
+        min_count=cfg.model.np_min_count,
+        max_new=cfg.model.np_vocab,
+    )
+    try:
+        extended = extend_tokenizer(tokenizer, words)
+    except ValueError as err:
+        raise ValueError(f"model.np_vocab: {err} (model.encoder={cfg.model.encoder})") from None
+    extend_embeddings(model, extended, words, tokenizer)
+    log.info(
+        "noun-phrase vocabulary: %d words added (%s%s)",
+        len(words),
+        ", ".join(words[:8]),
+        ", ..." if len(words) > 8 else "",
+    )
+    return extended, words
 
 
 def _forward(model, raw_model: MaskedLM, batch: MLMBatch):
@@ -221,12 +259,24 @@ def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLM
     validate(cfg)
     set_seed(cfg.train.seed)
     model, tokenizer = build_pretrain_model(cfg)
+    added: dict[str, Any] = {}
+
+    def np_vocabulary(train_chunks: list[Chunk]) -> Any:
+        nonlocal tokenizer
+        tokenizer, added["words"] = add_np_vocabulary(cfg, model, tokenizer, train_chunks)
+        return tokenizer
+
     data = prepare_pretrain_data(
         cfg,
         tokenizer,
         entity_masks=attention_options(model.encoder).entity_bias,
         pos_tags=model.encoder.config.pos_vocab_size > 0,
+        on_train_chunks=np_vocabulary if cfg.model.np_vocab else None,
     )
+    if "words" in added:
+        data.report["np_vocab_added"] = len(added["words"])
+        if int(os.environ.get("RANK", "0")) == 0:
+            write_json(Path(cfg.train.output_dir) / "np_vocab.json", added["words"])
     result = None
     try:
         result = train(cfg, model, tokenizer, data, resume=resume, progress=progress)

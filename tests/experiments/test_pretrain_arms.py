@@ -1,0 +1,200 @@
+"""Pre-training arms in an experiment: validation of the ``pretrain`` section, and the runner
+pre-training each referenced arm once (resumably) before the runs that fine-tune from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from structqa.config import ConfigError
+from structqa.experiments import command
+from structqa.experiments.command import Paths, pretrain_status, run_experiment
+from structqa.experiments.grid import experiment_from_dict, load_experiment
+from structqa.pretrain import loop as pretrain_loop
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MINI = "fixtures/squad-v1.1-mini.json"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    """The mini fixture's context sentences as a JSONL corpus (token masking needs no tags)."""
+    data = json.loads((shared_data / MINI).read_text(encoding="utf-8"))
+    texts = [
+        s
+        for article in data["data"]
+        for paragraph in article["paragraphs"]
+        for s in re.split(r"(?<=\.) ", paragraph["context"])
+        if s.strip()
+    ]
+    path = tmp_path_factory.mktemp("corpus") / "mini.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": f"c{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+    )
+    return path
+
+
+def pretrain_base(ckpt: Path, corpus: Path) -> dict[str, Any]:
+    return {
+        "model": {"encoder": str(ckpt)},
+        "data": {"corpus": str(corpus), "heldout_fraction": 0.2, "max_seq_len": 64},
+        "masking": {"scheme": "token"},
+        "train": {
+            "batch_size": 2,
+            "eval_batch_size": 4,
+            "lr": 1e-3,
+            "max_steps": 3,
+            "bf16": "off",
+            "eval_every_steps": None,
+            "save_every_steps": 1,
+            "log_every_steps": 1,
+        },
+    }
+
+
+def experiment(ckpt: Path, corpus: Path, data: Path, **extra: Any):
+    base = {
+        "model": {"encoder": "pretrain:tok"},
+        "data": {
+            "dir": str(data),
+            "train": MINI,
+            "eval": MINI,
+            "train_size": "all",
+            "max_seq_len": 128,
+            "doc_stride": 32,
+        },
+        "train": {"batch_size": 2, "bf16": "off", "max_steps": 2, "log_every_steps": 1},
+    }
+    raw = {
+        "name": "arms",
+        "base": base,
+        "pretrain": {
+            "base": pretrain_base(ckpt, corpus),
+            "arms": {"tok": {}, "naa": {"model.block": ["sa", "naa", "ffn"]}},
+        },
+        "variants": [
+            {"name": "tok-a", "model": {"encoder": "pretrain:tok"}},
+            {"name": "tok-b", "model": {"encoder": "pretrain:tok"}, "train": {"lr": 5e-5}},
+            {"name": "plain", "model": {"encoder": str(ckpt)}},
+        ],
+        "table": {"rows": ["variant"]},
+        **extra,
+    }
+    return experiment_from_dict(raw, source="configs/arms.yaml")
+
+
+def test_runner_pretrains_each_referenced_arm_once_and_fine_tunes_from_it(
+    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    real, seen = pretrain_loop.run, []
+
+    def spy(cfg, resume=False, progress=True):
+        seen.append((Path(cfg.train.output_dir).name, resume))
+        return real(cfg, resume=resume, progress=progress)
+
+    monkeypatch.setattr(pretrain_loop, "run", spy)
+    assert run_experiment(exp, paths, command="structqa experiment arms", progress=False) == 0
+    # tok is pre-trained once for its two runs; naa is referenced by no run, so never trained
+    assert seen == [("tok", False)]
+    assert pretrain_status(paths, "tok") == "done" and pretrain_status(paths, "naa") == "todo"
+    record = json.loads(paths.pretrain_result("tok").read_text())
+    final = paths.pretrain_output("tok") / "final"
+    assert record["arm"] == "tok" and record["steps"] == 3 and record["sessions"] == 1
+    assert 0.0 <= record["metrics"]["mlm_accuracy"] <= 1.0
+    assert record["metrics"] == json.loads((final / "metrics.json").read_text())
+    assert record["config"]["train"]["output_dir"] == str(paths.pretrain_output("tok"))
+    assert {"git", "machine", "command", "wall_time_s", "device"} <= set(record)
+    for run in exp.runs():
+        result = json.loads(paths.result(run).read_text())
+        want = str(tiny_checkpoint) if run.name.startswith("variant=plain") else str(final)
+        assert result["config"]["model"]["encoder"] == want, run.name
+    # everything done: nothing is trained again
+    seen.clear()
+    assert run_experiment(exp, paths, command="structqa experiment arms", progress=False) == 0
+    assert seen == []
+
+
+def test_interrupted_pretraining_stops_the_runner_and_resumes(
+    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    real_forward, calls = pretrain_loop._forward, {"n": 0}
+
+    def forward_then_interrupt(model, raw_model, batch):
+        if model.training:  # training steps only, not held-out evaluation
+            calls["n"] += 1
+            if calls["n"] == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+        return real_forward(model, raw_model, batch)
+
+    monkeypatch.setattr(pretrain_loop, "_forward", forward_then_interrupt)
+    code = run_experiment(exp, paths, command="x", progress=False)
+    assert code == command.EXIT_INTERRUPTED
+    assert pretrain_status(paths, "tok") == "partial"
+    assert not any(paths.result(r).exists() for r in exp.runs())
+
+    monkeypatch.setattr(pretrain_loop, "_forward", real_forward)
+    assert run_experiment(exp, paths, command="x", progress=False) == 0
+    record = json.loads(paths.pretrain_result("tok").read_text())
+    assert record["steps"] == 3 and record["sessions"] == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"variants": [{"name": "v", "model": {"encoder": "pretrain:tokk"}}]},
+            "did you mean 'tok'",
+        ),
+        ({"pretrain": None}, "no 'pretrain' section"),
+        (
+            {"pretrain": {"base": {}, "arms": {"a": {"masking.schem": "token"}}}},
+            "did you mean 'scheme'",
+        ),
+        ({"pretrain": {"base": {}, "arms": {"a": {"train.output_dir": "x"}}}}, "set by the runner"),
+        ({"pretrain": {"base": {}, "arms": {}}}, "arms"),
+        ({"pretrain": {"base": "no/such.yaml", "arms": {"a": {}}}}, "does not exist"),
+        ({"pretrain": {"bse": {}, "arms": {"a": {}}}}, "base"),
+    ],
+)
+def test_pretrain_section_errors_name_the_problem(
+    tiny_checkpoint, corpus, shared_data, change, message
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    raw: dict[str, Any] = {
+        "name": "arms",
+        "base": {"model": {"encoder": "pretrain:tok"}},
+        "pretrain": {"base": pretrain_base(tiny_checkpoint, corpus), "arms": {"tok": {}}},
+        "variants": [{"name": "v", "model": {"encoder": "pretrain:tok"}}],
+        "table": {"rows": ["variant"]},
+    }
+    raw.update(change)
+    if raw["pretrain"] is None:
+        del raw["pretrain"]
+    assert exp.pretrain is not None
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        experiment_from_dict(raw, source="x.yaml")
+
+
+def test_shipped_anna_config_loads_and_every_arm_validates():
+    exp = load_experiment(CONFIGS / "anna" / "finetune.yaml")
+    assert exp.pretrain is not None
+    arms = yaml.safe_load((CONFIGS / "anna" / "finetune.yaml").read_text())["pretrain"]["arms"]
+    assert list(exp.pretrain.arms) == list(arms)
+    for arm in exp.pretrain.arms:
+        cfg = exp.pretrain.config_for(arm)
+        assert cfg.train.max_steps == 200 and cfg.train.batch_size == 32  # one budget
+    used = {str(exp.config_for(r).model.encoder) for r in exp.runs()}
+    assert {f"pretrain:{a}" for a in exp.pretrain.arms} <= used
