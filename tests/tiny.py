@@ -12,6 +12,7 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -106,3 +107,23 @@ def make_tiny_checkpoint(
                     param.normal_(0.0, 0.1)
     model.save_pretrained(str(out), safe_serialization=True)
     return out
+
+
+MINI_SQUAD = "fixtures/squad-v1.1-mini.json"
+
+
+def tiny_finetune_base(encoder: str | Path, data: Path) -> dict[str, Any]:
+    """A fine-tuning base config that trains 2 steps on the mini fixture (the tiny runner
+    experiments' ``base``)."""
+    return {
+        "model": {"encoder": str(encoder)},
+        "data": {
+            "dir": str(data),
+            "train": MINI_SQUAD,
+            "eval": MINI_SQUAD,
+            "train_size": "all",
+            "max_seq_len": 128,
+            "doc_stride": 32,
+        },
+        "train": {"batch_size": 2, "bf16": "off", "max_steps": 2, "log_every_steps": 1},
+    }

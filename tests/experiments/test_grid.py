@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tiny import tiny_finetune_base
 
 from structqa.config import ConfigError, ModelConfig
 from structqa.data import read_examples
@@ -199,18 +200,7 @@ def test_noisy_cells_get_extra_seeds_after_their_grid_seeds_finish():
 
 
 def tiny_experiment(ckpt: Path, data: Path, **extra: Any):
-    base = {
-        "model": {"encoder": str(ckpt)},
-        "data": {
-            "dir": str(data),
-            "train": MINI,
-            "eval": MINI,
-            "train_size": "all",
-            "max_seq_len": 128,
-            "doc_stride": 32,
-        },
-        "train": {"batch_size": 2, "bf16": "off", "max_steps": 2, "log_every_steps": 1},
-    }
+    base = tiny_finetune_base(ckpt, data)
     return experiment_from_dict(
         {"name": "tiny", "base": base, "grid": {"train.seed": [0, 1]}, **extra},
         source="configs/tiny.yaml",

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tiny import tiny_finetune_base
 
 from structqa.config import ConfigError
 from structqa.experiments import command
@@ -62,18 +63,7 @@ def pretrain_base(ckpt: Path, corpus: Path) -> dict[str, Any]:
 
 
 def experiment(ckpt: Path, corpus: Path, data: Path, **extra: Any):
-    base = {
-        "model": {"encoder": "pretrain:tok"},
-        "data": {
-            "dir": str(data),
-            "train": MINI,
-            "eval": MINI,
-            "train_size": "all",
-            "max_seq_len": 128,
-            "doc_stride": 32,
-        },
-        "train": {"batch_size": 2, "bf16": "off", "max_steps": 2, "log_every_steps": 1},
-    }
+    base = tiny_finetune_base("pretrain:tok", data)
     raw = {
         "name": "arms",
         "base": base,
