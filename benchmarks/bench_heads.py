@@ -2,6 +2,7 @@
 
     python benchmarks/bench_heads.py            # 96 held-out windows, batch 12, N up to 2048
     python benchmarks/bench_heads.py --quick    # 24 windows, N up to 512: checks that it runs
+    python benchmarks/bench_heads.py --parts 3 --features 48   # interleaved inference only
 
 Part 1, per head (independent, joint, dyrex, dyref, dyrex+joint, dyref+joint): the default
 encoder with that head, built as ``structqa train`` builds it (``build_model``), trained for
@@ -55,6 +56,7 @@ from structqa.heads.base import QueryStates
 from structqa.heads.joint import joint_scorer
 from structqa.models.build import build_model, load_tokenizer
 from structqa.paths import default_encoder_path, resolve_data_dir
+from structqa.provenance import git_info
 from structqa.runtime import autocast, use_bf16
 from structqa.training.optim import build_optimizer
 
@@ -341,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/bench_heads")
     p.add_argument("--threads", type=int, default=None, help="torch threads in every worker")
     p.add_argument("--rounds", type=int, default=5, help="part 3: interleaved inference rounds")
+    p.add_argument(
+        "--parts",
+        default="1,2,3",
+        help="which parts to run (1: per-head processes, 2: joint scorer memory, 3: interleaved "
+        "inference), e.g. --parts 3",
+    )
     p.add_argument("--worker-head", help=argparse.SUPPRESS)
     p.add_argument("--features-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -352,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(bench_head(args.worker_head, features, args.batch_size, args.bf16)))
         return 0
 
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    if not parts or parts - {"1", "2", "3"}:
+        p.error(f"--parts: choose from 1, 2, 3 (got {args.parts!r})")
     n_features = args.features or (24 if args.quick else 96)
     default_sizes = "256,512" if args.quick else "256,512,1024,2048"
     sizes = [int(x) for x in (args.sizes or default_sizes).split(",")]
@@ -362,54 +373,64 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(features)} windows ({tokens} tokens), batch {args.batch_size}, bf16 {args.bf16}")
 
     heads: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        feats_file = Path(tmp) / "features.pkl"
-        feats_file.write_bytes(pickle.dumps(features))
-        for name in args.heads.split(","):
-            heads.append(
-                in_subprocess(["--worker-head", name, "--features-file", str(feats_file), *common])
-            )
-    base = heads[0]
-    print(f"\ndevice {base['device']}, bf16 in use: {base['bf16']}")
-    print(
-        f"{'head':<13}{'params':>9}{'train/s':>9}{'ratio':>7}{'infer/s':>9}{'ratio':>7}"
-        f"{'train MB':>10}{'ratio':>7}{'infer MB':>10}{'loss0':>8}"
-    )
-    for r in heads:
+    if "1" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            feats_file = Path(tmp) / "features.pkl"
+            feats_file.write_bytes(pickle.dumps(features))
+            for name in args.heads.split(","):
+                heads.append(
+                    in_subprocess(
+                        ["--worker-head", name, "--features-file", str(feats_file), *common]
+                    )
+                )
+        base = heads[0]
+        print(f"\ndevice {base['device']}, bf16 in use: {base['bf16']}")
         print(
-            f"{r['head']:<13}{r['head_params']:>9}"
-            f"{r['train_samples_per_s']:>9.2f}"
-            f"{ratio(r['train_samples_per_s'], base['train_samples_per_s']):>7}"
-            f"{r['infer_samples_per_s']:>9.2f}"
-            f"{ratio(r['infer_samples_per_s'], base['infer_samples_per_s']):>7}"
-            f"{r['train_peak_mb']:>10.1f}{ratio(r['train_peak_mb'], base['train_peak_mb']):>7}"
-            f"{r['infer_peak_mb']:>10.1f}{r['first_loss']:>8.2f}"
+            f"{'head':<13}{'params':>9}{'train/s':>9}{'ratio':>7}{'infer/s':>9}{'ratio':>7}"
+            f"{'train MB':>10}{'ratio':>7}{'infer MB':>10}{'loss0':>8}"
         )
+        for r in heads:
+            print(
+                f"{r['head']:<13}{r['head_params']:>9}"
+                f"{r['train_samples_per_s']:>9.2f}"
+                f"{ratio(r['train_samples_per_s'], base['train_samples_per_s']):>7}"
+                f"{r['infer_samples_per_s']:>9.2f}"
+                f"{ratio(r['infer_samples_per_s'], base['infer_samples_per_s']):>7}"
+                f"{r['train_peak_mb']:>10.1f}{ratio(r['train_peak_mb'], base['train_peak_mb']):>7}"
+                f"{r['infer_peak_mb']:>10.1f}{r['first_loss']:>8.2f}"
+            )
 
     names = args.heads.split(",")
-    inter = interleaved_inference(names, features, args.batch_size, args.bf16, args.rounds)
-    base_inter = inter[names[0]]["infer_samples_per_s"]
-    print(f"\ninference, heads interleaved in one process ({args.rounds} rounds, median)")
-    print(f"{'head':<13}{'infer/s':>9}{'ratio':>7}")
-    for name in names:
-        rate = inter[name]["infer_samples_per_s"]
-        print(f"{name:<13}{rate:>9.2f}{ratio(rate, base_inter):>7}")
+    inter: dict[str, Any] = {}
+    if "3" in parts:
+        inter = interleaved_inference(names, features, args.batch_size, args.bf16, args.rounds)
+        base_inter = inter[names[0]]["infer_samples_per_s"]
+        print(f"\ninference, heads interleaved in one process ({args.rounds} rounds, median)")
+        print(f"{'head':<13}{'infer/s':>9}{'ratio':>7}")
+        for name in names:
+            rate = inter[name]["infer_samples_per_s"]
+            print(f"{name:<13}{rate:>9.2f}{ratio(rate, base_inter):>7}")
 
-    scorer = [bench_scorer(mode, n) for n in sizes for mode in ("band", "full")]
-    print("\njoint scorer alone, forward + backward (B=1, D=384, L=30, float32)")
-    print(f"{'N':>6}{'band MB':>10}{'band ms':>9}{'full MB':>10}{'full ms':>9}{'full/band':>11}")
-    for n in sizes:
-        band = next(r for r in scorer if r["n"] == n and r["mode"] == "band")
-        full = next(r for r in scorer if r["n"] == n and r["mode"] == "full")
+    scorer: list[dict[str, Any]] = []
+    if "2" in parts:
+        scorer = [bench_scorer(mode, n) for n in sizes for mode in ("band", "full")]
+        print("\njoint scorer alone, forward + backward (B=1, D=384, L=30, float32)")
         print(
-            f"{n:>6}{band['peak_mb']:>10.1f}{band['ms']:>9.1f}{full['peak_mb']:>10.1f}"
-            f"{full['ms']:>9.1f}{ratio(full['peak_mb'], band['peak_mb']):>11}"
+            f"{'N':>6}{'band MB':>10}{'band ms':>9}{'full MB':>10}{'full ms':>9}{'full/band':>11}"
         )
+        for n in sizes:
+            band = next(r for r in scorer if r["n"] == n and r["mode"] == "band")
+            full = next(r for r in scorer if r["n"] == n and r["mode"] == "full")
+            print(
+                f"{n:>6}{band['peak_mb']:>10.1f}{band['ms']:>9.1f}{full['peak_mb']:>10.1f}"
+                f"{full['ms']:>9.1f}{ratio(full['peak_mb'], band['peak_mb']):>11}"
+            )
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
+        "git": git_info(),
         "machine": {
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -423,7 +444,14 @@ def main(argv: list[str] | None = None) -> int:
         "interleaved_inference": inter,
         "scorer": scorer,
     }
-    path = out / f"{'quick' if args.quick else 'full'}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    kind = (
+        "quick"
+        if args.quick
+        else "full"
+        if parts == {"1", "2", "3"}
+        else "parts" + "".join(sorted(parts))
+    )
+    path = out / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {path}")
     return 0
