@@ -348,3 +348,18 @@ def test_validation_split_files_are_disjoint_by_context_and_readable(tmp_path, s
     assert validation_files(cfg, ValidationSpec(0.2, 1234), paths.runs / "_validation")[0]
     cfg2, _ = resolve_config(exp, exp.runs()[0], paths)
     assert cfg2.data.train == str(train_file) and train_file.stat().st_mtime_ns == before
+
+
+EXPERIMENT_CONFIGS = sorted(
+    path
+    for path in (Path(__file__).resolve().parents[2] / "configs").rglob("*.yaml")
+    if "name" in (yaml.safe_load(path.read_text()) or {})  # (train/pretrain configs have none)
+)
+
+
+@pytest.mark.parametrize("path", EXPERIMENT_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shipped_experiment_config_loads_and_plans(path: Path, monkeypatch):
+    """Every run of every shipped grid validates (keys, values, pre-training arms, table)."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # base paths are repo-relative
+    exp = load_experiment(path)
+    assert exp.runs(), path
