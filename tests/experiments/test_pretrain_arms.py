@@ -141,6 +141,31 @@ def test_interrupted_pretraining_stops_the_runner_and_resumes(
     assert record["steps"] == 3 and record["sessions"] == 2
 
 
+def test_an_arm_trained_with_another_config_is_an_error_naming_the_keys(
+    tmp_path, tiny_checkpoint, corpus, shared_data
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    assert run_experiment(exp, paths, command="x", max_runs=1, progress=False) == 0
+    assert pretrain_status(paths, "tok") == "done"
+    changed = experiment(tiny_checkpoint, corpus, shared_data)
+    changed.pretrain.arms["tok"]["train.lr"] = 5e-4  # the YAML edited after the arm trained
+    with pytest.raises(ConfigError, match=r"train\.lr .*delete"):
+        run_experiment(changed, paths, command="x", progress=False)
+
+
+def test_an_arm_without_held_out_chunks_finishes_and_is_used(
+    tmp_path, tiny_checkpoint, corpus, shared_data
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    exp.pretrain.arms["tok"]["data.heldout_fraction"] = 0.0
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    assert run_experiment(exp, paths, command="x", max_runs=1, progress=False) == 0
+    record = json.loads(paths.pretrain_result("tok").read_text())
+    assert record["metrics"] == {} and record["steps"] == 3
+    assert pretrain_status(paths, "tok") == "done"
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -155,6 +180,7 @@ def test_interrupted_pretraining_stops_the_runner_and_resumes(
         ),
         ({"pretrain": {"base": {}, "arms": {"a": {"train.output_dir": "x"}}}}, "set by the runner"),
         ({"pretrain": {"base": {}, "arms": {}}}, "arms"),
+        ({"pretrain": {"base": {}, "arms": {"a": "token"}}}, "expected a mapping"),
         ({"pretrain": {"base": "no/such.yaml", "arms": {"a": {}}}}, "does not exist"),
         ({"pretrain": {"bse": {}, "arms": {"a": {}}}}, "base"),
     ],

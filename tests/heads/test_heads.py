@@ -65,13 +65,10 @@ def test_shapes_finiteness_and_gradients(tiny_checkpoint, mini_data, name: str, 
     for pname, p in model.named_parameters():
         assert p.grad is None or bool(torch.isfinite(p.grad).all()), pname
     for pname, p in model.head.named_parameters():
-        # a key bias adds the same amount to every key of a query: softmax cancels it exactly,
-        # and DyREx's folded cross-attention never reads it (no gradient at all)
-        if pname.endswith("attn.key.bias"):
-            assert p.grad is None or bool(p.grad.abs().max() < 1e-5), pname
-            continue
-        assert p.grad is not None, pname
-        assert bool(p.grad.abs().sum() > 0), pname
+        assert p.grad is not None, pname  # (DDP needs every parameter in the graph)
+        # a key bias adds the same amount to every key of a query: softmax cancels it exactly
+        if not pname.endswith("attn.key.bias"):
+            assert bool(p.grad.abs().sum() > 0), pname
 
 
 def phi_matrix(model, batch) -> torch.Tensor:

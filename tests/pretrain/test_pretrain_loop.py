@@ -426,3 +426,8 @@ def test_np_vocabulary_is_added_whole_saved_and_rebuilt_on_resume(tmp_path, tiny
 
     loop.prepare_pretrain_data(cfg, base_tokenizer, on_train_chunks=collect)
     assert rebuilt["words"] == words
+    # --resume of the finished run rebuilds the model from np_vocab.json and loads last/
+    # into it (a vocabulary of another size would not load)
+    (tmp_path / "np" / "np_vocab.json").write_text(json.dumps(words))
+    assert loop.run(cfg, resume=True, progress=False) is None  # already finished
+    assert json.loads((tmp_path / "np" / "np_vocab.json").read_text()) == words

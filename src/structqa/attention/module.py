@@ -94,22 +94,26 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Cross-attention with the key/value projections moved off the memory.
 
-        Per head h, with a = W_q x + b_q: a . (W_k m_i + b_k) = (W_k^T a) . m_i + a . b_k, and
-        the second term is the same for every key, so it cancels in the softmax. With weights
+        Per head h, with a = W_q x + b_q: a . (W_k m_i + b_k) = (W_k^T a) . m_i + a . b_k (the
+        second term is the same for every key). With weights
         p_i, sum_i p_i (W_v m_i + b_v) = W_v (sum_i p_i m_i) + b_v sum_i p_i (sum_i p_i is 1
         without attention dropout). Both are exact rewrites of :meth:`forward`'s arithmetic.
         """
         b, nq, _ = x.shape
         h, e = self.heads, self.head_dim
         a = self.query(x).view(b, nq, h, e)
-        w_k = self.key.weight.view(h, e, -1)  # (H, E, Dm)
-        w_v = self.value.weight.view(h, e, -1)
+        w_k = self.key.weight.reshape(h, e, -1)  # (H, E, Dm)
+        w_v = self.value.weight.reshape(h, e, -1)
         u = torch.einsum("bqhe,hed->bhqd", a, w_k.to(a.dtype)) / math.sqrt(e)  # (B, H, Q, Dm)
         mem = memory.to(u.dtype)  # (B, K, Dm)
         nk = mem.shape[1]
         # one (H*Q, Dm) x (Dm, K) product per batch row: broadcasting the memory over heads
         # in a 4-D matmul would copy it H times
         scores = torch.bmm(u.reshape(b, h * nq, -1), mem.transpose(1, 2)).view(b, h, nq, nk)
+        # a . b_k is the same for every key and cancels in the softmax; it is added anyway
+        # (B*H*Q numbers) so that every parameter takes part in the graph, as DDP requires
+        key_bias = self.key.bias.view(h, e).to(a.dtype)
+        scores = scores + (torch.einsum("bqhe,he->bhq", a, key_bias) / math.sqrt(e))[..., None]
         if mask is not None:
             scores = scores + to_additive_bias(mask, scores.dtype)
         probs = scores.softmax(-1)

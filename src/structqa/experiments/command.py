@@ -85,9 +85,9 @@ class Paths:
 
 def pretrain_status(paths: Paths, arm: str) -> str:
     """``done``, ``partial`` or ``todo`` for a pre-training arm, as :func:`run_status`."""
-    if paths.pretrain_result(arm).exists():
-        return "done"
     out = paths.pretrain_output(arm)
+    if paths.pretrain_result(arm).exists() and _arm_finished(out / "final"):
+        return "done"
     return "partial" if out.is_dir() and any(out.iterdir()) else "todo"
 
 
@@ -232,6 +232,28 @@ def _eval_history(out: Path) -> list[dict[str, Any]]:
     return [{"epoch": r["epoch"], "step": r["step"], **r["eval"]} for r in rows if "eval" in r]
 
 
+def _arm_finished(final: Path) -> bool:
+    return bool(_read_json(final / "train_state.json").get("finished"))
+
+
+def _config_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two pretrain configs (keys in both; paths the
+    runner sets per machine, train.output_dir and data.dir, are not compared)."""
+
+    def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            if isinstance(v, Mapping):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    a, b = flat(json.loads(json.dumps(recorded))), flat(json.loads(json.dumps(current)))
+    skip = {"train.output_dir", "data.dir"}
+    return sorted(k for k in a.keys() & b.keys() if k not in skip and a[k] != b[k])
+
+
 def ensure_pretrained(
     experiment: Experiment,
     arm: str,
@@ -242,32 +264,52 @@ def ensure_pretrained(
     data_dir: str | None = None,
     progress: bool = True,
 ) -> Path | None:
-    """Pre-train (or continue) one arm; its ``final/`` directory once finished, else None."""
+    """Pre-train (or continue) one arm; its ``final/`` directory once finished, else None.
+
+    An arm whose recorded config differs from the experiment's (the YAML changed after it was
+    trained) is an error: its checkpoint would silently stand for another recipe."""
     if experiment.pretrain is None or arm not in experiment.pretrain.arms:
         raise ConfigError(f"{experiment.name}: no pre-training arm {arm!r}")
     out = paths.pretrain_output(arm)
     final = out / "final"
-    if paths.pretrain_result(arm).exists() and (final / "metrics.json").exists():
-        return final
     cfg = experiment.pretrain.config_for(arm)
     cfg.train.output_dir = str(out)
     if data_dir:
         cfg.data.dir = data_dir
-    resume = (out / "last").is_dir()
-    log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
+    recorded = _read_json(out / "config.json")  # what the pre-training loop ran with
+    changed = _config_changes(recorded, cfg.to_dict()) if recorded else []
+    if changed:
+        raise ConfigError(
+            f"pre-training arm {arm!r}: {out} was trained with other values of "
+            f"{', '.join(changed)} than {experiment.source or 'the experiment'} now gives; "
+            f"delete {out} (and {paths.pretrain_result(arm)}) to retrain it, or give the new "
+            "recipe a new arm name"
+        )
+    if paths.pretrain_result(arm).exists() and _arm_finished(final):
+        return final
     timing = _read_json(out / _TIME_FILE)
-    t0 = time.perf_counter()
-    try:
-        pretrain_loop.run(cfg, resume=resume, progress=progress)
-    finally:
-        timing = {
-            "wall_time_s": timing.get("wall_time_s", 0.0) + time.perf_counter() - t0,
-            "sessions": timing.get("sessions", 0) + 1,
-        }
-        if out.is_dir():
-            write_json(out / _TIME_FILE, timing)
-    if not (final / "metrics.json").exists():
-        return None  # interrupted: last/ holds the state
+    if not _arm_finished(final):
+        before = _read_json(out / "last" / "train_state.json")
+        resume = (out / "last").is_dir()
+        log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
+        t0 = time.perf_counter()
+        try:
+            pretrain_loop.run(cfg, resume=resume, progress=progress)
+        finally:
+            timing = {
+                "wall_time_s": timing.get("wall_time_s", 0.0) + time.perf_counter() - t0,
+                "sessions": timing.get("sessions", 0) + 1,
+            }
+            if out.is_dir():
+                write_json(out / _TIME_FILE, timing)
+        if not _arm_finished(final):
+            state = _read_json(out / "last" / "train_state.json")
+            if resume and state.get("global_step") == before.get("global_step"):
+                raise RuntimeError(
+                    f"pre-training arm {arm!r}: resuming made no progress (step "
+                    f"{state.get('global_step')}); delete {out} to retrain it"
+                )
+            return None  # interrupted: last/ holds the state
     state = _read_json(final / "train_state.json")
     device, bf16 = _device_and_bf16(cfg)
     write_json(
@@ -276,11 +318,12 @@ def ensure_pretrained(
             "experiment": experiment.name,
             "arm": arm,
             "overrides": experiment.pretrain.arms[arm],
+            # held-out MLM loss/accuracy ({} when the corpus left no held-out chunk)
             "metrics": _read_json(final / "metrics.json"),
             "steps": state.get("global_step"),
             "seed": cfg.train.seed,
-            "wall_time_s": round(timing["wall_time_s"], 3),
-            "sessions": timing["sessions"],
+            "wall_time_s": round(timing.get("wall_time_s", 0.0), 3),
+            "sessions": timing.get("sessions", 0),
             "device": device,
             "bf16": bf16,
             **provenance,

@@ -472,6 +472,8 @@ def _parse_pretrain(raw: Any, where: str) -> PretrainSpec | None:
         at = f"{where}.arms.{name}"
         if str(name) != format_value(str(name)) or "," in str(name) or "=" in str(name):
             raise ConfigError(f"{at}: an arm name may not contain / \\ , or =")
+        if overrides is not None and not isinstance(overrides, Mapping):
+            raise ConfigError(f"{at}: expected a mapping of dotted keys to values")
         flat = _flatten(overrides or {})
         for key in flat:
             if "." not in key:

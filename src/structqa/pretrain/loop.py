@@ -134,34 +134,41 @@ def build_pretrain_model(cfg: PretrainConfig) -> tuple[MaskedLM, Any]:
 
 
 def add_np_vocabulary(
-    cfg: PretrainConfig, model: MaskedLM, tokenizer: Any, train_chunks: list[Chunk]
+    cfg: PretrainConfig,
+    model: MaskedLM,
+    tokenizer: Any,
+    train_chunks: list[Chunk],
+    words: list[str] | None = None,
 ) -> tuple[Any, list[str]]:
     """ANNA's tokenizer: the ``model.np_vocab`` most frequent noun-phrase words of the training
     chunks that ``tokenizer`` splits, added whole (tokenizer and embeddings, in place on the
-    model). Deterministic in the corpus, so a resumed run rebuilds the same vocabulary."""
-    texts = [c.text for c in train_chunks]
-    annotations = [c.annotation for c in train_chunks]
-    if any(a is None for a in annotations):  # (prepare_pretrain_data annotates them all)
-        raise ValueError("noun-phrase vocabulary: some training chunks have no annotation")
-    words = collect_np_words(
-        texts,
-        tokenizer,
-        annotations,  # type: ignore[arg-type]
-        min_count=cfg.model.np_min_count,
-        max_new=cfg.model.np_vocab,
-    )
+    model). Returns the extended tokenizer and the words added, in id order. ``words`` skips
+    the collection (a resumed run passes the ones its first session added)."""
+    if words is None:
+        texts = [c.text for c in train_chunks]
+        annotations = [c.annotation for c in train_chunks]
+        if any(a is None for a in annotations):  # (prepare_pretrain_data annotates them all)
+            raise ValueError("noun-phrase vocabulary: some training chunks have no annotation")
+        words = collect_np_words(
+            texts,
+            tokenizer,
+            annotations,  # type: ignore[arg-type]
+            min_count=cfg.model.np_min_count,
+            max_new=cfg.model.np_vocab,
+        )
     try:
         extended = extend_tokenizer(tokenizer, words)
     except ValueError as err:
         raise ValueError(f"model.np_vocab: {err} (model.encoder={cfg.model.encoder})") from None
     extend_embeddings(model, extended, words, tokenizer)
+    added = extended.convert_ids_to_tokens(list(range(len(tokenizer), len(extended))))
     log.info(
         "noun-phrase vocabulary: %d words added (%s%s)",
-        len(words),
-        ", ".join(words[:8]),
-        ", ..." if len(words) > 8 else "",
+        len(added),
+        ", ".join(added[:8]),
+        ", ..." if len(added) > 8 else "",
     )
-    return extended, words
+    return extended, added
 
 
 def _forward(model, raw_model: MaskedLM, batch: MLMBatch):
@@ -261,9 +268,16 @@ def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLM
     model, tokenizer = build_pretrain_model(cfg)
     added: dict[str, Any] = {}
 
+    saved_words = Path(cfg.train.output_dir) / "np_vocab.json"
+
     def np_vocabulary(train_chunks: list[Chunk]) -> Any:
+        # a resumed run takes the words its first session added: its checkpoint's embedding
+        # rows are in that order, whatever a re-annotated corpus would give now
         nonlocal tokenizer
-        tokenizer, added["words"] = add_np_vocabulary(cfg, model, tokenizer, train_chunks)
+        words = json.loads(saved_words.read_text()) if resume and saved_words.exists() else None
+        tokenizer, added["words"] = add_np_vocabulary(
+            cfg, model, tokenizer, train_chunks, words=words
+        )
         return tokenizer
 
     data = prepare_pretrain_data(
@@ -276,7 +290,7 @@ def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLM
     if "words" in added:
         data.report["np_vocab_added"] = len(added["words"])
         if int(os.environ.get("RANK", "0")) == 0:
-            write_json(Path(cfg.train.output_dir) / "np_vocab.json", added["words"])
+            write_json(saved_words, added["words"])
     result = None
     try:
         result = train(cfg, model, tokenizer, data, resume=resume, progress=progress)
