@@ -23,7 +23,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -232,6 +232,23 @@ def _eval_history(out: Path) -> list[dict[str, Any]]:
     return [{"epoch": r["epoch"], "step": r["step"], **r["eval"]} for r in rows if "eval" in r]
 
 
+def _timed_session(out: Path, train: Callable[[], Any]) -> dict[str, Any]:
+    """Run one training session; its wall time is added to ``out``'s experiment_time.json
+    (also when it is interrupted). Returns the totals: wall_time_s and sessions."""
+    timing = _read_json(out / _TIME_FILE)
+    t0 = time.perf_counter()
+    try:
+        train()
+    finally:
+        timing = {
+            "wall_time_s": timing.get("wall_time_s", 0.0) + time.perf_counter() - t0,
+            "sessions": timing.get("sessions", 0) + 1,
+        }
+        if out.is_dir():
+            write_json(out / _TIME_FILE, timing)
+    return timing
+
+
 def _arm_finished(final: Path) -> bool:
     return bool(_read_json(final / "train_state.json").get("finished"))
 
@@ -292,16 +309,9 @@ def ensure_pretrained(
         before = _read_json(out / "last" / "train_state.json")
         resume = (out / "last").is_dir()
         log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
-        t0 = time.perf_counter()
-        try:
-            pretrain_loop.run(cfg, resume=resume, progress=progress)
-        finally:
-            timing = {
-                "wall_time_s": timing.get("wall_time_s", 0.0) + time.perf_counter() - t0,
-                "sessions": timing.get("sessions", 0) + 1,
-            }
-            if out.is_dir():
-                write_json(out / _TIME_FILE, timing)
+        timing = _timed_session(
+            out, lambda: pretrain_loop.run(cfg, resume=resume, progress=progress)
+        )
         if not _arm_finished(final):
             state = _read_json(out / "last" / "train_state.json")
             if resume and state.get("global_step") == before.get("global_step"):
@@ -365,21 +375,9 @@ def execute_run(
         cfg.model.encoder = str(final)
     out = Path(cfg.train.output_dir)
     resume = run_status(paths, run) == "partial"
-    timing = _read_json(out / _TIME_FILE)
     before = _read_json(out / "last" / "train_state.json")
-    t0 = time.perf_counter()
-    try:
-        if isinstance(cfg, DropConfig):
-            drop_loop.run(cfg, resume=resume, progress=progress)
-        else:
-            loop.run(cfg, resume=resume, progress=progress)
-    finally:
-        timing = {
-            "wall_time_s": timing.get("wall_time_s", 0.0) + time.perf_counter() - t0,
-            "sessions": timing.get("sessions", 0) + 1,
-        }
-        if out.is_dir():
-            write_json(out / _TIME_FILE, timing)
+    trainer = drop_loop.run if isinstance(cfg, DropConfig) else loop.run
+    timing = _timed_session(out, lambda: trainer(cfg, resume=resume, progress=progress))
     state = _read_json(out / "last" / "train_state.json")
     if not state.get("finished"):
         if resume and state.get("global_step") == before.get("global_step"):
