@@ -279,6 +279,19 @@ class SpanCollector:
         rows_k = np.broadcast_to(rows[:, None], scores.shape)
         self._parts.append((rows_k[ok], starts[ok], ends[ok], scores[ok]))
 
+    def merge(self, others: Sequence[SpanCollector]) -> SpanCollector:
+        """Take in the windows of other collectors (the shards of a distributed evaluation:
+        disjoint windows of the same features). Candidates of an example then come in shard
+        order, which can only matter between spans of exactly equal score."""
+        self._flush()
+        for other in others:
+            if other is self:
+                continue
+            other._flush()
+            self._parts.extend(other._parts)
+            self._nulls.extend(other._nulls)
+        return self
+
     def predictions(
         self, examples: Sequence[Example], features: Sequence[Feature]
     ) -> dict[str, Prediction]:

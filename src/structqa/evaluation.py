@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from structqa.data.records import Example
-from structqa.decoding import DecodeConfig, Prediction
+from structqa.decoding import DecodeConfig, Prediction, SpanCollector
 from structqa.features.squad import Feature
 from structqa.io import write_json
 from structqa.metrics.squad import raw_scores_v2, squad_v1, squad_v2
@@ -118,6 +118,16 @@ def evaluate_model(
     from structqa.inference import run_inference
 
     collector = run_inference(model, features, decode, batch_size, bf16, progress=progress)
+    return score_collector(collector, examples, features, version_2)
+
+
+def score_collector(
+    collector: SpanCollector,
+    examples: Sequence[Example],
+    features: Sequence[Feature],
+    version_2: bool,
+) -> EvalResult:
+    """Answers and metrics from the windows' collected spans."""
     predictions = collector.predictions(examples, features)
     for ex in examples:  # an example whose windows all vanished still gets a (null) answer
         if ex.id not in predictions:

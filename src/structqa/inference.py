@@ -39,17 +39,21 @@ def run_inference(
     bf16: bool = False,
     device: torch.device | None = None,
     progress=None,
+    shard: tuple[int, int] = (0, 1),
 ) -> SpanCollector:
     """Score every window (longest first, dynamically padded) and keep each window's n-best.
 
     With ``bf16`` the forward runs on bf16 weights (:func:`bf16_weights`: a copy unless the
-    model is bf16 already), under autocast for any op that still meets float32 inputs."""
+    model is bf16 already), under autocast for any op that still meets float32 inputs.
+    ``shard=(rank, world)`` scores every world-th batch from the rank-th on (each process of
+    a distributed evaluation takes one shard; :meth:`SpanCollector.merge` joins them)."""
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
     net = bf16_weights(model) if bf16 else model
     collector = SpanCollector(decode)
-    batches = sorted_batches([len(f) for f in features], batch_size)
+    rank, world = shard
+    batches = sorted_batches([len(f) for f in features], batch_size)[rank::world]
     for idx in batches:
         batch = collate(features, idx).to(device)
         with autocast(device, bf16):

@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from structqa.cli import main
 from structqa.config import load_config
 from structqa.training import loop
 
@@ -148,6 +149,7 @@ def test_two_process_gloo_training(tmp_path, tiny_checkpoint, shared_data):
         "--train.max_steps=4",
         "--train.bf16=off",
         "--train.log_every_steps=1",
+        "--train.eval_batch_size=2",  # several evaluation batches: each process scores some
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
@@ -158,7 +160,18 @@ def test_two_process_gloo_training(tmp_path, tiny_checkpoint, shared_data):
     log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in log if "loss" in x] == [1, 2, 3, 4]
     assert all(torch.isfinite(torch.tensor(x["loss"])) for x in log if "loss" in x)
-    assert "exact_match" in json.loads((out / "best" / "metrics.json").read_text())
+    metrics = json.loads((out / "best" / "metrics.json").read_text())
+    assert "exact_match" in metrics
+    # the sharded evaluation equals one process evaluating the same weights
+    args = ["evaluate", str(out / "best"), f"--data={shared_data}", f"--eval={MINI}"]
+    assert main([*args, "--out", str(tmp_path / "single"), "--bf16=off"]) == 0
+    single = json.loads((tmp_path / "single" / "metrics.json").read_text())
+    assert {k: single[k] for k in ("exact_match", "f1")} == {
+        k: metrics[k] for k in ("exact_match", "f1")
+    }
+    assert json.loads((tmp_path / "single" / "predictions.json").read_text()) == json.loads(
+        (out / "best" / "predictions.json").read_text()
+    )
 
 
 def _stop_flag_worker(rank: int, init_file: str, results) -> None:

@@ -22,13 +22,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import gather_object, set_seed
 
 from structqa.config import Config
 from structqa.decoding import DecodeConfig
-from structqa.evaluation import EvalResult, evaluate_model, write_outputs
+from structqa.evaluation import EvalResult, score_collector, write_outputs
 from structqa.features.batching import collate, length_grouped_batches
 from structqa.features.squad import Feature
+from structqa.inference import run_inference
 from structqa.io import append_jsonl, write_json
 from structqa.models.build import build_model
 from structqa.runtime import autocast, use_bf16
@@ -185,17 +186,26 @@ def train(
             state.batch_in_epoch = 0
             last_epoch = state.global_step >= total_steps
             result = None
-            if accelerator.is_main_process and (tc.eval_every_epoch or last_epoch):
-                result = evaluate_model(
+            if tc.eval_every_epoch or last_epoch:
+                # every process scores a shard of the windows; rank 0 merges and scores
+                collector = run_inference(
                     raw_model,
-                    data.eval_examples,
                     data.eval_features,
                     decode,
-                    data.version_2,
                     tc.eval_batch_size,
                     bf16,
+                    device=device,
+                    shard=(rank, world),
                 )
                 model.train()
+                if world > 1:
+                    shards = gather_object([collector])
+                    collector = shards[0].merge(shards[1:])
+                if accelerator.is_main_process:
+                    result = score_collector(
+                        collector, data.eval_examples, data.eval_features, data.version_2
+                    )
+            if result is not None:
                 entry = {"step": state.global_step, "epoch": state.epoch, "eval": result.metrics}
                 append_jsonl(log_path, entry)
                 bar.note(f"epoch {state.epoch}: F1 {result.f1:.2f}")
