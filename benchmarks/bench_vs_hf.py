@@ -287,34 +287,41 @@ def structqa_evaluate(
 
 
 class _TimedEval:
-    """Wraps the training loop's evaluate_model to know how long it took (subtracted from
-    the training time: the loop evaluates on the held-out set after its last epoch)."""
+    """Wraps the training loop's evaluation steps (``run_inference``, then ``score_collector``)
+    to know how long they took (subtracted from the training time: the loop evaluates on the
+    held-out set after its last epoch)."""
 
-    def __init__(self, fn) -> None:
-        self.fn, self.seconds, self.metrics = fn, 0.0, None
+    def __init__(self) -> None:
+        self.seconds, self.metrics = 0.0, None
 
-    def __call__(self, *a, **k):
-        t0 = time.perf_counter()
-        result = self.fn(*a, **k)
-        self.seconds += time.perf_counter() - t0
-        self.metrics = result.metrics
-        return result
+    def wrap(self, fn):
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            result = fn(*a, **k)
+            self.seconds += time.perf_counter() - t0
+            if hasattr(result, "metrics"):
+                self.metrics = result.metrics
+            return result
+
+        return timed
 
 
 def call_structqa_train(cfg: Config, model, tokenizer, data, resume: bool, progress: bool):
     """structqa.training.loop.train, restoring global torch flags it sets, timing its eval."""
     import structqa.training.loop as loop
 
-    timed = _TimedEval(loop.evaluate_model)
-    original = loop.evaluate_model
+    timed = _TimedEval()
+    originals = {name: getattr(loop, name) for name in ("run_inference", "score_collector")}
     deterministic = torch.are_deterministic_algorithms_enabled()
-    loop.evaluate_model = timed
+    for name, fn in originals.items():
+        setattr(loop, name, timed.wrap(fn))
     t0 = time.perf_counter()
     try:
         result = loop.train(cfg, model, tokenizer, data, resume=resume, progress=progress)
     finally:
         seconds = time.perf_counter() - t0
-        loop.evaluate_model = original
+        for name, fn in originals.items():
+            setattr(loop, name, fn)
         torch.use_deterministic_algorithms(deterministic)
     return result, seconds, timed
 
