@@ -42,6 +42,7 @@ from structqa.experiments.grid import (
     Experiment,
     Run,
     ValidationSpec,
+    _flatten,
     load_experiment,
     plan,
     pretrain_arm,
@@ -256,17 +257,8 @@ def _arm_finished(final: Path) -> bool:
 def _config_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Dotted keys whose values differ between two pretrain configs (keys in both; paths the
     runner sets per machine, train.output_dir and data.dir, are not compared)."""
-
-    def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            if isinstance(v, Mapping):
-                out.update(flat(v, f"{prefix}{k}."))
-            else:
-                out[f"{prefix}{k}"] = v
-        return out
-
-    a, b = flat(json.loads(json.dumps(recorded))), flat(json.loads(json.dumps(current)))
+    a = _flatten(json.loads(json.dumps(recorded)))
+    b = _flatten(json.loads(json.dumps(current)))
     skip = {"train.output_dir", "data.dir"}
     return sorted(k for k in a.keys() & b.keys() if k not in skip and a[k] != b[k])
 

@@ -276,7 +276,7 @@ def accumulate_step(
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     loss_sum = float(torch.stack(losses).sum())
-    tokens = int(torch.stack([t.to(losses[0].device) for t in token_counts]).sum())
+    tokens = int(torch.stack(token_counts).sum())
     return loss_sum, rows, tokens
 
 
