@@ -15,6 +15,7 @@ from structqa.experiments.aggregate import (
     metric_value,
     refresh,
     render_table,
+    result_metric,
     sample_std,
     summary,
 )
@@ -146,6 +147,39 @@ def test_rows_only_table_puts_metrics_in_columns():
     assert "| variant | F1 | EM |" in text
     assert "| static | 51.00 ± 1.41 (2) | 41.00 ± 1.41 (2) |" in text
     assert "| dyrex-causal | 55.00 ± n/a (1) | 45.00 ± n/a (1) |" in text
+
+
+def test_last_epoch_metric_reads_the_final_evaluation_of_the_history():
+    exp = experiment_from_dict(
+        {
+            "name": "recipe",
+            "grid": {"train.lr": [1e-4], "train.seed": [0, 1, 2]},
+            "table": {"rows": ["train.lr"], "metrics": ["last_f1", "f1"]},
+        }
+    )
+
+    def run(best: float, history: list[tuple[int, float]], steps: int = 20):
+        hist = [
+            {"epoch": i + 1, "step": st, "exact_match": 0.0, "f1": f}
+            for i, (st, f) in enumerate(history)
+        ]
+        return {**result("r", best, 0.0), "eval_history": hist, "steps": steps}
+
+    results = {
+        # best epoch 60, last epoch 50
+        "lr=0.0001,seed=0": run(60.0, [(10, 60.0), (20, 50.0)]),
+        "lr=0.0001,seed=1": run(70.0, [(10, 40.0), (20, 70.0)]),
+        # interrupted history: its last evaluation is not at the final step -> no last_f1
+        "lr=0.0001,seed=2": run(80.0, [(10, 80.0)]),
+    }
+    assert result_metric(results["lr=0.0001,seed=0"], "last_f1") == 50.0
+    assert result_metric(results["lr=0.0001,seed=0"], "last_em") == 0.0
+    assert result_metric(results["lr=0.0001,seed=2"], "last_f1") is None
+    assert result_metric(result("x", 1.0, 2.0), "last_f1") is None  # no history at all
+    text = render_table(exp, exp.runs(), results, "configs/recipe.yaml")
+    assert "| lr | F1 after the last epoch | F1 |" in text
+    assert "| 0.0001 | 60.00 ± 14.14 (2) | 70.00 ± 10.00 (3) |" in text
+    assert "'after the last epoch' is the final checkpoint's" in text
 
 
 def test_refresh_writes_table_and_summary_and_ignores_stale_results(tmp_path):

@@ -32,7 +32,12 @@ METRIC_NAMES = {
     **{f"{t}_em": f"{t} EM" for t in ANSWER_TYPES},
     "dev_f1": "dev F1",
     "dev_em": "dev EM",
+    "last_f1": "F1 after the last epoch",
+    "last_em": "EM after the last epoch",
 }
+# ``last_<metric>``: the metric of the run's last evaluation in its eval_history (the
+# checkpoint that a grid without per-epoch evaluation would score), rather than best/'s
+LAST_PREFIX = "last_"
 _EM_KEYS = ("exact_match", "exact")  # SQuAD v1.1 / MRQA, and v2.0
 # The table of a `kind: drop` experiment (NC-BERT Tables 2, 3, 5): test-file EM and F1, F1 per
 # answer type, and the dev F1 that selected the checkpoint
@@ -67,6 +72,19 @@ def metric_value(metrics: Mapping[str, Any], name: str) -> float:
     raise KeyError(f"metric {name!r} not in the results' metrics ({', '.join(sorted(metrics))})")
 
 
+def result_metric(result: Mapping[str, Any], name: str) -> float | None:
+    """A metric of one run's result: ``last_f1``/``last_em`` from the last entry of its
+    ``eval_history`` (only if that evaluation was at the run's final step), any other name
+    from its ``metrics`` (see :func:`metric_value`); None where the result has no such value."""
+    if name.startswith(LAST_PREFIX):
+        history = result.get("eval_history") or []
+        if not history or history[-1].get("step") != result.get("steps"):
+            return None
+        return metric_value(history[-1], name[len(LAST_PREFIX) :])
+    value = result["metrics"].get(name, 0.0)
+    return None if value is None else metric_value(result["metrics"], name)
+
+
 def sample_std(values: Sequence[float]) -> float | None:
     """Sample standard deviation (ddof=1); None for fewer than two values."""
     return statistics.stdev(values) if len(values) >= 2 else None
@@ -78,6 +96,7 @@ class CellStats:
     expected: int  # runs the plan has for this cell
     means: dict[str, float | None]
     stds: dict[str, float | None]
+    counts: dict[str, int]  # values behind each metric's mean (a last_ metric may lack some)
 
     @property
     def n(self) -> int:
@@ -87,7 +106,7 @@ class CellStats:
         mean, std = self.means[metric], self.stds[metric]
         if mean is None:
             return "—"
-        return f"{mean:.2f} ± {'n/a' if std is None else f'{std:.2f}'} ({self.n})"
+        return f"{mean:.2f} ± {'n/a' if std is None else f'{std:.2f}'} ({self.counts[metric]})"
 
 
 def cell_stats(
@@ -96,15 +115,14 @@ def cell_stats(
     done = [r for r in runs if r.name in results]
     means: dict[str, float | None] = {}
     stds: dict[str, float | None] = {}
+    counts: dict[str, int] = {}
     for metric in metrics:
-        values = [
-            metric_value(results[r.name]["metrics"], metric)
-            for r in done
-            if results[r.name]["metrics"].get(metric, 0.0) is not None
-        ]
+        found = (result_metric(results[r.name], metric) for r in done)
+        values = [v for v in found if v is not None]
         means[metric] = statistics.fmean(values) if values else None
         stds[metric] = sample_std(values)
-    return CellStats(tuple(sorted(r.seed for r in done)), len(runs), means, stds)
+        counts[metric] = len(values)
+    return CellStats(tuple(sorted(r.seed for r in done)), len(runs), means, stds, counts)
 
 
 def _cells(experiment: Experiment, runs: Sequence[Run]) -> dict[tuple[str, ...], list[Run]]:
@@ -225,6 +243,12 @@ def render_table(
             "- scores: official DROP EM/F1 in percent on the test file (data.test), answered by "
             "best/, the checkpoint of the best dev F1 (data.eval); per-type columns are F1 by "
             "gold answer type; dev F1 is best/'s"
+        )
+    elif any(m.startswith(LAST_PREFIX) for m in spec.metrics):
+        lines.append(
+            "- scores: F1/EM are those of best/, the epoch with the best F1 on data.eval; "
+            "'after the last epoch' is the final checkpoint's, the one a grid that scores "
+            "only once (eval_every_epoch: false) would report"
         )
     noisy = experiment.seeds_if_noisy
     if noisy is not None:
