@@ -14,7 +14,7 @@ import pytest
 import yaml
 from tiny import tiny_finetune_base
 
-from structqa.config import ConfigError, ModelConfig
+from structqa.config import ConfigError
 from structqa.data import read_examples
 from structqa.experiments import command
 from structqa.experiments.command import (
@@ -148,13 +148,17 @@ def test_lowdata_configs_expand_to_the_planned_grids():
     recipe = load_experiment(root / "recipe.yaml")
     assert len(recipe.runs()) == 2 * 2 * 3 and recipe.validation == ValidationSpec(0.2, 1234)
     assert recipe.runs()[0].name == "lr=3e-05,head_lr=null,seed=0"
-    if not all(hasattr(ModelConfig(), k) for k in ("query_mask", "dyrex_layers")):
-        pytest.skip("ModelConfig has no query_mask/dyrex_layers yet")
     heads = load_experiment(root / "heads.yaml")
     assert len(heads.runs()) == 6 * 3 * 3
     assert heads.table.summary and heads.seeds_if_noisy.seeds == (3, 4)
     masks = load_experiment(root / "masks.yaml")
     assert len(masks.runs()) == 8 * 3 and masks.table.rows == ("variant",)
+    # both grids train with the recipe study's winner, the same for every head and mask
+    recipe_keys = ("lr", "head_lr", "epochs", "batch_size", "warmup_ratio", "eval_every_epoch")
+    trains = [exp.config_for(r).train for exp in (heads, masks) for r in exp.runs()]
+    assert {tuple(getattr(t, k) for k in recipe_keys) for t in trains} == {
+        (1e-4, 1e-3, 10.0, 12, 0.1, False)
+    }
 
 
 # ---- extra seeds for noisy cells ---------------------------------------------------------
