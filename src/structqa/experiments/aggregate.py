@@ -81,8 +81,10 @@ def result_metric(result: Mapping[str, Any], name: str) -> float | None:
         if not history or history[-1].get("step") != result.get("steps"):
             return None
         return metric_value(history[-1], name[len(LAST_PREFIX) :])
-    value = result["metrics"].get(name, 0.0)
-    return None if value is None else metric_value(result["metrics"], name)
+    metrics = result["metrics"]
+    if name in metrics and metrics[name] is None:  # e.g. a DROP answer type the file lacks
+        return None
+    return metric_value(metrics, name)
 
 
 def sample_std(values: Sequence[float]) -> float | None:
