@@ -52,3 +52,31 @@ def test_zero_head_lr_is_a_rate_not_unset():
     opt = build_optimizer(model, lr=1e-4, head_lr=0.0, weight_decay=0.0)
     rates = {g["lr"] for g in opt.param_groups}
     assert rates == {1e-4, 0.0}
+
+
+def test_head_lr_exclude_trains_matching_head_params_at_lr():
+    import torch
+
+    from structqa.training.optim import build_optimizer
+
+    model = torch.nn.Module()
+    model.encoder = torch.nn.Linear(2, 2)
+    model.head = torch.nn.Module()
+    model.head.scorer = torch.nn.Module()
+    model.head.scorer.W = torch.nn.Parameter(torch.zeros(2, 2))
+    model.head.proj = torch.nn.Linear(2, 2)
+    opt = build_optimizer(
+        model, lr=1e-4, head_lr=1e-3, weight_decay=0.01, head_lr_exclude=["head.scorer.*"]
+    )
+    rate = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert rate[id(model.head.scorer.W)] == 1e-4
+    assert rate[id(model.head.proj.weight)] == rate[id(model.head.proj.bias)] == 1e-3
+    assert rate[id(model.encoder.weight)] == 1e-4
+    # a pattern that matches nothing changes nothing (one grid shares it across heads)
+    plain = build_optimizer(model, lr=1e-4, head_lr=1e-3, weight_decay=0.01)
+    same = build_optimizer(
+        model, lr=1e-4, head_lr=1e-3, weight_decay=0.01, head_lr_exclude=["head.absent"]
+    )
+    assert [(g["lr"], len(g["params"])) for g in plain.param_groups] == [
+        (g["lr"], len(g["params"])) for g in same.param_groups
+    ]

@@ -57,6 +57,10 @@ class TrainConfig:
     seed: int = 0
     lr: float = 1e-4
     head_lr: float | None = None  # learning rate of head parameters (default: lr)
+    # globs of head parameter names that train at lr even when head_lr is set, e.g.
+    # ["head.scorer.W"]: Joint's bilinear form, which a 1e-3 rate inflates until its span prior
+    # swamps the question (docs/results/lowdata-recipe-joint/README.md)
+    head_lr_exclude: list[str] = field(default_factory=list)
     weight_decay: float = 0.01
     batch_size: int = 12
     # CPU inference is fastest in small batches (cache): 16 gave 48-54 windows/s, 64 gave 36-41

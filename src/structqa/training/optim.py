@@ -2,29 +2,55 @@
 
 from __future__ import annotations
 
+import fnmatch
+import logging
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+log = logging.getLogger(__name__)
+
 
 def build_optimizer(
-    model: nn.Module, lr: float, head_lr: float | None, weight_decay: float
+    model: nn.Module,
+    lr: float,
+    head_lr: float | None,
+    weight_decay: float,
+    head_lr_exclude: Sequence[str] = (),
 ) -> torch.optim.AdamW:
-    """Four groups: (encoder | head) x (decayed | not decayed); head params may get their own lr."""
-    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+    """Parameter groups (encoder | head | head at the encoder rate) x (decayed | not decayed).
+
+    Head parameters (every name outside ``encoder.``) train at ``head_lr`` when it is set, except
+    those whose name matches one of the ``head_lr_exclude`` globs (e.g. ``head.scorer.W``, the
+    Joint head's bilinear form): they train at ``lr``. Without exclusions the groups, and their
+    order, are those of earlier checkpoints, so their optimizer state still loads on resume.
+    """
+    groups: dict[tuple[bool, bool, bool], list[nn.Parameter]] = {}
+    matched: dict[str, list[str]] = {pattern: [] for pattern in head_lr_exclude}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         is_head = not name.startswith("encoder.")
+        at_lr = False
+        if is_head:
+            for pattern in head_lr_exclude:
+                if fnmatch.fnmatchcase(name, pattern):
+                    matched[pattern].append(name)
+                    at_lr = True
         no_decay = p.ndim < 2 or "LayerNorm" in name
-        groups.setdefault((is_head, no_decay), []).append(p)
+        groups.setdefault((is_head, at_lr, no_decay), []).append(p)
+    for pattern, names in matched.items():
+        # a grid may share one exclusion across heads that lack the parameter: say so, go on
+        log.info("head_lr_exclude %r: %s", pattern, ", ".join(names) or "no parameter (unused)")
     params = [
         {
             "params": ps,
-            "lr": (lr if head_lr is None else head_lr) if is_head else lr,
+            "lr": lr if not is_head or at_lr or head_lr is None else head_lr,
             "weight_decay": 0.0 if no_decay else weight_decay,
         }
-        for (is_head, no_decay), ps in sorted(groups.items())
+        for (is_head, at_lr, no_decay), ps in sorted(groups.items())
     ]
     return torch.optim.AdamW(params, lr=lr)
 
