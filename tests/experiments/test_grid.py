@@ -161,6 +161,26 @@ def test_lowdata_configs_expand_to_the_planned_grids():
     }
 
 
+def test_lowdata_heads_grid_trains_joints_bilinear_form_at_the_encoder_rate():
+    from structqa.models.build import build_model
+    from structqa.training.optim import build_optimizer
+
+    heads = load_experiment(Path(__file__).resolve().parents[2] / "configs/lowdata/heads.yaml")
+    for head in ("joint", "dyrex+joint", "dyref+joint", "dyrex"):
+        run = next(r for r in heads.runs() if r.overrides["model.head"] == head)
+        cfg = heads.config_for(run)
+        model, _ = build_model(cfg)
+        tc = cfg.train
+        opt = build_optimizer(model, tc.lr, tc.head_lr, tc.weight_decay, tc.head_lr_exclude)
+        rate = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+        params = dict(model.named_parameters())
+        assert rate[id(params["head.queries.q0"])] == 1e-3
+        if "joint" in head:
+            assert rate[id(params["head.scorer.W"])] == 1e-4
+        else:
+            assert not any(rate[id(p)] == 1e-4 for n, p in params.items() if n.startswith("head."))
+
+
 # ---- extra seeds for noisy cells ---------------------------------------------------------
 
 
