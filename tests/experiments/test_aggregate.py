@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from structqa.config import ConfigError
 from structqa.experiments.aggregate import (
     cell_stats,
     load_results,
@@ -214,3 +215,23 @@ def test_extra_seed_runs_count_in_their_cell():
     assert cell["seeds"] == [0, 1, 2, 3] and cell["f1_mean"] == pytest.approx(75.0)
     text = render_table(exp, runs, results, "x.yaml")
     assert "incl. 2 extra-seed runs" in text and "(4 of 5)" in text
+
+
+def test_baseline_differences_pair_runs_by_seed():
+    exp = experiment_from_dict({**HEADS, "table": {**HEADS["table"], "baseline": "independent"}})
+    text = render_table(exp, exp.runs(), heads_results(), "configs/lowdata/heads.yaml")
+    section = text.split("## F1 minus independent, paired by seed", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| dyrex+joint")]
+    # pairs: seed 0 (60 - 80) and seed 2 (61 - 84); seed 1 has no dyrex+joint result
+    diffs = [60.0 - 80.0, 61.0 - 84.0]
+    std = statistics.stdev(diffs)
+    assert rows == [
+        f"| dyrex+joint | {statistics.fmean(diffs):+.2f} ± {std:.2f} (2; 0 higher) | — |"
+    ]
+    # the baseline has no row of its own in the difference table
+    assert "| independent |" not in section
+
+
+def test_baseline_must_be_a_row():
+    with pytest.raises(ConfigError, match="'indep' is not a row"):
+        experiment_from_dict({**HEADS, "table": {**HEADS["table"], "baseline": "indep"}})

@@ -340,6 +340,17 @@ def test_cli_dry_run_lists_status_and_rejects_overrides(
     with pytest.raises(ConfigError, match="no config overrides"):
         args.func(args, ["--train.lr=1e-3"])
 
+    # --refresh tabulates what is there and trains nothing (seed=1 stays partial)
+    args = parser.parse_args(
+        ["experiment", str(config), "--refresh", "--results", str(paths.results)]
+        + ["--runs-dir", str(paths.runs)]
+    )
+    assert args.func(args, []) == 0
+    table = (paths.results / "table.md").read_text()
+    assert "61.50 ± n/a (1)" in table and "runs: 1 of 3 finished" in table
+    assert (paths.output(exp.runs()[1]) / "metrics.jsonl").read_text() == ""
+    assert sorted(p.name for p in paths.runs.iterdir()) == [exp.runs()[1].name]
+
 
 # ---- validation split files ----------------------------------------------------------------
 

@@ -291,7 +291,85 @@ def render_table(
             s = stats[row]
             lines.append(_md_row([*(row or ("all",)), *(s.format(m) for m in spec.metrics)]))
         lines.append("")
+    if spec.baseline is not None:
+        lines += _baseline_section(experiment, cells, results)
     return "\n".join(lines)
+
+
+def paired_difference(
+    runs: Sequence[Run],
+    baseline: Sequence[Run],
+    results: Mapping[str, Mapping[str, Any]],
+    metric: str,
+) -> tuple[list[int], list[float]]:
+    """(seeds, differences) of ``metric`` between one cell's runs and the baseline's, over the
+    seeds both have a value for: the same seed trains on the same subset, so each difference
+    compares two heads on identical data."""
+
+    def by_seed(members: Sequence[Run]) -> dict[int, float]:
+        out = {}
+        for r in members:
+            value = result_metric(results[r.name], metric) if r.name in results else None
+            if value is not None:
+                out[r.seed] = value
+        return out
+
+    mine, base = by_seed(runs), by_seed(baseline)
+    seeds = sorted(mine.keys() & base.keys())
+    return seeds, [mine[s] - base[s] for s in seeds]
+
+
+def _format_difference(diffs: Sequence[float]) -> str:
+    if not diffs:
+        return "—"
+    std = sample_std(diffs)
+    higher = sum(d > 0 for d in diffs)
+    return (
+        f"{statistics.fmean(diffs):+.2f} ± {'n/a' if std is None else f'{std:.2f}'} "
+        f"({len(diffs)}; {higher} higher)"
+    )
+
+
+def _baseline_section(
+    experiment: Experiment,
+    cells: Mapping[tuple[str, ...], Sequence[Run]],
+    results: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    """Each row's difference from the baseline row, per column, paired by seed."""
+    spec = experiment.table
+    metric = spec.metrics[0]
+    rows, columns = _axis_values(cells, len(spec.rows))
+    base_row = next(r for r in rows if ",".join(r) == spec.baseline)
+    name = METRIC_NAMES.get(metric, metric)
+    lines = [
+        f"## {name} minus {spec.baseline}, paired by seed",
+        "",
+        f"Each cell: mean ± sample std of (this row's {name} − {spec.baseline}'s) over the seeds "
+        "both have (same seed = same training subset), then (number of pairs; pairs where "
+        "this row is higher).",
+        "",
+    ]
+    head = [_key_label(experiment, k) for k in spec.rows]
+    if spec.columns:
+        head += [f"{_key_label(experiment, spec.columns)}={c[0]}" for c in columns]
+    else:
+        head.append(name)
+    lines += [_md_row(head), _md_row(["---"] * len(head))]
+    for row in rows:
+        if row == base_row:
+            continue
+        values = []
+        for col in columns:
+            if row + col in cells and base_row + col in cells:
+                _, diffs = paired_difference(
+                    cells[row + col], cells[base_row + col], results, metric
+                )
+                values.append(_format_difference(diffs))
+            else:
+                values.append("—")
+        lines.append(_md_row([*row, *values]))
+    lines.append("")
+    return lines
 
 
 def _md_row(cells: Sequence[str]) -> str:

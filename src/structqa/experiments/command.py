@@ -594,6 +594,14 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
     if args.dry_run:
         print_plan(experiment, paths, args.only)
         return 0
+    if args.refresh:
+        results = load_results(paths.results)
+        if not results:
+            raise ConfigError(f"--refresh: no results in {paths.results} to tabulate")
+        config_file = display_path(experiment.source) if experiment.source else experiment.name
+        refresh(experiment, plan(experiment, results), results, paths.results, config_file)
+        log.info("rewrote the tables in %s from %d result(s)", paths.results, len(results))
+        return 0
     return run_experiment(
         experiment,
         paths,
@@ -615,6 +623,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("config", help="experiment YAML (name, base, grid/variants, table)")
     p.add_argument("--dry-run", action="store_true", help="list the runs with their status")
+    p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="only rewrite table.md (and summary.json) from the results there, e.g. after "
+        "editing the YAML's table section",
+    )
     p.add_argument("--only", metavar="SUBSTRING", help="only runs whose name contains this")
     p.add_argument("--max-runs", type=int, metavar="N", help="stop after N finished runs")
     p.add_argument("--results", metavar="DIR", help="default docs/results/<name>")

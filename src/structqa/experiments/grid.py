@@ -60,7 +60,7 @@ TOP_KEYS = (
 )
 PRETRAIN_KEYS = ("base", "arms")
 PRETRAIN_PREFIX = "pretrain:"  # model.encoder=pretrain:NAME -> that arm's final/ checkpoint
-TABLE_KEYS = ("rows", "columns", "metrics", "summary", "title")
+TABLE_KEYS = ("rows", "columns", "metrics", "summary", "title", "baseline")
 NOISY_KEYS = ("std_above", "seeds", "metric")
 VALIDATION_KEYS = ("fraction", "seed")
 _UNSAFE_NAME_CHARS = ("/", "\\", "\x00")
@@ -180,6 +180,9 @@ class TableSpec:
     metrics: tuple[str, ...] = ("f1", "em")
     summary: bool = False  # also write summary.json: {row: {column: {f1_mean, ...}}}
     title: str = ""
+    # a row label (several row keys: their labels joined by commas): table.md also shows
+    # every other row's difference from it, paired by seed (same seed = same training subset)
+    baseline: str | None = None
 
 
 @dataclass(frozen=True)
@@ -398,12 +401,16 @@ def _parse_table(
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     if not metrics:
         raise ConfigError(f"{where}.metrics: name at least one metric (f1, em, ...)")
+    baseline = raw.get("baseline")
+    if baseline is not None and not rows:
+        raise ConfigError(f"{where}.baseline: a baseline is a row; this table has no rows")
     return TableSpec(
         rows=tuple(rows),
         columns=columns,
         metrics=tuple(str(m) for m in metrics),
         summary=bool(raw.get("summary", False)),
         title=str(raw.get("title", "")),
+        baseline=None if baseline is None else format_value(baseline),
     )
 
 
@@ -535,6 +542,14 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: two runs would share a name; make the variant names unique")
+    baseline = experiment.table.baseline
+    if baseline is not None:
+        row_labels = list(dict.fromkeys(",".join(r.cell(experiment.table.rows)) for r in runs))
+        if baseline not in row_labels:
+            raise ConfigError(
+                f"{where}.table.baseline: {baseline!r} is not a row; rows: "
+                f"{', '.join(row_labels)}{_did_you_mean(baseline, row_labels)}"
+            )
     for run in runs:  # every key was checked alone; check each full combination
         try:
             cfg = experiment.config_for(run)
