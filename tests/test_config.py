@@ -72,6 +72,11 @@ def test_head_lr_exclude_trains_matching_head_params_at_lr():
     assert rate[id(model.head.scorer.W)] == 1e-4
     assert rate[id(model.head.proj.weight)] == rate[id(model.head.proj.bias)] == 1e-3
     assert rate[id(model.encoder.weight)] == 1e-4
+    # the layout older checkpoints were saved with (their optimizer state loads by position):
+    # encoder decayed, encoder not decayed, head decayed, head not decayed
+    plain = build_optimizer(model, lr=1e-4, head_lr=1e-3, weight_decay=0.01)
+    layout = [(g["lr"], g["weight_decay"], len(g["params"])) for g in plain.param_groups]
+    assert layout == [(1e-4, 0.01, 1), (1e-4, 0.0, 1), (1e-3, 0.01, 2), (1e-3, 0.0, 1)]
     # a pattern that matches nothing changes nothing (one grid shares it across heads)
     plain = build_optimizer(model, lr=1e-4, head_lr=1e-3, weight_decay=0.01)
     same = build_optimizer(

@@ -233,5 +233,47 @@ def test_baseline_differences_pair_runs_by_seed():
 
 
 def test_baseline_must_be_a_row():
-    with pytest.raises(ConfigError, match="'indep' is not a row"):
+    with pytest.raises(ConfigError, match="'indep' is not a row.*did you mean 'independent'"):
         experiment_from_dict({**HEADS, "table": {**HEADS["table"], "baseline": "indep"}})
+    with pytest.raises(ConfigError, match="'zzz' is not a row; rows: 'independent', 'dyrex"):
+        experiment_from_dict({**HEADS, "table": {**HEADS["table"], "baseline": "zzz"}})
+
+
+def test_baseline_is_read_as_its_row_keys_type_and_works_without_columns():
+    exp = experiment_from_dict(
+        {
+            "name": "rec",
+            "grid": {"train.lr": [3e-5, 1e-4], "train.seed": [0, 1, 2]},
+            "table": {"rows": ["train.lr"], "baseline": "1e-4"},  # YAML's string form
+        }
+    )
+    assert exp.table.baseline == "0.0001"
+    results = {
+        "lr=3e-05,seed=0": result("a", 50.0, 40.0),
+        "lr=3e-05,seed=1": result("b", 54.0, 40.0),
+        "lr=0.0001,seed=0": result("c", 60.0, 50.0),
+        "lr=0.0001,seed=1": result("d", 61.0, 50.0),
+        "lr=0.0001,seed=2": result("e", 70.0, 50.0),  # no partner: left out of the pairs
+    }
+    text = render_table(exp, exp.runs(), results, "x.yaml")
+    section = text.split("## F1 minus 0.0001, paired by seed", 1)[1]
+    diffs = [50.0 - 60.0, 54.0 - 61.0]
+    mean, std = statistics.fmean(diffs), statistics.stdev(diffs)
+    assert f"| 3e-05 | {mean:+.2f} ± {std:.2f} (2; 0 higher) |" in section
+
+
+def test_baseline_with_several_row_keys_is_a_list():
+    exp = experiment_from_dict(
+        {
+            "name": "two",
+            "grid": {"model.head": ["independent", "dyrex"], "train.lr": [1e-4], "train.seed": [0]},
+            "table": {"rows": ["model.head", "train.lr"], "baseline": ["independent", 1.0e-4]},
+        }
+    )
+    assert exp.table.baseline == "independent,0.0001"
+    results = {
+        "head=independent,lr=0.0001,seed=0": result("a", 50.0, 40.0),
+        "head=dyrex,lr=0.0001,seed=0": result("b", 53.0, 40.0),
+    }
+    text = render_table(exp, exp.runs(), results, "x.yaml")
+    assert "| dyrex | 0.0001 | +3.00 ± n/a (1; 1 higher) |" in text

@@ -195,3 +195,30 @@ def test_stop_flag_is_agreed_across_processes(tmp_path):
         results = manager.dict()
         mp.spawn(_stop_flag_worker, args=(str(tmp_path / "init"), results), nprocs=2)
         assert dict(results) == {0: (False, True), 1: (False, True)}
+
+
+def test_resume_refuses_changed_learning_rate_groups(tmp_path):
+    """torch loads optimizer groups by position: a changed head_lr_exclude whose groups happen
+    to have the same sizes would resume silently with the saved rates; it must be refused."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    from structqa.training.checkpoint import _check_param_groups
+    from structqa.training.optim import build_optimizer
+
+    model = torch.nn.Module()
+    model.encoder = torch.nn.Linear(2, 2)
+    model.head = torch.nn.Module()
+    model.head.W = torch.nn.Parameter(torch.zeros(3, 3))
+    model.head.v = torch.nn.Parameter(torch.zeros(3, 3))
+
+    def groups(exclude: list[str]) -> list[dict]:
+        opt = build_optimizer(model, 1e-4, 1e-3, 0.01, exclude)
+        LambdaLR(opt, lambda step: 1.0)  # sets initial_lr, as the loops' scheduler does
+        return opt.state_dict()["param_groups"], opt.param_groups
+
+    saved, _ = groups([])
+    _, same = groups([])
+    _check_param_groups(tmp_path, saved, same)  # unchanged settings resume
+    _, changed = groups(["head.W"])  # W moves into a group of its own, at lr
+    with pytest.raises(ValueError, match="head_lr_exclude"):
+        _check_param_groups(tmp_path, saved, changed)

@@ -591,6 +591,8 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
     )
     if args.max_runs is not None and args.max_runs < 1:
         raise ConfigError("--max-runs must be at least 1")
+    if args.refresh and (args.only is not None or args.max_runs is not None):
+        raise ConfigError("--refresh tabulates every result there; it takes no --only/--max-runs")
     if args.dry_run:
         print_plan(experiment, paths, args.only)
         return 0
@@ -622,8 +624,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "resuming interrupted ones), writing one result JSON per run and refreshing table.md.",
     )
     p.add_argument("config", help="experiment YAML (name, base, grid/variants, table)")
-    p.add_argument("--dry-run", action="store_true", help="list the runs with their status")
-    p.add_argument(
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="list the runs with their status")
+    mode.add_argument(
         "--refresh",
         action="store_true",
         help="only rewrite table.md (and summary.json) from the results there, e.g. after "

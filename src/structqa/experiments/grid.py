@@ -373,7 +373,11 @@ def _parse_variants(
 
 
 def _parse_table(
-    raw: Any, cell_keys: Sequence[str], where: str, default_metrics: Sequence[str] = ("f1", "em")
+    raw: Any,
+    cell_keys: Sequence[str],
+    where: str,
+    default_metrics: Sequence[str] = ("f1", "em"),
+    cls: type = Config,
 ) -> TableSpec:
     if raw is None:
         raw = {"rows": list(cell_keys)[:1] or [VARIANT]} if cell_keys else {"rows": []}
@@ -401,17 +405,33 @@ def _parse_table(
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     if not metrics:
         raise ConfigError(f"{where}.metrics: name at least one metric (f1, em, ...)")
-    baseline = raw.get("baseline")
-    if baseline is not None and not rows:
-        raise ConfigError(f"{where}.baseline: a baseline is a row; this table has no rows")
+    baseline = None
+    if "baseline" in raw:  # (present: `baseline: null` names a row whose value is null)
+        if not rows:
+            raise ConfigError(f"{where}.baseline: a baseline is a row; this table has no rows")
+        baseline = _baseline_label(raw["baseline"], rows, f"{where}.baseline", cls)
     return TableSpec(
         rows=tuple(rows),
         columns=columns,
         metrics=tuple(str(m) for m in metrics),
         summary=bool(raw.get("summary", False)),
         title=str(raw.get("title", "")),
-        baseline=None if baseline is None else format_value(baseline),
+        baseline=baseline,
     )
+
+
+def _baseline_label(raw: Any, rows: Sequence[str], where: str, cls: type) -> str:
+    """The row label a baseline names, each part read as its row key's config type (so that
+    YAML's string "1e-4" is the row of train.lr 0.0001). Several row keys: a list, one value
+    per key."""
+    values = list(raw) if isinstance(raw, list) and len(rows) > 1 else [raw]
+    if len(values) != len(rows):
+        raise ConfigError(f"{where}: give one value per row key {list(rows)}, got {raw!r}")
+    parts = [
+        str(value) if key == VARIANT else format_value(_resolve_value(key, value, where, cls))
+        for key, value in zip(rows, values, strict=True)
+    ]
+    return ",".join(parts)
 
 
 def _parse_noisy(raw: Any, axes: Mapping[str, list[Any]], where: str) -> NoisySeeds | None:
@@ -530,7 +550,9 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
         base=copy.deepcopy(dict(base)),
         axes=axes,
         variants=variants,
-        table=_parse_table(data.get("table"), cell_keys, f"{where}.table", kind.metrics),
+        table=_parse_table(
+            data.get("table"), cell_keys, f"{where}.table", kind.metrics, kind.config_cls
+        ),
         description=str(data.get("description", "")),
         seeds_if_noisy=_parse_noisy(data.get("seeds_if_noisy"), axes, f"{where}.seeds_if_noisy"),
         validation=_parse_validation(data.get("validation"), f"{where}.validation"),
@@ -546,10 +568,14 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
     if baseline is not None:
         row_labels = list(dict.fromkeys(",".join(r.cell(experiment.table.rows)) for r in runs))
         if baseline not in row_labels:
+            close = difflib.get_close_matches(baseline, row_labels, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
                 f"{where}.table.baseline: {baseline!r} is not a row; rows: "
-                f"{', '.join(row_labels)}{_did_you_mean(baseline, row_labels)}"
+                f"{', '.join(map(repr, row_labels))}{hint}"
             )
+        if len(row_labels) < 2:
+            raise ConfigError(f"{where}.table.baseline: the table has no other row to compare")
     for run in runs:  # every key was checked alone; check each full combination
         try:
             cfg = experiment.config_for(run)

@@ -134,6 +134,7 @@ def restore(
     ``load_weights`` loads the model's weights from the directory (each loop knows its own
     file layout)."""
     state, extra = load_resume(last_dir)
+    _check_param_groups(last_dir, extra["optimizer"]["param_groups"], optimizer.param_groups)
     load_weights(last_dir)
     optimizer.load_state_dict(extra["optimizer"])
     scheduler.load_state_dict(extra["scheduler"])
@@ -145,6 +146,26 @@ def restore(
         state.global_step,
     )
     return state
+
+
+def _check_param_groups(last_dir: Path, saved: list[dict], current: list[dict]) -> None:
+    """Refuse a resume whose optimizer groups differ from the checkpoint's: torch matches
+    groups by position and would bring back the saved rates (or swap Adam states) silently
+    when, say, ``train.head_lr`` or ``train.head_lr_exclude`` changed since it was saved."""
+
+    def layout(groups: list[dict]) -> list[tuple[float, float, int]]:
+        return [
+            (float(g.get("initial_lr", g["lr"])), float(g["weight_decay"]), len(g["params"]))
+            for g in groups
+        ]
+
+    if layout(saved) != layout(current):
+        raise ValueError(
+            f"{last_dir}: its optimizer groups (base lr, weight decay, parameters) are "
+            f"{layout(saved)}, this run's are {layout(current)}; the learning-rate settings "
+            "(train.lr, head_lr, head_lr_exclude, weight_decay) changed since it was saved. "
+            "Restore them to resume, or start the run afresh in a new output_dir"
+        )
 
 
 def safetensors_loader(model: torch.nn.Module) -> Callable[[Path], None]:

@@ -34,7 +34,7 @@ def build_optimizer(
             continue
         is_head = not name.startswith("encoder.")
         at_lr = False
-        if is_head:
+        if is_head and head_lr is not None:  # (without head_lr every parameter is at lr)
             for pattern in head_lr_exclude:
                 if fnmatch.fnmatchcase(name, pattern):
                     matched[pattern].append(name)
@@ -42,8 +42,16 @@ def build_optimizer(
         no_decay = p.ndim < 2 or "LayerNorm" in name
         groups.setdefault((is_head, at_lr, no_decay), []).append(p)
     for pattern, names in matched.items():
-        # a grid may share one exclusion across heads that lack the parameter: say so, go on
-        log.info("head_lr_exclude %r: %s", pattern, ", ".join(names) or "no parameter (unused)")
+        if names:
+            log.info("head_lr_exclude %r: %s train at lr %g", pattern, ", ".join(names), lr)
+        elif head_lr is not None:
+            # a grid may share one exclusion across heads that lack the parameter, so this is
+            # no error; but a typo would leave the parameter at head_lr: say it loudly
+            log.warning(
+                "head_lr_exclude %r matches no head parameter of this model (expected if it "
+                "has none such, e.g. a non-Joint head; else check the name)",
+                pattern,
+            )
     params = [
         {
             "params": ps,
