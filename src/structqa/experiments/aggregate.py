@@ -301,10 +301,10 @@ def paired_difference(
     baseline: Sequence[Run],
     results: Mapping[str, Mapping[str, Any]],
     metric: str,
-) -> tuple[list[int], list[float]]:
-    """(seeds, differences) of ``metric`` between one cell's runs and the baseline's, over the
-    seeds both have a value for: the same seed trains on the same subset, so each difference
-    compares two heads on identical data."""
+) -> list[float]:
+    """Differences of ``metric`` between one cell's runs and the baseline's, in seed order, over
+    the seeds both have a value for: the same seed trains on the same subset, so each
+    difference compares two heads on identical data."""
 
     def by_seed(members: Sequence[Run]) -> dict[int, float]:
         out = {}
@@ -315,8 +315,7 @@ def paired_difference(
         return out
 
     mine, base = by_seed(runs), by_seed(baseline)
-    seeds = sorted(mine.keys() & base.keys())
-    return seeds, [mine[s] - base[s] for s in seeds]
+    return [mine[s] - base[s] for s in sorted(mine.keys() & base.keys())]
 
 
 def _format_difference(diffs: Sequence[float]) -> str:
@@ -361,9 +360,7 @@ def _baseline_section(
         values = []
         for col in columns:
             if row + col in cells and base_row + col in cells:
-                _, diffs = paired_difference(
-                    cells[row + col], cells[base_row + col], results, metric
-                )
+                diffs = paired_difference(cells[row + col], cells[base_row + col], results, metric)
                 values.append(_format_difference(diffs))
             else:
                 values.append("—")

@@ -461,7 +461,7 @@ def run_experiment(
     130 when interrupted. The plan is recomputed after each run, so the extra seeds of a noisy
     cell join the queue as soon as that cell's grid seeds are in."""
     provenance = {"git": git_info(), "machine": machine_info()}
-    config_file = display_path(experiment.source) if experiment.source else experiment.name
+    config_file = _config_file(experiment)
     finished = 0
     tried: set[str] = set()
     try:
@@ -513,6 +513,11 @@ def run_experiment(
         refresh(experiment, plan(experiment, results), results, paths.results, config_file)
     log.info("%d run(s) finished in this session; results in %s", finished, paths.results)
     return 0
+
+
+def _config_file(experiment: Experiment) -> str:
+    """How tables and results name the experiment's YAML."""
+    return display_path(experiment.source) if experiment.source else experiment.name
 
 
 def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) -> None:
@@ -600,8 +605,9 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
         results = load_results(paths.results)
         if not results:
             raise ConfigError(f"--refresh: no results in {paths.results} to tabulate")
-        config_file = display_path(experiment.source) if experiment.source else experiment.name
-        refresh(experiment, plan(experiment, results), results, paths.results, config_file)
+        refresh(
+            experiment, plan(experiment, results), results, paths.results, _config_file(experiment)
+        )
         log.info("rewrote the tables in %s from %d result(s)", paths.results, len(results))
         return 0
     return run_experiment(
