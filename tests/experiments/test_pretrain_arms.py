@@ -16,6 +16,7 @@ from tiny import tiny_finetune_base
 
 from structqa.config import ConfigError
 from structqa.experiments import command
+from structqa.experiments.claims import try_claim
 from structqa.experiments.command import Paths, pretrain_status, run_experiment
 from structqa.experiments.grid import experiment_from_dict, load_experiment
 from structqa.pretrain import loop as pretrain_loop
@@ -113,6 +114,25 @@ def test_runner_pretrains_each_referenced_arm_once_and_fine_tunes_from_it(
     seen.clear()
     assert run_experiment(exp, paths, command="structqa experiment arms", progress=False) == 0
     assert seen == []
+
+
+def test_an_arm_another_worker_is_pretraining_is_skipped_not_trained_twice(
+    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    seen: list[str] = []
+    monkeypatch.setattr(pretrain_loop, "run", lambda cfg, **kw: seen.append("pretrain"))
+    busy = try_claim(paths.runs, "pretrain/tok")
+    assert busy is not None
+    try:
+        assert run_experiment(exp, paths, command="x", progress=False) == 0
+    finally:
+        busy.release()
+    # only the run that needs no pre-training was trained; the arm was left to its holder
+    assert seen == []
+    assert [paths.result(r).exists() for r in exp.runs()] == [False, False, True]
+    assert pretrain_status(paths, "tok") == "todo"
 
 
 def test_interrupted_pretraining_stops_the_runner_and_resumes(

@@ -10,6 +10,9 @@ A run whose ``model.encoder`` is ``pretrain:NAME`` first gets that pre-training 
 resumable the same way, leaving ``<results>/pretrain/NAME.json`` (held-out MLM loss and
 accuracy, config, provenance, wall time); later runs of that arm reuse its ``final/``.
 A run with a result is skipped; a run with an output directory but no result is resumed.
+Several workers may run the same experiment at once (e.g. one per core, with ``--threads``):
+each claims a run before training it (:mod:`structqa.experiments.claims`) and skips runs
+another worker holds.
 SIGINT/SIGTERM stop the current run cleanly (the trainer saves ``last/``) and the runner exits
 without a result for it; the same command continues later.
 """
@@ -38,6 +41,7 @@ from structqa.experiments.aggregate import (
     metric_value,
     refresh,
 )
+from structqa.experiments.claims import holder, try_claim
 from structqa.experiments.grid import (
     Experiment,
     Run,
@@ -59,6 +63,12 @@ from structqa.training.data import data_path
 log = logging.getLogger(__name__)
 
 EXIT_INTERRUPTED = 130
+
+
+class RunBusy(Exception):
+    """Another worker holds something this run needs (its pre-training arm)."""
+
+
 _TIME_FILE = "experiment_time.json"  # wall time summed over the sessions of one run
 
 
@@ -353,15 +363,19 @@ def execute_run(
     cfg, split = resolve_config(experiment, run, paths, data_dir)
     arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
     if arm is not None:
-        final = ensure_pretrained(
-            experiment,
-            arm,
-            paths,
-            command=command,
-            provenance=provenance,
-            data_dir=data_dir,
-            progress=progress,
-        )
+        claim = try_claim(paths.runs, f"pretrain/{arm}")
+        if claim is None:
+            raise RunBusy(f"pre-training arm {arm!r} is being trained by {_who(paths, arm)}")
+        with claim:
+            final = ensure_pretrained(
+                experiment,
+                arm,
+                paths,
+                command=command,
+                provenance=provenance,
+                data_dir=data_dir,
+                progress=progress,
+            )
         if final is None:
             return False
         cfg.model.encoder = str(final)
@@ -431,6 +445,14 @@ def execute_run(
     return True
 
 
+def _who(paths: Paths, name: str) -> str:
+    """'pid N on HOST' for the worker holding ``name``'s claim, as its lock file says."""
+    record = holder(paths.runs, name)
+    if record is None:
+        return "another worker"
+    return f"pid {record['pid']} on {record.get('host', '?')}"
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -459,10 +481,12 @@ def run_experiment(
 ) -> int:
     """Run every unfinished run of the plan in order; 0 when done or stopped by --max-runs,
     130 when interrupted. The plan is recomputed after each run, so the extra seeds of a noisy
-    cell join the queue as soon as that cell's grid seeds are in."""
+    cell join the queue as soon as that cell's grid seeds are in. A run claimed by another
+    worker (another ``structqa experiment`` on the same runs directory) is skipped."""
     provenance = {"git": git_info(), "machine": machine_info()}
     config_file = _config_file(experiment)
     finished = 0
+    skipped: list[str] = []
     tried: set[str] = set()
     try:
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -482,19 +506,36 @@ def run_experiment(
                 break
             run = todo[0]
             tried.add(run.name)
-            left = len(todo)
-            log.info(
-                "run %s (%s; %d left in this selection)", run.name, run_status(paths, run), left
-            )
-            if not execute_run(
-                experiment,
-                run,
-                paths,
-                command=command,
-                provenance=provenance,
-                data_dir=data_dir,
-                progress=progress,
-            ):
+            claim = try_claim(paths.runs, run.name)
+            if claim is None:
+                log.info("%s is being trained by %s; skipping it", run.name, _who(paths, run.name))
+                skipped.append(run.name)
+                continue
+            with claim:
+                if paths.result(run).exists():  # another worker finished it since the plan
+                    continue
+                left = len(todo)
+                log.info(
+                    "run %s (%s; %d left in this selection)",
+                    run.name,
+                    run_status(paths, run),
+                    left,
+                )
+                try:
+                    done = execute_run(
+                        experiment,
+                        run,
+                        paths,
+                        command=command,
+                        provenance=provenance,
+                        data_dir=data_dir,
+                        progress=progress,
+                    )
+                except RunBusy as busy:
+                    log.info("%s: %s; skipping it", run.name, busy)
+                    skipped.append(run.name)
+                    continue
+            if not done:
                 log.warning(
                     "%s stopped before finishing; run the same command to continue", run.name
                 )
@@ -512,6 +553,12 @@ def run_experiment(
     if results and not finished:  # (after a finished run the tables are fresh already)
         refresh(experiment, plan(experiment, results), results, paths.results, config_file)
     log.info("%d run(s) finished in this session; results in %s", finished, paths.results)
+    if skipped:
+        log.info(
+            "%d run(s) skipped because another worker held them: %s",
+            len(skipped),
+            ", ".join(skipped),
+        )
     return 0
 
 
@@ -533,6 +580,8 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
     counts: dict[str, int] = {}
     for i, run in enumerate(runs, 1):
         status = run_status(paths, run)
+        if status != "done" and (record := holder(paths.runs, run.name)) is not None:
+            status = f"running (pid {record['pid']})"
         counts[status] = counts.get(status, 0) + 1
         scores = ["", ""]
         if run.name in results:
@@ -558,7 +607,9 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
             )
         console.print(arms)
     console.print(table)
-    console.print(", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo")))
+    running = sum(n for s, n in counts.items() if s.startswith("running"))
+    line = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo"))
+    console.print(line + (f", {running} running" if running else ""))
     console.print(f"outputs: {paths.runs}  results: {paths.results}")
 
 
@@ -576,6 +627,7 @@ def _command_line(args: argparse.Namespace) -> str:
         ("--results", args.results),
         ("--runs-dir", args.runs_dir),
         ("--data", args.data),
+        ("--threads", args.threads),
     ):
         if value is not None:
             parts += [flag, str(value)]
@@ -596,6 +648,12 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
     )
     if args.max_runs is not None and args.max_runs < 1:
         raise ConfigError("--max-runs must be at least 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError("--threads must be at least 1")
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.refresh and (args.only is not None or args.max_runs is not None):
         raise ConfigError("--refresh tabulates every result there; it takes no --only/--max-runs")
     if args.dry_run:
@@ -646,5 +704,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--data", metavar="DIR", help="data directory (else $STRUCTQA_DATA or ../shared/data)"
     )
     p.add_argument("--no-progress", action="store_true", help="no training progress bars")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="CPU threads for this worker (torch.set_num_threads); with several workers on "
+        "one grid, e.g. one per core with --threads 1",
+    )
     p.set_defaults(func=cmd_experiment)
     return p

@@ -1,0 +1,106 @@
+"""Run claims: let several ``structqa experiment`` workers share one grid.
+
+A worker claims a run (or a pre-training arm) before training it by taking an exclusive,
+non-blocking ``flock`` on ``<runs-dir>/.claims/<name>.lock`` and holds it until the run stops.
+The kernel drops the lock when the holding process exits, however it exits, so a crashed or
+killed worker never leaves a stale claim behind. Another worker finding the lock taken skips
+that run and moves on; the holder's pid and host are written into the file for ``--dry-run``.
+
+The lock files stay in place after release (deleting a lock file that another process may be
+opening at that moment would let two workers hold "the" lock at once).
+
+``flock`` works between processes of one machine and on most local and cluster filesystems;
+where ``fcntl`` does not exist (Windows) claims always succeed, i.e. one worker per grid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Linux/macOS
+    fcntl = None  # type: ignore[assignment]
+
+CLAIMS_DIR = ".claims"
+
+
+def claim_path(runs_dir: Path, name: str) -> Path:
+    """The lock file of run (or arm) ``name``; characters other than ``[\\w.=,+-]`` become ``_``."""
+    return runs_dir / CLAIMS_DIR / (re.sub(r"[^\w.=,+-]", "_", name) + ".lock")
+
+
+@dataclass
+class Claim:
+    """A held claim; :meth:`release` (or leaving the ``with`` block) gives it up."""
+
+    path: Path
+    fd: int | None
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.ftruncate(self.fd, 0)  # no stale holder shown by --dry-run
+        finally:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+    def __enter__(self) -> Claim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def try_claim(runs_dir: Path, name: str) -> Claim | None:
+    """Claim ``name`` for this process; None if another process holds it."""
+    path = claim_path(runs_dir, name)
+    if fcntl is None:  # pragma: no cover
+        return Claim(path, None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    record = {"pid": os.getpid(), "host": socket.gethostname()}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record).encode(), 0)
+    return Claim(path, fd)
+
+
+def holder(runs_dir: Path, name: str) -> dict[str, Any] | None:
+    """Who holds ``name`` as its lock file says ({"pid", "host"}), or None if nobody does.
+
+    Informational (for listings): a record whose pid is gone on this host counts as free."""
+    path = claim_path(runs_dir, name)
+    try:
+        record = json.loads(path.read_text() or "null")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or "pid" not in record:
+        return None
+    if record.get("host") == socket.gethostname() and not _alive(int(record["pid"])):
+        return None
+    return record
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,94 @@
+"""Run claims: one holder at a time, released on exit (even by SIGKILL), and the runner skips
+runs another worker holds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tiny import tiny_finetune_base
+
+from structqa.experiments.claims import claim_path, holder, try_claim
+from structqa.experiments.command import Paths, run_experiment, run_status
+from structqa.experiments.grid import experiment_from_dict
+
+
+def test_a_claim_excludes_others_until_released(tmp_path):
+    first = try_claim(tmp_path, "head=joint,train_size=256,seed=0")
+    assert first is not None
+    assert try_claim(tmp_path, "head=joint,train_size=256,seed=0") is None
+    assert holder(tmp_path, "head=joint,train_size=256,seed=0")["pid"] == os.getpid()
+    # other names are independent
+    other = try_claim(tmp_path, "head=joint,train_size=256,seed=1")
+    assert other is not None
+    first.release()
+    assert holder(tmp_path, "head=joint,train_size=256,seed=0") is None
+    again = try_claim(tmp_path, "head=joint,train_size=256,seed=0")
+    assert again is not None
+    again.release()
+    other.release()
+    first.release()  # releasing twice is harmless
+
+
+def test_names_with_slashes_stay_inside_the_claims_directory(tmp_path):
+    path = claim_path(tmp_path, "pretrain/../anna")
+    assert path.parent == tmp_path / ".claims" and "/" not in path.name
+
+
+def test_a_killed_holder_leaves_no_stale_claim(tmp_path):
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from structqa.experiments.claims import try_claim\n"
+        "c = try_claim(Path(sys.argv[1]), 'run')\n"
+        "print('held' if c else 'busy', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        assert try_claim(tmp_path, "run") is None
+        assert holder(tmp_path, "run")["pid"] == proc.pid
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # the kernel dropped the lock with the process; its pid in the file no longer counts
+    deadline = time.time() + 5
+    claim = try_claim(tmp_path, "run")
+    while claim is None and time.time() < deadline:
+        time.sleep(0.05)
+        claim = try_claim(tmp_path, "run")
+    assert claim is not None
+    claim.release()
+
+
+def test_runner_skips_a_run_held_by_another_worker(tmp_path, tiny_checkpoint, shared_data):
+    exp = experiment_from_dict(
+        {
+            "name": "tiny",
+            "base": tiny_finetune_base(tiny_checkpoint, shared_data),
+            "grid": {"train.seed": [0, 1]},
+        },
+        source="configs/tiny.yaml",
+    )
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    first, second = exp.runs()
+    busy = try_claim(paths.runs, first.name)
+    assert busy is not None
+    try:
+        code = run_experiment(exp, paths, command="structqa experiment x", progress=False)
+    finally:
+        busy.release()
+    assert code == 0
+    assert [run_status(paths, r) for r in exp.runs()] == ["todo", "done"]
+    # once released, the next worker trains it
+    assert run_experiment(exp, paths, command="structqa experiment x", progress=False) == 0
+    assert [run_status(paths, r) for r in exp.runs()] == ["done", "done"]
+    locks = sorted((paths.runs / ".claims").glob("*.lock"))
+    assert [p.name for p in locks] == ["seed=0.lock", "seed=1.lock"]
+    assert all(p.read_text() == "" for p in locks)  # released: no holder recorded
