@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from structqa.config import ConfigError, load_config
+from structqa.config import ConfigError, config_from_dict, load_config
 
 
 def test_override_values_use_the_field_type_not_yaml():
@@ -85,3 +85,53 @@ def test_head_lr_exclude_trains_matching_head_params_at_lr():
     assert [(g["lr"], len(g["params"])) for g in plain.param_groups] == [
         (g["lr"], len(g["params"])) for g in same.param_groups
     ]
+
+
+def test_param_lr_gives_matching_parameters_their_own_rate_first_glob_winning():
+    import torch
+
+    from structqa.training.optim import build_optimizer
+
+    model = torch.nn.Module()
+    model.encoder = torch.nn.Linear(2, 2)
+    model.head = torch.nn.Module()
+    model.head.scorer = torch.nn.Module()
+    model.head.scorer.W = torch.nn.Parameter(torch.zeros(2, 2))
+    model.head.proj = torch.nn.Linear(2, 2)
+    opt = build_optimizer(
+        model,
+        lr=1e-4,
+        head_lr=1e-3,
+        weight_decay=0.01,
+        head_lr_exclude=["head.scorer.W"],
+        param_lr={"head.scorer.*": 0.0, "head.*": 5e-5, "encoder.bias": 2e-5},
+    )
+    rate = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    decay = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    assert rate[id(model.head.scorer.W)] == 0.0  # first glob, over head_lr_exclude
+    assert rate[id(model.head.proj.weight)] == rate[id(model.head.proj.bias)] == 5e-5
+    assert rate[id(model.encoder.bias)] == 2e-5 and rate[id(model.encoder.weight)] == 1e-4
+    assert decay[id(model.head.proj.weight)] == 0.01 and decay[id(model.head.proj.bias)] == 0.0
+    # standard groups first, in their old order; then the overrides by glob, then decay
+    layout = [(g["lr"], g["weight_decay"], len(g["params"])) for g in opt.param_groups]
+    assert layout == [(1e-4, 0.01, 1), (0.0, 0.01, 1), (5e-5, 0.01, 1), (5e-5, 0.0, 1)] + [
+        (2e-5, 0.0, 1)
+    ]
+    # rate 0 freezes: AdamW's decoupled decay is scaled by the rate too
+    model.head.scorer.W.grad = torch.ones(2, 2)
+    opt.step()
+    assert torch.equal(model.head.scorer.W.detach(), torch.zeros(2, 2))
+
+
+def test_param_lr_reads_from_yaml_mappings_and_command_line_pairs(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  param_lr:\n    head.scorer.W: 1.0e-5\n")
+    assert load_config(path).train.param_lr == {"head.scorer.W": 1e-5}
+    cfg = load_config(None, ["train.param_lr=head.scorer.W:3e-6,encoder.*:0"])
+    assert cfg.train.param_lr == {"head.scorer.W": 3e-6, "encoder.*": 0.0}
+    with pytest.raises(ConfigError, match=r"train.param_lr.head.scorer.W: expected float"):
+        load_config(None, ["train.param_lr=head.scorer.W:fast"])
+    with pytest.raises(ConfigError, match="expected key:value"):
+        load_config(None, ["train.param_lr=head.scorer.W"])
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        config_from_dict({"train": {"param_lr": [1e-5]}})

@@ -61,6 +61,11 @@ class TrainConfig:
     # ["head.scorer.W"]: Joint's bilinear form, which a 1e-3 rate inflates until its span prior
     # swamps the question (docs/results/lowdata-recipe-joint/README.md)
     head_lr_exclude: list[str] = field(default_factory=list)
+    # {glob: lr}: parameters (encoder or head) whose name matches a glob train at that rate,
+    # the first matching glob in file order winning over lr, head_lr and head_lr_exclude; e.g.
+    # {"head.scorer.W": 1.0e-5}, or 0.0 to freeze (AdamW's decay also scales with the rate).
+    # On the command line: train.param_lr=head.scorer.W:1e-5,encoder.embeddings.*:0
+    param_lr: dict[str, float] = field(default_factory=dict)
     weight_decay: float = 0.01
     batch_size: int = 12
     # CPU inference is fastest in small batches (cache): 16 gave 48-54 windows/s, 64 gave 36-41
@@ -124,6 +129,19 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if errors else f"{where}: cannot parse {value!r}")
+    if origin is dict:
+        if isinstance(value, str):  # "key:value,key:value" from a command-line override
+            pairs = [item.rsplit(":", 1) for item in value.split(",") if item.strip()]
+            if any(len(pair) != 2 for pair in pairs):
+                raise ConfigError(f"{where}: expected key:value,key:value, got {value!r}")
+            value = {k.strip(): v.strip() for k, v in pairs}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        key_type, value_type = args if args else (str, Any)
+        return {
+            _coerce(k, key_type, where): _coerce(v, value_type, f"{where}.{k}")
+            for k, v in value.items()
+        }
     if origin is list:
         if isinstance(value, str):
             value = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
@@ -202,6 +220,20 @@ def config_from_dict(d: dict[str, Any], cls: type = Config) -> Any:
     cfg = cls()
     _apply(cfg, d, "")
     return cfg
+
+
+def mapping_fields(cls: type, prefix: str = "") -> set[str]:
+    """Dotted names of the mapping-valued fields of a config class (e.g. ``train.param_lr``):
+    their values are data, not sections, so flattening a config must stop there."""
+    out: set[str] = set()
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out |= mapping_fields(tp, f"{prefix}{f.name}.")
+        elif typing.get_origin(tp) is dict:
+            out.add(prefix + f.name)
+    return out
 
 
 def dump_config(cfg: Any) -> str:

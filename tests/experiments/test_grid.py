@@ -143,6 +143,23 @@ def test_invalid_experiments_are_rejected(data):
         experiment_from_dict(data)
 
 
+def test_mapping_valued_keys_are_one_value_in_variants_grids_and_names():
+    exp = experiment_from_dict(
+        spec(
+            variants=[
+                {"name": "w5", "train": {"param_lr": {"head.scorer.W": 1e-5}}},
+                {"name": "w0", "train.param_lr": {"head.scorer.W": 0}},
+            ]
+        )
+    )
+    got = {r.name: exp.config_for(r).train.param_lr for r in exp.runs()}
+    assert got == {"variant=w5": {"head.scorer.W": 1e-5}, "variant=w0": {"head.scorer.W": 0.0}}
+    grid = experiment_from_dict(spec(grid={"train.param_lr": [{"head.scorer.W": 1e-5}, {}]}))
+    names = [r.name for r in grid.runs()]
+    assert names == ["param_lr=head.scorer.W:1e-05", "param_lr={}"]
+    assert grid.config_for(grid.runs()[0]).train.param_lr == {"head.scorer.W": 1e-5}
+
+
 def test_lowdata_configs_expand_to_the_planned_grids():
     root = Path(__file__).resolve().parents[2] / "configs" / "lowdata"
     recipe = load_experiment(root / "recipe.yaml")

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from structqa.config import Config, ConfigError, config_from_dict
+from structqa.config import Config, ConfigError, config_from_dict, mapping_fields
 from structqa.experiments.aggregate import DROP_METRICS, metric_value, sample_std
 from structqa.ncbert.config import DropConfig
 from structqa.ncbert.config import validate as validate_drop
@@ -46,6 +46,10 @@ SEED_KEY = "train.seed"
 VARIANT = "variant"  # the row/column key that means "the variant's name"
 # Keys the runner sets itself, so a grid must not vary them.
 RUNNER_KEYS = ("train.output_dir", "data.dir")
+# mapping-valued fields of any config kind: values, not sections
+MAPPING_KEYS = frozenset().union(
+    *(mapping_fields(cls) for cls in (Config, DropConfig, PretrainConfig))
+)
 TOP_KEYS = (
     "name",
     "kind",
@@ -103,10 +107,12 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"head": "dyrex"}}`` -> ``{"model.head": "dyrex"}``; a mapping-valued
+    config field (``train.param_lr``) stays one value."""
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and dotted not in MAPPING_KEYS:
             out.update(_flatten(value, dotted + "."))
         else:
             out[dotted] = value
@@ -163,6 +169,8 @@ def format_value(value: Any) -> str:
         return f"{value:g}"
     if isinstance(value, (list, tuple)):
         return "+".join(format_value(v) for v in value)
+    if isinstance(value, Mapping):  # e.g. train.param_lr: head.scorer.W:1e-05
+        return "+".join(f"{format_value(k)}:{format_value(v)}" for k, v in value.items()) or "{}"
     text = str(value)
     for ch in _UNSAFE_NAME_CHARS:
         text = text.replace(ch, "_")

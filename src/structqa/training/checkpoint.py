@@ -151,7 +151,7 @@ def restore(
 def _check_param_groups(last_dir: Path, saved: list[dict], current: list[dict]) -> None:
     """Refuse a resume whose optimizer groups differ from the checkpoint's: torch matches
     groups by position and would bring back the saved rates (or swap Adam states) silently
-    when, say, ``train.head_lr`` or ``train.head_lr_exclude`` changed since it was saved."""
+    when, say, ``train.head_lr``, ``head_lr_exclude`` or ``param_lr`` changed since it was saved."""
 
     def layout(groups: list[dict]) -> list[tuple[float, float, int]]:
         return [
@@ -163,7 +163,8 @@ def _check_param_groups(last_dir: Path, saved: list[dict], current: list[dict]) 
         raise ValueError(
             f"{last_dir}: its optimizer groups (base lr, weight decay, parameters) are "
             f"{layout(saved)}, this run's are {layout(current)}; the learning-rate settings "
-            "(train.lr, head_lr, head_lr_exclude, weight_decay) changed since it was saved. "
+            "(train.lr, head_lr, head_lr_exclude, param_lr, weight_decay) changed since it was "
+            "saved. "
             "Restore them to resume, or start the run afresh in a new output_dir"
         )
 

@@ -107,7 +107,9 @@ def train(
     batches_per_epoch = len(epoch_batches(data.train_features, cfg, 0, world)) // world
     steps_per_epoch = math.ceil(batches_per_epoch / tc.grad_accum)
     total_steps = tc.max_steps or math.ceil(steps_per_epoch * tc.epochs)
-    optimizer = build_optimizer(model, tc.lr, tc.head_lr, tc.weight_decay, tc.head_lr_exclude)
+    optimizer = build_optimizer(
+        model, tc.lr, tc.head_lr, tc.weight_decay, tc.head_lr_exclude, tc.param_lr
+    )
     scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
 
     last_dir, best_dir = out / "last", out / "best"

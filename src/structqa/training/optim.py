@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -19,18 +19,34 @@ def build_optimizer(
     head_lr: float | None,
     weight_decay: float,
     head_lr_exclude: Sequence[str] = (),
+    param_lr: Mapping[str, float] | None = None,
 ) -> torch.optim.AdamW:
-    """Parameter groups (encoder | head | head at the encoder rate) x (decayed | not decayed).
+    """Parameter groups (encoder | head | head at the encoder rate) x (decayed | not decayed),
+    then one group per ``param_lr`` glob x (decayed | not decayed).
 
     Head parameters (every name outside ``encoder.``) train at ``head_lr`` when it is set, except
     those whose name matches one of the ``head_lr_exclude`` globs (e.g. ``head.scorer.W``, the
-    Joint head's bilinear form): they train at ``lr``. Without exclusions the groups, and their
-    order, are those of earlier checkpoints, so their optimizer state still loads on resume.
+    Joint head's bilinear form): they train at ``lr``. A parameter matching a ``param_lr`` glob
+    (first match in the mapping's order) trains at that glob's rate instead, whatever it is.
+    Without exclusions and overrides the groups, and their order, are those of earlier
+    checkpoints, so their optimizer state still loads on resume.
     """
+    overrides = list((param_lr or {}).items())
     groups: dict[tuple[bool, bool, bool], list[nn.Parameter]] = {}
+    own: dict[tuple[int, bool], list[nn.Parameter]] = {}
     matched: dict[str, list[str]] = {pattern: [] for pattern in head_lr_exclude}
+    own_matched: dict[str, list[str]] = {pattern: [] for pattern, _ in overrides}
     for name, p in model.named_parameters():
         if not p.requires_grad:
+            continue
+        no_decay = p.ndim < 2 or "LayerNorm" in name
+        hit = next(
+            (i for i, (pattern, _) in enumerate(overrides) if fnmatch.fnmatchcase(name, pattern)),
+            None,
+        )
+        if hit is not None:
+            own_matched[overrides[hit][0]].append(name)
+            own.setdefault((hit, no_decay), []).append(p)
             continue
         is_head = not name.startswith("encoder.")
         at_lr = False
@@ -39,7 +55,6 @@ def build_optimizer(
                 if fnmatch.fnmatchcase(name, pattern):
                     matched[pattern].append(name)
                     at_lr = True
-        no_decay = p.ndim < 2 or "LayerNorm" in name
         groups.setdefault((is_head, at_lr, no_decay), []).append(p)
     for pattern, names in matched.items():
         if names:
@@ -52,6 +67,15 @@ def build_optimizer(
                 "has none such, e.g. a non-Joint head; else check the name)",
                 pattern,
             )
+    for (pattern, rate), names in zip(overrides, own_matched.values(), strict=True):
+        if names:
+            log.info("param_lr %r: %s train at lr %g", pattern, ", ".join(names), rate)
+        else:
+            log.warning(
+                "param_lr %r matches no parameter of this model (expected if it has none "
+                "such, e.g. a non-Joint head; else check the name)",
+                pattern,
+            )
     params = [
         {
             "params": ps,
@@ -59,6 +83,14 @@ def build_optimizer(
             "weight_decay": 0.0 if no_decay else weight_decay,
         }
         for (is_head, at_lr, no_decay), ps in sorted(groups.items())
+    ]
+    params += [
+        {
+            "params": ps,
+            "lr": float(overrides[hit][1]),
+            "weight_decay": 0.0 if no_decay else weight_decay,
+        }
+        for (hit, no_decay), ps in sorted(own.items())
     ]
     return torch.optim.AdamW(params, lr=lr)
 
