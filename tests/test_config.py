@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from structqa.config import ConfigError, config_from_dict, load_config
+from structqa.training.optim import build_optimizer
 
 
 def test_override_values_use_the_field_type_not_yaml():
@@ -54,17 +56,19 @@ def test_zero_head_lr_is_a_rate_not_unset():
     assert rates == {1e-4, 0.0}
 
 
-def test_head_lr_exclude_trains_matching_head_params_at_lr():
-    import torch
-
-    from structqa.training.optim import build_optimizer
-
+def _toy_model() -> torch.nn.Module:
+    """encoder.{weight,bias}, head.scorer.W (2x2, zero), head.proj.{weight,bias}."""
     model = torch.nn.Module()
     model.encoder = torch.nn.Linear(2, 2)
     model.head = torch.nn.Module()
     model.head.scorer = torch.nn.Module()
     model.head.scorer.W = torch.nn.Parameter(torch.zeros(2, 2))
     model.head.proj = torch.nn.Linear(2, 2)
+    return model
+
+
+def test_head_lr_exclude_trains_matching_head_params_at_lr():
+    model = _toy_model()
     opt = build_optimizer(
         model, lr=1e-4, head_lr=1e-3, weight_decay=0.01, head_lr_exclude=["head.scorer.*"]
     )
@@ -88,16 +92,7 @@ def test_head_lr_exclude_trains_matching_head_params_at_lr():
 
 
 def test_param_lr_gives_matching_parameters_their_own_rate_first_glob_winning():
-    import torch
-
-    from structqa.training.optim import build_optimizer
-
-    model = torch.nn.Module()
-    model.encoder = torch.nn.Linear(2, 2)
-    model.head = torch.nn.Module()
-    model.head.scorer = torch.nn.Module()
-    model.head.scorer.W = torch.nn.Parameter(torch.zeros(2, 2))
-    model.head.proj = torch.nn.Linear(2, 2)
+    model = _toy_model()
     opt = build_optimizer(
         model,
         lr=1e-4,
