@@ -297,6 +297,58 @@ def test_runner_skips_done_runs_and_resumes_an_interrupted_one(
     assert seen == []
 
 
+def test_runs_identical_to_another_experiments_finished_runs_reuse_their_results(
+    tmp_path, tiny_checkpoint, shared_data, monkeypatch, capsys
+):
+    source = tiny_experiment(tiny_checkpoint, shared_data)  # seeds 0, 1
+    src_paths = Paths(tmp_path / "src-results", tmp_path / "src-runs")
+    assert run_experiment(source, src_paths, command="x", progress=False) == 0
+    # as if written before train.param_lr existed: a missing key counts as its default
+    first = src_paths.result(source.runs()[0])
+    record = json.loads(first.read_text())
+    del record["config"]["train"]["param_lr"]
+    first.write_text(json.dumps(record))
+
+    base = tiny_finetune_base(tiny_checkpoint, shared_data)
+    exp = experiment_from_dict(
+        {
+            "name": "reuser",
+            "base": base,
+            "variants": [{"name": "same"}, {"name": "other-lr", "train.lr": 7e-5}],
+            "grid": {"train.seed": [0, 1, 2]},
+            "reuse": [str(src_paths.results)],
+        },
+        source="configs/reuser.yaml",
+    )
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    command.print_plan(exp, paths)
+    out = capsys.readouterr().out
+    assert out.count("will reuse") == 2  # same/seed 0 and 1; other-lr and seed 2 differ
+    real_run, trained = loop.run, []
+
+    def spy(cfg, resume=False, progress=True):
+        trained.append(Path(cfg.train.output_dir).name)
+        return real_run(cfg, resume=resume, progress=progress)
+
+    monkeypatch.setattr(loop, "run", spy)
+    assert run_experiment(exp, paths, command="x", progress=False) == 0
+    assert sorted(trained) == sorted(
+        ["variant=same,seed=2", "variant=other-lr,seed=0", "variant=other-lr,seed=1"]
+        + ["variant=other-lr,seed=2"]
+    )
+    by_name = {r.name: r for r in exp.runs()}
+    reused = json.loads(paths.result(by_name["variant=same,seed=0"]).read_text())
+    original = json.loads(src_paths.result(source.runs()[0]).read_text())
+    assert reused["run"] == "variant=same,seed=0" and reused["experiment"] == "reuser"
+    assert reused["reused_from"]["run"] == "seed=0"
+    assert reused["reused_from"]["experiment"] == "tiny"
+    assert reused["metrics"] == original["metrics"] and reused["git"] == original["git"]
+    fresh = json.loads(paths.result(by_name["variant=same,seed=2"]).read_text())
+    assert "reused_from" not in fresh
+    table = (paths.results / "table.md").read_text()
+    assert "- reused: 2 of these results were trained by another experiment" in table
+
+
 def test_result_json_has_config_provenance_and_metrics(tmp_path, tiny_checkpoint, shared_data):
     exp = tiny_experiment(tiny_checkpoint, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")

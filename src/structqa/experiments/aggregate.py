@@ -236,6 +236,14 @@ def render_table(
     machines = list(dict.fromkeys(_machine(r) for r in done))
     lines.append(f"- commit(s): {', '.join(commits) or '—'}")
     lines.append(f"- machine(s): {'; '.join(machines) or '—'}")
+    reused = [r["reused_from"] for r in done if r.get("reused_from")]
+    if reused:
+        dirs = dict.fromkeys(str(x["result"]).rsplit("/runs/", 1)[0] for x in reused)
+        sources = ", ".join(f"`{d}`" for d in dirs)
+        lines.append(
+            f"- reused: {len(reused)} of these results were trained by another experiment with "
+            f"an identical config ({sources}); each run's JSON names its source (reused_from)"
+        )
     lines.append(
         "- cells: mean ± sample std (ddof=1) over seeds, (n) = seeds with a result; "
         "the std of a single seed is n/a"

@@ -43,6 +43,7 @@ from structqa.experiments.aggregate import (
 )
 from structqa.experiments.claims import holder, try_claim
 from structqa.experiments.grid import (
+    RUNNER_KEYS,
     Experiment,
     Run,
     ValidationSpec,
@@ -453,6 +454,67 @@ def _who(paths: Paths, name: str) -> str:
     return f"pid {record['pid']} on {record.get('host', '?')}"
 
 
+# ---- reusing another experiment's identical run ------------------------------------------
+
+
+# not compared: the runner's paths, and values the trainer derives from compared ones
+# (data.token_tags: null becomes exactly the tags model.encoder reads; any other value must
+# equal them)
+_NOT_COMPARED = frozenset(RUNNER_KEYS) | {"data.token_tags"}
+
+
+def _comparable(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """A config flattened for comparison: runner paths and derived values dropped, and keys a
+    recorded config lacks (fields added to structqa after it was written) at their defaults."""
+    flat = _flatten(json.loads(json.dumps(config)))
+    return {k: flat.get(k, v) for k, v in defaults.items() if k not in _NOT_COMPARED} | {
+        k: v for k, v in flat.items() if k not in _NOT_COMPARED
+    }
+
+
+def find_reusable(
+    experiment: Experiment, cfg: Config | DropConfig
+) -> tuple[Path, dict[str, Any]] | None:
+    """The first finished result in ``experiment.reuse``'s directories trained with exactly
+    ``cfg`` (the run's resolved config), as (its file, its content); else None."""
+    if not experiment.reuse:
+        return None
+    defaults = _flatten(json.loads(json.dumps(type(cfg)().to_dict())))
+    want = _comparable(cfg.to_dict(), defaults)
+    for directory in experiment.reuse:
+        for path in sorted((Path(directory) / "runs").glob("*.json")):
+            result = _read_json(path)
+            if "config" in result and _comparable(result["config"], defaults) == want:
+                return path, result
+    return None
+
+
+def reuse_result(
+    experiment: Experiment, run: Run, paths: Paths, source: Path, result: Mapping[str, Any]
+) -> None:
+    """Write ``run``'s result as a copy of another experiment's identical run, saying so."""
+    reused = {
+        **result,
+        "experiment": experiment.name,
+        "run": run.name,
+        "grid": run.values,
+        "extra_seed": run.extra,
+        "reused_from": {
+            "result": display_path(source),
+            "experiment": result.get("experiment"),
+            "run": result.get("run"),
+        },
+        "reused_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    write_json(paths.result(run), reused)
+    log.info(
+        "%s: reused %s (identical config), F1 %.2f",
+        run.name,
+        display_path(source),
+        metric_value(reused["metrics"], "f1"),
+    )
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -513,6 +575,19 @@ def run_experiment(
                 continue
             with claim:
                 if paths.result(run).exists():  # another worker finished it since the plan
+                    continue
+                source = (
+                    find_reusable(experiment, resolve_config(experiment, run, paths, data_dir)[0])
+                    if experiment.reuse
+                    else None
+                )
+                if source is not None:
+                    reuse_result(experiment, run, paths, *source)
+                    finished += 1
+                    results = load_results(paths.results)
+                    refresh(
+                        experiment, plan(experiment, results), results, paths.results, config_file
+                    )
                     continue
                 left = len(todo)
                 log.info(
@@ -580,9 +655,17 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
     counts: dict[str, int] = {}
     for i, run in enumerate(runs, 1):
         status = run_status(paths, run)
+        counts[status] = counts.get(status, 0) + 1
         if status != "done" and (record := holder(paths.runs, run.name)) is not None:
             status = f"running (pid {record['pid']})"
-        counts[status] = counts.get(status, 0) + 1
+        elif (
+            status != "done"
+            and experiment.reuse
+            and (source := find_reusable(experiment, resolve_config(experiment, run, paths)[0]))
+        ):
+            status += f" (will reuse {display_path(source[0])})"
+        elif status == "done" and results.get(run.name, {}).get("reused_from"):
+            status = "done (reused)"
         scores = ["", ""]
         if run.name in results:
             m = results[run.name]["metrics"]
@@ -607,9 +690,7 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
             )
         console.print(arms)
     console.print(table)
-    running = sum(n for s, n in counts.items() if s.startswith("running"))
-    line = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo"))
-    console.print(line + (f", {running} running" if running else ""))
+    console.print(", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo")))
     console.print(f"outputs: {paths.runs}  results: {paths.results}")
 
 

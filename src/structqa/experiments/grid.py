@@ -17,6 +17,11 @@ file is loaded); a run whose ``model.encoder`` is ``pretrain:NAME`` fine-tunes t
 ``final/`` checkpoint, and the runner pre-trains the arm first if it has not been (once per arm,
 resumably). One command then reproduces a whole pre-train-then-fine-tune table.
 
+Shared runs: ``reuse: [docs/results/OTHER]`` names the results directories of other
+experiments; a run whose full config (all but ``train.output_dir`` and ``data.dir``) equals a
+finished run's there takes that result (marked ``reused_from``) instead of training again, e.g.
+the query-mask grid's static and default-mask cells at 1024 questions are the heads grid's.
+
 Runs come out in a deterministic order: variants in file order (outermost), then the product of
 the grid axes in file order (the first axis outermost, the last one varying fastest). A run's
 name is its axis values, ``label=value`` joined by commas (``head=dyrex,train_size=512,seed=1``).
@@ -61,6 +66,7 @@ TOP_KEYS = (
     "seeds_if_noisy",
     "validation",
     "pretrain",
+    "reuse",
 )
 PRETRAIN_KEYS = ("base", "arms")
 PRETRAIN_PREFIX = "pretrain:"  # model.encoder=pretrain:NAME -> that arm's final/ checkpoint
@@ -261,6 +267,9 @@ class Experiment:
     labels: dict[str, str] = field(default_factory=dict)  # dotted key -> short label in names
     kind: str = "extractive"  # a key of KINDS
     pretrain: PretrainSpec | None = None
+    # results directories of other experiments: a run whose full config equals one of their
+    # finished runs' takes that result instead of training again
+    reuse: tuple[str, ...] = ()
 
     @property
     def trains(self) -> Kind:
@@ -464,6 +473,18 @@ def _parse_noisy(raw: Any, axes: Mapping[str, list[Any]], where: str) -> NoisySe
     return NoisySeeds(threshold, seeds, str(raw.get("metric", "f1")))
 
 
+def _parse_reuse(raw: Any, where: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(isinstance(x, str) and x for x in items):
+        raise ConfigError(
+            f"{where}: expected a list of results directories (e.g. [docs/results/lowdata]), "
+            f"got {raw!r}"
+        )
+    return tuple(items)
+
+
 def _parse_validation(raw: Any, where: str) -> ValidationSpec | None:
     if raw is None:
         return None
@@ -567,6 +588,7 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
         labels=labels,
         kind=kind.name,
         pretrain=_parse_pretrain(data.get("pretrain"), f"{where}.pretrain"),
+        reuse=_parse_reuse(data.get("reuse"), f"{where}.reuse"),
     )
     runs = experiment.runs()
     names = [r.name for r in runs]
