@@ -3,16 +3,21 @@ runs another worker holds."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
+import yaml
 from tiny import tiny_finetune_base
 
+from structqa.config import ConfigError
 from structqa.experiments.claims import claim_path, holder, try_claim
-from structqa.experiments.command import Paths, run_experiment, run_status
+from structqa.experiments.command import Paths, add_parser, run_experiment, run_status
 from structqa.experiments.grid import experiment_from_dict
 
 
@@ -92,3 +97,31 @@ def test_runner_skips_a_run_held_by_another_worker(tmp_path, tiny_checkpoint, sh
     locks = sorted((paths.runs / ".claims").glob("*.lock"))
     assert [p.name for p in locks] == ["seed=0.lock", "seed=1.lock"]
     assert all(p.read_text() == "" for p in locks)  # released: no holder recorded
+
+
+def test_workers_flag_runs_every_run_exactly_once(tmp_path, tiny_checkpoint, shared_data):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "base": tiny_finetune_base(tiny_checkpoint, shared_data),
+                "grid": {"train.seed": [0, 1, 2]},
+            }
+        )
+    )
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["experiment", str(config), "--workers", "2", "--threads", "1"]
+        + ["--results", str(paths.results), "--runs-dir", str(paths.runs)]
+    )
+    assert args.func(args, []) == 0
+    results = [json.loads(p.read_text()) for p in sorted((paths.results / "runs").glob("*.json"))]
+    assert [r["run"] for r in results] == ["seed=0", "seed=1", "seed=2"]
+    # each trained once, in one session, by a one-thread worker
+    assert all(r["sessions"] == 1 and r["machine"]["torch_threads"] == 1 for r in results)
+    assert "runs: 3 of 3 finished" in (paths.results / "table.md").read_text()
+    with pytest.raises(ConfigError, match="--workers runs the grid"):
+        args.func(parser.parse_args(["experiment", str(config), "--workers", "2", "--dry-run"]), [])

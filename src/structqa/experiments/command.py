@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -715,6 +717,54 @@ def _command_line(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
+def run_workers(args: argparse.Namespace, experiment: Experiment, paths: Paths) -> int:
+    """``--workers N``: N child processes run this same experiment (claims keep them apart),
+    each with ``--threads`` (default: the cores split evenly); then the tables are refreshed
+    once with every result. SIGTERM/SIGINT reach every worker, and each stops resumably.
+    Exit status 130 if any worker was interrupted, else the highest status of a worker."""
+    cores = os.cpu_count() or 1
+    threads = args.threads or max(1, cores // args.workers)
+    cmd = [sys.executable, "-m", "structqa", "experiment", args.config, "--no-progress"]
+    for flag, value in (
+        ("--only", args.only),
+        ("--results", args.results),
+        ("--runs-dir", args.runs_dir),
+        ("--data", args.data),
+        ("--threads", threads),
+    ):
+        if value is not None:
+            cmd += [flag, str(value)]
+    log.info(
+        "starting %d workers with %d thread(s) each: %s", args.workers, threads, shlex.join(cmd)
+    )
+    children: list[subprocess.Popen] = []
+
+    def forward(signum: int, frame: Any) -> None:  # noqa: ARG001
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for i in range(args.workers):
+            children.append(subprocess.Popen(cmd))
+            if i + 1 < args.workers:
+                time.sleep(1.0)  # (claims make this unnecessary; it only tidies the log)
+        codes = [child.wait() for child in children]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    results = load_results(paths.results)
+    if results:
+        refresh(
+            experiment, plan(experiment, results), results, paths.results, _config_file(experiment)
+        )
+    log.info("workers finished with status %s", ", ".join(map(str, codes)))
+    if EXIT_INTERRUPTED in codes:
+        return EXIT_INTERRUPTED
+    return max(codes)
+
+
 def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     if extra:
         raise ConfigError(
@@ -729,6 +779,11 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
     )
     if args.max_runs is not None and args.max_runs < 1:
         raise ConfigError("--max-runs must be at least 1")
+    if args.workers is not None:
+        if args.workers < 1:
+            raise ConfigError("--workers must be at least 1")
+        if args.dry_run or args.refresh or args.max_runs is not None:
+            raise ConfigError("--workers runs the grid; it takes no --dry-run/--refresh/--max-runs")
     if args.threads is not None:
         if args.threads < 1:
             raise ConfigError("--threads must be at least 1")
@@ -749,6 +804,8 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
         )
         log.info("rewrote the tables in %s from %d result(s)", paths.results, len(results))
         return 0
+    if args.workers is not None and args.workers > 1:
+        return run_workers(args, experiment, paths)
     return run_experiment(
         experiment,
         paths,
@@ -791,6 +848,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="N",
         help="CPU threads for this worker (torch.set_num_threads); with several workers on "
         "one grid, e.g. one per core with --threads 1",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="run N worker processes on this grid at once (each claims the runs it trains), "
+        "each with --threads or the cores split evenly; on a CPU, one per core trains more per "
+        "hour than one process on all cores",
     )
     p.set_defaults(func=cmd_experiment)
     return p
