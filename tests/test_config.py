@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from structqa.config import ConfigError, config_from_dict, load_config
+from structqa.config import Config, ConfigError, config_from_dict, load_config
 from structqa.training.optim import build_optimizer
 
 
@@ -130,3 +130,16 @@ def test_param_lr_reads_from_yaml_mappings_and_command_line_pairs(tmp_path):
         load_config(None, ["train.param_lr=head.scorer.W"])
     with pytest.raises(ConfigError, match="expected a mapping"):
         config_from_dict({"train": {"param_lr": [1e-5]}})
+
+
+def test_param_lr_exists_in_every_training_config():
+    from structqa.experiments.grid import MAPPING_KEYS
+    from structqa.ncbert.config import DropConfig
+    from structqa.pretrain.config import PretrainConfig
+
+    for cls in (Config, DropConfig, PretrainConfig):
+        cfg = config_from_dict(
+            {"train": {"param_lr": {"encoder.layers.*.sublayers.1.*": 1e-4}}}, cls=cls
+        )
+        assert cfg.train.param_lr == {"encoder.layers.*.sublayers.1.*": 1e-4}, cls
+    assert MAPPING_KEYS == {"train.param_lr"}

@@ -431,3 +431,21 @@ def test_np_vocabulary_is_added_whole_saved_and_rebuilt_on_resume(tmp_path, tiny
     (tmp_path / "np" / "np_vocab.json").write_text(json.dumps(words))
     assert loop.run(cfg, resume=True, progress=False) is None  # already finished
     assert json.loads((tmp_path / "np" / "np_vocab.json").read_text()) == words
+
+
+def test_param_lr_zero_freezes_the_matching_parameters(tmp_path, tiny_checkpoint, corpus_file):
+    cfg = tiny_config(
+        tmp_path / "frozen",
+        tiny_checkpoint,
+        corpus_file,
+        "train.max_steps=2",
+        "train.param_lr=encoder.embeddings.position_embeddings.weight:0",
+    )
+    loop.run(cfg, progress=False)
+    # (the tiny checkpoint is a BertModel; pre-training saves a BertForMaskedLM, "bert." first)
+    before = load_file(str(tiny_checkpoint / "model.safetensors"))
+    after = load_file(str(tmp_path / "frozen" / "final" / "model.safetensors"))
+    key = "embeddings.position_embeddings.weight"
+    assert torch.equal(after[f"bert.{key}"], before[key])
+    moved = "embeddings.word_embeddings.weight"
+    assert not torch.equal(after[f"bert.{moved}"], before[moved])  # the rest trained

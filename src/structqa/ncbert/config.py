@@ -110,6 +110,9 @@ class DropTrainConfig:
     seed: int = 0
     lr: float = 5e-5
     head_lr: float | None = None  # lr of the non-encoder parameters (default: lr)
+    # {glob: lr}: parameters whose name matches a glob train at that rate, over lr and head_lr
+    # (first match wins; 0 freezes), as train.param_lr of `structqa train`
+    param_lr: dict[str, float] = field(default_factory=dict)
     weight_decay: float = 0.01
     batch_size: int = 8
     eval_batch_size: int = 32

@@ -367,7 +367,7 @@ def train(
         )
     steps_per_epoch = math.ceil(batches_per_epoch / tc.grad_accum)
     total_steps = tc.max_steps or math.ceil(steps_per_epoch * tc.epochs)
-    optimizer = build_optimizer(model, tc.lr, tc.head_lr, tc.weight_decay)
+    optimizer = build_optimizer(model, tc.lr, tc.head_lr, tc.weight_decay, param_lr=tc.param_lr)
     scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
     pad_id = int(tokenizer.pad_token_id or 0)
 

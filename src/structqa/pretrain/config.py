@@ -98,6 +98,10 @@ class PretrainTrainConfig:
     output_dir: str = "runs/pretrain"
     seed: int = 0
     lr: float = 5e-5
+    # {glob: lr}: parameters whose name matches a glob train at that rate (first match wins;
+    # 0 freezes), e.g. {"encoder.layers.*.sublayers.1.*": 1.0e-4}: the NAA sub-layer that a
+    # [sa, naa, ffn] block adds to a pre-trained [sa, ffn] encoder
+    param_lr: dict[str, float] = field(default_factory=dict)
     weight_decay: float = 0.01
     batch_size: int = 32
     eval_batch_size: int = 64

@@ -326,7 +326,7 @@ def train(
             f"{tc.batch_size} per process"
         )
     total_steps = tc.max_steps
-    optimizer = build_optimizer(model, tc.lr, None, tc.weight_decay)
+    optimizer = build_optimizer(model, tc.lr, None, tc.weight_decay, param_lr=tc.param_lr)
     scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
 
     last_dir, final_dir = out / "last", out / "final"
