@@ -31,6 +31,11 @@ class ModelConfig:
     query_mask: str = "bidirectional"
     dyrex_layers: int = 3
     joint_mode: str = "band"
+    # std of the normal init of the learned queries Q0; null: each head's own (static
+    # queries and DyREx 0.02, BERT's initializer range; DyReF 1.0, the scale of the layer-normed
+    # embeddings it sits beside). A static q of norm 0.4 gives logits q.h of a few units;
+    # DyREx's and DyReF's queries reach norm ~20 (docs/results/lowdata-recipe-query-scale/)
+    query_init_std: float | None = None
 
 
 @dataclass

@@ -103,3 +103,22 @@ def test_legacy_qa_outputs_checkpoint_loads_as_static_queries() -> None:
     torch.testing.assert_close(
         out.start_logits[allowed].log_softmax(-1), raw[..., 0][allowed].log_softmax(-1)
     )
+
+
+@pytest.mark.parametrize("name", ["independent", "joint", "dyrex", "dyref"])
+def test_query_init_std_sets_the_scale_of_q0(name):
+    torch.manual_seed(0)
+    q0 = build_head(name, 384, num_heads=4).queries.q0
+    assert q0.std().item() == pytest.approx(1.0 if name == "dyref" else 0.02, rel=0.1)
+    torch.manual_seed(0)
+    wide = build_head(name, 384, num_heads=4, query_init_std=0.5).queries.q0
+    assert wide.std().item() == pytest.approx(0.5, rel=0.1)
+
+
+def test_static_queries_keep_berts_draw_by_default():
+    """Unset, the static queries are the first N(0, 0.02) draw after the seed, as they were
+    before the option existed (so earlier runs' seeds reproduce)."""
+    torch.manual_seed(0)
+    q0 = build_head("independent", 384, num_heads=4).queries.q0
+    torch.manual_seed(0)
+    assert torch.equal(q0, torch.empty(2, 384).normal_(std=0.02))

@@ -21,6 +21,8 @@ The paper's "static" variant (Table 3, a) is the ``independent`` head. Options, 
 - ``dyrex_layers``: DyREx decoder layers K (default 3, as in the paper).
 - ``joint_mode``: ``band`` (spans of at most max_answer_length, memory linear in N) or
   ``full`` (every span, the paper's (N, N) formulation).
+- ``query_init_std``: std of the normal init of the learned queries Q0 (None: the head's
+  own, 0.02 for static queries and DyREx, 1.0 for DyReF).
 - ``max_answer_length``: L of the joint scorers; must equal the decoder's max_answer_length,
   since their span_scores are (B, N, L).
 """
@@ -45,12 +47,13 @@ class HeadOptions:
     dyrex_layers: int = 3
     joint_mode: str = "band"
     max_answer_length: int = 30
+    query_init_std: float | None = None
 
 
 QUERY_SOURCES: dict[str, Callable[[EncoderConfig, HeadOptions], QuerySource]] = {
-    "static": lambda cfg, o: StaticQueries(cfg.hidden_size),
-    "dyrex": lambda cfg, o: DyRExQueries(cfg, o.dyrex_layers, o.query_mask),
-    "dyref": lambda cfg, o: DyReFQueries(cfg.hidden_size, o.query_mask),
+    "static": lambda cfg, o: StaticQueries(cfg.hidden_size, o.query_init_std),
+    "dyrex": lambda cfg, o: DyRExQueries(cfg, o.dyrex_layers, o.query_mask, o.query_init_std),
+    "dyref": lambda cfg, o: DyReFQueries(cfg.hidden_size, o.query_mask, o.query_init_std),
 }
 SCORERS: dict[str, Callable[[EncoderConfig, HeadOptions], Scorer]] = {
     "independent": lambda cfg, o: IndependentScorer(),
@@ -67,7 +70,7 @@ def _compose(queries: str, scorer: str) -> Callable[[EncoderConfig, HeadOptions]
 
 HEADS: dict[str, Callable[[EncoderConfig, HeadOptions], SpanHead]] = {
     # the named class, so checkpoints saved before the query/scorer split still load
-    "independent": lambda cfg, o: IndependentHead(cfg.hidden_size),
+    "independent": lambda cfg, o: IndependentHead(cfg.hidden_size, o.query_init_std),
     "joint": _compose("static", "joint"),
     "dyrex": _compose("dyrex", "independent"),
     "dyref": _compose("dyref", "independent"),

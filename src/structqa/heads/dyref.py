@@ -24,7 +24,9 @@ from structqa.heads.base import QuerySource, QueryStates
 class DyReFQueries(QuerySource):
     """[Q, H] = Encoder([Q0, H0]); q_s, q_e are the first two output positions."""
 
-    def __init__(self, hidden: int, query_mask: str = "bidirectional"):
+    def __init__(
+        self, hidden: int, query_mask: str = "bidirectional", init_std: float | None = None
+    ):
         super().__init__()
         self.query_mask = query_mask
         self.mask = dyref_mask(query_mask)  # raises on an unknown name
@@ -33,6 +35,8 @@ class DyReFQueries(QuerySource):
         # alike and come out nearly equal: on the default MiniLM, cos(q_s, q_e) = 0.98 and a
         # first loss of 33 at std 0.02, against 0.11 and 3.0 at std 1.
         self.q0 = nn.Parameter(torch.randn(NUM_QUERIES, hidden))  # rows: q_s, q_e
+        if init_std is not None:
+            nn.init.normal_(self.q0, std=init_std)
 
     def extra_repr(self) -> str:
         return f"query_mask={self.query_mask!r}"

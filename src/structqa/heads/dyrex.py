@@ -36,7 +36,13 @@ def bert_init(module: nn.Module) -> None:
 class DyRExQueries(QuerySource):
     """Q = Trans(Q0, H): learned Q0 (2, D) refined by ``layers`` query decoder blocks."""
 
-    def __init__(self, cfg: EncoderConfig, layers: int = 3, query_mask: str = "bidirectional"):
+    def __init__(
+        self,
+        cfg: EncoderConfig,
+        layers: int = 3,
+        query_mask: str = "bidirectional",
+        init_std: float | None = None,
+    ):
         super().__init__()
         if layers < 1:
             raise ValueError(f"DyREx needs at least one layer, got {layers}")
@@ -49,7 +55,7 @@ class DyRExQueries(QuerySource):
             Block(cfg, spec=DYREX_BLOCK, fold_memory=True) for _ in range(layers)
         )
         self.apply(bert_init)
-        nn.init.normal_(self.q0, std=0.02)
+        nn.init.normal_(self.q0, std=0.02 if init_std is None else init_std)
 
     def extra_repr(self) -> str:
         return f"query_mask={self.query_mask!r}"

@@ -33,10 +33,10 @@ class StaticQueries(QuerySource):
     argmax and in null_odds, so BERT's ``qa_outputs.bias`` never changes a prediction.
     """
 
-    def __init__(self, hidden: int):
+    def __init__(self, hidden: int, init_std: float | None = None):
         super().__init__()
         self.q0 = nn.Parameter(torch.empty(2, hidden))  # rows: q_s, q_e
-        nn.init.normal_(self.q0, std=0.02)  # BERT's initializer range
+        nn.init.normal_(self.q0, std=0.02 if init_std is None else init_std)  # BERT's range
 
     def forward(self, hidden: Tensor, batch: Batch) -> QueryStates:
         b = hidden.shape[0]
@@ -57,8 +57,8 @@ class IndependentScorer(Scorer):
 class IndependentHead(QueryHead):
     """BERT's head: :class:`StaticQueries` x :class:`IndependentScorer`."""
 
-    def __init__(self, hidden: int):
-        super().__init__(StaticQueries(hidden), IndependentScorer())
+    def __init__(self, hidden: int, query_init_std: float | None = None):
+        super().__init__(StaticQueries(hidden, query_init_std), IndependentScorer())
         self.register_load_state_dict_pre_hook(_load_legacy_qa_outputs)
 
 

@@ -91,6 +91,7 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
         dyrex_layers=cfg.model.dyrex_layers,
         joint_mode=cfg.model.joint_mode,
         max_answer_length=cfg.decode.max_answer_length,
+        query_init_std=cfg.model.query_init_std,
     )
     model = ExtractiveQAModel(encoder, head)
     # after the head exists: DyREx's layers take the checkpoint's dropout from its config
@@ -127,6 +128,7 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
         dyrex_layers=cfg.model.dyrex_layers,
         joint_mode=cfg.model.joint_mode,
         max_answer_length=cfg.decode.max_answer_length,
+        query_init_std=cfg.model.query_init_std,
     )
     model = ExtractiveQAModel(encoder, head)
     model.load_state_dict(load_file(str(path / "model.safetensors")))
