@@ -237,6 +237,31 @@ def test_noisy_cells_get_extra_seeds_after_their_grid_seeds_finish():
     assert len(plan(exp, finished)) == 11
 
 
+def test_cells_named_in_also_get_the_extra_seeds_whatever_their_std():
+    raw = spec(
+        grid={"model.head": ["a", "b"], "data.train_size": [256, 512], "train.seed": [0, 1]},
+        table={"rows": ["model.head"], "columns": "data.train_size"},
+        seeds_if_noisy={
+            "std_above": 2.0,
+            "seeds": [3],
+            "also": [{"model.head": "a", "data.train_size": "256"}],
+        },
+    )
+    exp = experiment_from_dict(raw)
+    quiet = {r.name: _result(50) for r in exp.runs()}  # std 0 everywhere
+    assert [r.name for r in plan(exp, quiet)[len(exp.runs()) :]] == ["head=a,train_size=256,seed=3"]
+    # not before the cell's grid seeds are in
+    del quiet["head=a,train_size=256,seed=1"]
+    assert len(plan(exp, quiet)) == len(exp.runs())
+    for bad, match in (
+        ({"model.head": "a"}, "exactly"),
+        ({"model.head": "z", "data.train_size": 256}, "not one of the grid"),
+    ):
+        raw["seeds_if_noisy"]["also"] = [bad]
+        with pytest.raises(ConfigError, match=match):
+            experiment_from_dict(raw)
+
+
 # ---- the runner on the tiny checkpoint ---------------------------------------------------
 
 

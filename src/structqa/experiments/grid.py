@@ -71,7 +71,7 @@ TOP_KEYS = (
 PRETRAIN_KEYS = ("base", "arms")
 PRETRAIN_PREFIX = "pretrain:"  # model.encoder=pretrain:NAME -> that arm's final/ checkpoint
 TABLE_KEYS = ("rows", "columns", "metrics", "summary", "title", "baseline")
-NOISY_KEYS = ("std_above", "seeds", "metric")
+NOISY_KEYS = ("std_above", "seeds", "metric", "also")
 VALIDATION_KEYS = ("fraction", "seed")
 _UNSAFE_NAME_CHARS = ("/", "\\", "\x00")
 
@@ -207,6 +207,9 @@ class NoisySeeds:
     std_above: float
     seeds: tuple[int, ...]
     metric: str = "f1"
+    # cells (label tuples in cell_keys order) that get the extra seeds whatever their std,
+    # e.g. a comparison the YAML says needs more pairs; stated in the YAML with the reason
+    also: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -451,7 +454,14 @@ def _baseline_label(raw: Any, rows: Sequence[str], where: str, cls: type) -> str
     return ",".join(parts)
 
 
-def _parse_noisy(raw: Any, axes: Mapping[str, list[Any]], where: str) -> NoisySeeds | None:
+def _parse_noisy(
+    raw: Any,
+    axes: Mapping[str, list[Any]],
+    where: str,
+    cell_keys: Sequence[str] = (),
+    cls: type = Config,
+    variant_names: Sequence[str] = (),
+) -> NoisySeeds | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
@@ -470,7 +480,23 @@ def _parse_noisy(raw: Any, axes: Mapping[str, list[Any]], where: str) -> NoisySe
         raise ConfigError(f"{where}.seeds: give new seeds, distinct from the grid's {SEED_KEY}")
     if not math.isfinite(threshold) or threshold < 0:
         raise ConfigError(f"{where}.std_above: expected a non-negative number")
-    return NoisySeeds(threshold, seeds, str(raw.get("metric", "f1")))
+    also = []
+    for i, item in enumerate(raw.get("also") or []):
+        at = f"{where}.also[{i}]"
+        if not isinstance(item, Mapping) or set(item) != set(cell_keys):
+            raise ConfigError(
+                f"{at}: expected a cell, a mapping of exactly {list(cell_keys)} to values"
+            )
+        labels = []
+        for key in cell_keys:
+            value = item[key] if key == VARIANT else _resolve_value(key, item[key], at, cls)
+            if key == VARIANT and value not in variant_names:
+                raise ConfigError(f"{at}.variant: {value!r} is not one of {variant_names}")
+            if key != VARIANT and value not in axes[key]:
+                raise ConfigError(f"{at}.{key}: {value!r} is not one of the grid's {axes[key]}")
+            labels.append(format_value(value))
+        also.append(tuple(labels))
+    return NoisySeeds(threshold, seeds, str(raw.get("metric", "f1")), tuple(also))
 
 
 def _parse_reuse(raw: Any, where: str) -> tuple[str, ...]:
@@ -583,7 +609,14 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
             data.get("table"), cell_keys, f"{where}.table", kind.metrics, kind.config_cls
         ),
         description=str(data.get("description", "")),
-        seeds_if_noisy=_parse_noisy(data.get("seeds_if_noisy"), axes, f"{where}.seeds_if_noisy"),
+        seeds_if_noisy=_parse_noisy(
+            data.get("seeds_if_noisy"),
+            axes,
+            f"{where}.seeds_if_noisy",
+            cell_keys,
+            kind.config_cls,
+            [name for name, _ in variants],
+        ),
         validation=_parse_validation(data.get("validation"), f"{where}.validation"),
         labels=labels,
         kind=kind.name,
@@ -642,7 +675,8 @@ def plan(experiment: Experiment, finished: Mapping[str, Mapping[str, Any]]) -> l
 
     ``finished`` maps run names to their result dicts (with ``metrics``). A cell gets its
     extra seeds once all of its grid seeds have results and their sample std (ddof=1) of the
-    chosen metric exceeds the threshold; the extra seeds never undo that decision.
+    chosen metric exceeds the threshold, or if ``seeds_if_noisy.also`` names it; the extra
+    seeds never undo that decision.
     """
     runs = experiment.runs()
     noisy = experiment.seeds_if_noisy
@@ -657,6 +691,6 @@ def plan(experiment: Experiment, finished: Mapping[str, Mapping[str, Any]]) -> l
             continue
         values = [metric_value(finished[r.name]["metrics"], noisy.metric) for r in members]
         std = sample_std(values)
-        if std is not None and std > noisy.std_above:
+        if cell in noisy.also or (std is not None and std > noisy.std_above):
             extra.extend(experiment.extra_runs(cell))
     return runs + extra
