@@ -17,10 +17,8 @@ Results are also written as JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
-import platform
 import statistics
 import sys
 import time
@@ -31,8 +29,9 @@ import torch
 
 from structqa.config import Config
 from structqa.features.batching import collate
+from structqa.io import write_json
 from structqa.models.build import build_model
-from structqa.provenance import git_info
+from structqa.provenance import git_info, machine_info
 from structqa.runtime import autocast, use_bf16
 from structqa.training.optim import build_optimizer
 
@@ -133,19 +132,17 @@ def main() -> int:
         f"workers / one process, training throughput: {statistics.mean(ratios):.3f} "
         f"(rounds: {', '.join(f'{x:.3f}' for x in ratios)})"
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     record = {
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
         "args": vars(args),
         "git": git_info(),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "machine": machine_info(),
         "rounds": rounds,
         "mean_ratio": round(statistics.mean(ratios), 3),
         "wall_time_s": round(time.time() - t_start, 1),
     }
-    path = out / f"workers-{args.head}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    path = Path(args.out) / f"workers-{args.head}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    write_json(path, record)
     print(f"wrote {path}")
     return 0
 

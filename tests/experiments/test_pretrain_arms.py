@@ -4,6 +4,7 @@ pre-training each referenced arm once (resumably) before the runs that fine-tune
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -117,7 +118,7 @@ def test_runner_pretrains_each_referenced_arm_once_and_fine_tunes_from_it(
 
 
 def test_an_arm_another_worker_is_pretraining_is_skipped_not_trained_twice(
-    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch
+    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch, caplog
 ):
     exp = experiment(tiny_checkpoint, corpus, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")
@@ -126,9 +127,11 @@ def test_an_arm_another_worker_is_pretraining_is_skipped_not_trained_twice(
     busy = try_claim(paths.runs, "pretrain/tok")
     assert busy is not None
     try:
-        assert run_experiment(exp, paths, command="x", progress=False) == 0
+        with caplog.at_level(logging.INFO):
+            assert run_experiment(exp, paths, command="x", progress=False) == 0
     finally:
         busy.release()
+    assert f"is being trained by pid {os.getpid()}" in caplog.text  # the holder is named
     # only the run that needs no pre-training was trained; the arm was left to its holder
     assert seen == []
     assert [paths.result(r).exists() for r in exp.runs()] == [False, False, True]

@@ -366,9 +366,10 @@ def execute_run(
     cfg, split = resolve_config(experiment, run, paths, data_dir)
     arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
     if arm is not None:
-        claim = try_claim(paths.runs, f"pretrain/{arm}")
+        claim = try_claim(paths.runs, f"pretrain/{arm}")  # (the name _who reads too)
         if claim is None:
-            raise RunBusy(f"pre-training arm {arm!r} is being trained by {_who(paths, arm)}")
+            who = _who(paths, f"pretrain/{arm}")
+            raise RunBusy(f"pre-training arm {arm!r} is being trained by {who}")
         with claim:
             final = ensure_pretrained(
                 experiment,
@@ -474,20 +475,31 @@ def _comparable(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[
     }
 
 
+def reuse_candidates(experiment: Experiment) -> list[tuple[Path, dict[str, Any]]]:
+    """Every finished result (file, content) in ``experiment.reuse``'s directories."""
+    return [
+        (path, result)
+        for directory in experiment.reuse
+        for path in sorted((Path(directory) / "runs").glob("*.json"))
+        if "config" in (result := _read_json(path))
+    ]
+
+
 def find_reusable(
-    experiment: Experiment, cfg: Config | DropConfig
+    experiment: Experiment,
+    cfg: Config | DropConfig,
+    candidates: Sequence[tuple[Path, dict[str, Any]]] | None = None,
 ) -> tuple[Path, dict[str, Any]] | None:
-    """The first finished result in ``experiment.reuse``'s directories trained with exactly
-    ``cfg`` (the run's resolved config), as (its file, its content); else None."""
+    """The first finished result in ``experiment.reuse``'s directories (or in ``candidates``,
+    read from them beforehand) trained with exactly ``cfg`` (the run's resolved config), as
+    (its file, its content); else None."""
     if not experiment.reuse:
         return None
     defaults = _flatten(json.loads(json.dumps(type(cfg)().to_dict())))
     want = _comparable(cfg.to_dict(), defaults)
-    for directory in experiment.reuse:
-        for path in sorted((Path(directory) / "runs").glob("*.json")):
-            result = _read_json(path)
-            if "config" in result and _comparable(result["config"], defaults) == want:
-                return path, result
+    for path, result in reuse_candidates(experiment) if candidates is None else candidates:
+        if _comparable(result["config"], defaults) == want:
+            return path, result
     return None
 
 
@@ -655,6 +667,7 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
     for col in ("#", "run", "status", "F1", "EM"):
         table.add_column(col, justify="right" if col in ("#", "F1", "EM") else "left")
     counts: dict[str, int] = {}
+    candidates = reuse_candidates(experiment)  # (read once for the whole listing)
     for i, run in enumerate(runs, 1):
         status = run_status(paths, run)
         counts[status] = counts.get(status, 0) + 1
@@ -663,7 +676,11 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         elif (
             status != "done"
             and experiment.reuse
-            and (source := find_reusable(experiment, resolve_config(experiment, run, paths)[0]))
+            and (
+                source := find_reusable(
+                    experiment, resolve_config(experiment, run, paths)[0], candidates
+                )
+            )
         ):
             status += f" (will reuse {display_path(source[0])})"
         elif status == "done" and results.get(run.name, {}).get("reused_from"):
@@ -703,18 +720,23 @@ def _command_line(args: argparse.Namespace) -> str:
     """The command as typed when it came from the command line, else an equivalent one."""
     if "experiment" in sys.argv[1:]:
         return shlex.join(["structqa", *sys.argv[1:]])
-    parts = ["structqa", "experiment", args.config]
+    return shlex.join(["structqa", "experiment", args.config, *_flags(args)])
+
+
+def _flags(args: argparse.Namespace, threads: int | None = None) -> list[str]:
+    """The options of this command that a re-run passes on (``threads`` overrides --threads)."""
+    parts: list[str] = []
     for flag, value in (
         ("--only", args.only),
         ("--max-runs", args.max_runs),
         ("--results", args.results),
         ("--runs-dir", args.runs_dir),
         ("--data", args.data),
-        ("--threads", args.threads),
+        ("--threads", args.threads if threads is None else threads),
     ):
         if value is not None:
             parts += [flag, str(value)]
-    return shlex.join(parts)
+    return parts
 
 
 def run_workers(args: argparse.Namespace, experiment: Experiment, paths: Paths) -> int:
@@ -725,15 +747,7 @@ def run_workers(args: argparse.Namespace, experiment: Experiment, paths: Paths) 
     cores = os.cpu_count() or 1
     threads = args.threads or max(1, cores // args.workers)
     cmd = [sys.executable, "-m", "structqa", "experiment", args.config, "--no-progress"]
-    for flag, value in (
-        ("--only", args.only),
-        ("--results", args.results),
-        ("--runs-dir", args.runs_dir),
-        ("--data", args.data),
-        ("--threads", threads),
-    ):
-        if value is not None:
-            cmd += [flag, str(value)]
+    cmd += _flags(args, threads)  # (--max-runs is refused with --workers)
     log.info(
         "starting %d workers with %d thread(s) each: %s", args.workers, threads, shlex.join(cmd)
     )

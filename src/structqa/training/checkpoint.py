@@ -164,8 +164,7 @@ def _check_param_groups(last_dir: Path, saved: list[dict], current: list[dict]) 
             f"{last_dir}: its optimizer groups (base lr, weight decay, parameters) are "
             f"{layout(saved)}, this run's are {layout(current)}; the learning-rate settings "
             "(train.lr, head_lr, head_lr_exclude, param_lr, weight_decay) changed since it was "
-            "saved. "
-            "Restore them to resume, or start the run afresh in a new output_dir"
+            "saved. Restore them to resume, or start the run afresh in a new output_dir"
         )
 
 
