@@ -262,6 +262,48 @@ def test_cells_named_in_also_get_the_extra_seeds_whatever_their_std():
             experiment_from_dict(raw)
 
 
+def test_pair_baseline_gives_the_baseline_row_the_extra_seeds_of_its_column():
+    raw = spec(
+        grid={"model.head": ["a", "b", "c"], "data.train_size": [256, 512], "train.seed": [0, 1]},
+        table={"rows": ["model.head"], "columns": "data.train_size", "baseline": "a"},
+        seeds_if_noisy={"std_above": 2.0, "seeds": [3, 4], "pair_baseline": True},
+    )
+    exp = experiment_from_dict(raw)
+    finished = {r.name: _result(50) for r in exp.runs()}  # quiet everywhere
+    finished["head=b,train_size=512,seed=1"] = _result(40)  # b at 512 is noisy
+    extra = [r.name for r in plan(exp, finished)[len(exp.runs()) :]]
+    assert extra == [
+        "head=b,train_size=512,seed=3",
+        "head=b,train_size=512,seed=4",
+        "head=a,train_size=512,seed=3",
+        "head=a,train_size=512,seed=4",
+    ]
+    # both b and c noisy at 512: the baseline's extra seeds are planned once
+    finished["head=c,train_size=512,seed=1"] = _result(40)
+    extra = [r.name for r in plan(exp, finished)[len(exp.runs()) :]]
+    assert len(extra) == len(set(extra)) == 6
+    # a noisy baseline cell pairs with nothing more
+    finished = {r.name: _result(50) for r in exp.runs()}
+    finished["head=a,train_size=256,seed=1"] = _result(40)
+    assert [r.name for r in plan(exp, finished)[len(exp.runs()) :]] == [
+        "head=a,train_size=256,seed=3",
+        "head=a,train_size=256,seed=4",
+    ]
+    # without the flag only the noisy cell gets them
+    raw["seeds_if_noisy"]["pair_baseline"] = False
+    exp = experiment_from_dict(raw)
+    finished["head=a,train_size=256,seed=1"] = _result(50)
+    finished["head=b,train_size=512,seed=1"] = _result(40)
+    assert len(plan(exp, finished)) == len(exp.runs()) + 2
+    raw["seeds_if_noisy"]["pair_baseline"] = "yes"
+    with pytest.raises(ConfigError, match="true or false"):
+        experiment_from_dict(raw)
+    raw["seeds_if_noisy"]["pair_baseline"] = True
+    del raw["table"]["baseline"]
+    with pytest.raises(ConfigError, match="needs table.baseline"):
+        experiment_from_dict(raw)
+
+
 # ---- the runner on the tiny checkpoint ---------------------------------------------------
 
 

@@ -71,7 +71,7 @@ TOP_KEYS = (
 PRETRAIN_KEYS = ("base", "arms")
 PRETRAIN_PREFIX = "pretrain:"  # model.encoder=pretrain:NAME -> that arm's final/ checkpoint
 TABLE_KEYS = ("rows", "columns", "metrics", "summary", "title", "baseline")
-NOISY_KEYS = ("std_above", "seeds", "metric", "also")
+NOISY_KEYS = ("std_above", "seeds", "metric", "also", "pair_baseline")
 VALIDATION_KEYS = ("fraction", "seed")
 _UNSAFE_NAME_CHARS = ("/", "\\", "\x00")
 
@@ -210,6 +210,9 @@ class NoisySeeds:
     # cells (label tuples in cell_keys order) that get the extra seeds whatever their std,
     # e.g. a comparison the YAML says needs more pairs; stated in the YAML with the reason
     also: tuple[tuple[str, ...], ...] = ()
+    # when a cell gets the extra seeds, the table's baseline row in the same column gets them
+    # too, so that every extra seed has its pair (same seed = same training subset)
+    pair_baseline: bool = False
 
 
 @dataclass(frozen=True)
@@ -496,7 +499,10 @@ def _parse_noisy(
                 raise ConfigError(f"{at}.{key}: {value!r} is not one of the grid's {axes[key]}")
             labels.append(format_value(value))
         also.append(tuple(labels))
-    return NoisySeeds(threshold, seeds, str(raw.get("metric", "f1")), tuple(also))
+    pair = raw.get("pair_baseline", False)
+    if not isinstance(pair, bool):
+        raise ConfigError(f"{where}.pair_baseline: expected true or false, got {pair!r}")
+    return NoisySeeds(threshold, seeds, str(raw.get("metric", "f1")), tuple(also), pair)
 
 
 def _parse_reuse(raw: Any, where: str) -> tuple[str, ...]:
@@ -639,6 +645,11 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
             )
         if len(row_labels) < 2:
             raise ConfigError(f"{where}.table.baseline: the table has no other row to compare")
+    noisy = experiment.seeds_if_noisy
+    if noisy is not None and noisy.pair_baseline and baseline is None:
+        raise ConfigError(
+            f"{where}.seeds_if_noisy.pair_baseline: needs table.baseline (the row to pair with)"
+        )
     for run in runs:  # every key was checked alone; check each full combination
         try:
             cfg = experiment.config_for(run)
@@ -685,12 +696,38 @@ def plan(experiment: Experiment, finished: Mapping[str, Mapping[str, Any]]) -> l
     cells: dict[tuple[str, ...], list[Run]] = {}
     for run in runs:
         cells.setdefault(run.cell(experiment.cell_keys), []).append(run)
-    extra: list[Run] = []
+    chosen: list[tuple[str, ...]] = []
     for cell, members in cells.items():
         if not all(r.name in finished for r in members):
             continue
         values = [metric_value(finished[r.name]["metrics"], noisy.metric) for r in members]
         std = sample_std(values)
         if cell in noisy.also or (std is not None and std > noisy.std_above):
-            extra.extend(experiment.extra_runs(cell))
+            chosen.append(cell)
+    if noisy.pair_baseline and experiment.table.baseline is not None:
+        chosen += _baseline_cells(experiment, runs, chosen)
+    extra: list[Run] = []
+    for cell in dict.fromkeys(chosen):  # file order of decisions, each cell once
+        extra.extend(experiment.extra_runs(cell))
     return runs + extra
+
+
+def _baseline_cells(
+    experiment: Experiment, runs: Sequence[Run], chosen: Sequence[tuple[str, ...]]
+) -> list[tuple[str, ...]]:
+    """For each chosen cell outside the baseline row, the baseline row's cell in the same
+    column (equal labels on every cell key that is not a row key)."""
+    keys = experiment.cell_keys
+    rows = set(experiment.table.rows)
+    other = [i for i, k in enumerate(keys) if k not in rows]
+    base_cells = {
+        tuple(r.cell(keys)[i] for i in other): r.cell(keys)
+        for r in runs
+        if ",".join(r.cell(experiment.table.rows)) == experiment.table.baseline
+    }
+    out = []
+    for cell in chosen:
+        partner = base_cells.get(tuple(cell[i] for i in other))
+        if partner is not None and partner != cell:
+            out.append(partner)
+    return out
