@@ -266,6 +266,17 @@ def render_table(
             f"- extra seeds: a cell whose {METRIC_NAMES.get(noisy.metric, noisy.metric)} std "
             f"over its grid seeds exceeds {noisy.std_above:g} also runs seeds "
             f"{', '.join(map(str, noisy.seeds))}"
+            + (
+                f"; so do the cells named in seeds_if_noisy.also ({len(noisy.also)})"
+                if noisy.also
+                else ""
+            )
+            + (
+                f", and {experiment.table.baseline}'s cell in the same column whenever "
+                "another row's cell does (pair_baseline)"
+                if noisy.pair_baseline
+                else ""
+            )
         )
     incomplete = [
         f"{_cell_name(experiment, cell_keys, key)} ({s.n} of {s.expected})"
