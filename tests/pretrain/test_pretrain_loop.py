@@ -449,3 +449,39 @@ def test_param_lr_zero_freezes_the_matching_parameters(tmp_path, tiny_checkpoint
     assert torch.equal(after[f"bert.{key}"], before[key])
     moved = "embeddings.word_embeddings.weight"
     assert not torch.equal(after[f"bert.{moved}"], before[moved])  # the rest trained
+
+
+def test_freeze_steps_hold_the_encoder_while_the_fresh_head_trains(
+    tmp_path, tiny_checkpoint, corpus_file
+):
+    # (pre-training saves a BertForMaskedLM, which has no pooler)
+    before = {
+        k: v
+        for k, v in load_file(str(tiny_checkpoint / "model.safetensors")).items()
+        if not k.startswith("pooler.")
+    }
+
+    def pretrain(name: str, freeze_steps: int) -> tuple[dict, list[dict]]:
+        cfg = tiny_config(
+            tmp_path / name,
+            tiny_checkpoint,
+            corpus_file,
+            "train.max_steps=3",
+            f"train.freeze_steps={freeze_steps}",
+        )
+        loop.run(cfg, progress=False)
+        final = load_file(str(tmp_path / name / "final" / "model.safetensors"))
+        return final, [e["eval"] for e in read_log(tmp_path / name) if "eval" in e]
+
+    held, evals = pretrain("held", 3)
+    # every encoder weight (the tied decoder weight is the word embedding) is bit for bit the
+    # checkpoint's, while the fresh head trained: the held-out MLM loss moved
+    assert {f"bert.{k}" for k in before} <= set(held)
+    for key, value in before.items():
+        assert torch.equal(held[f"bert.{key}"], value), key
+    assert evals[-1]["mlm_loss"] != pytest.approx(evals[0]["mlm_loss"], abs=1e-6)
+    # held for 2 of 3 steps: the third step moves the encoder
+    moved, _ = pretrain("moved", 2)
+    assert any(not torch.equal(moved[f"bert.{k}"], v) for k, v in before.items())
+    with pytest.raises(ConfigError, match="freeze_steps must be >= 0"):
+        tiny_config(tmp_path / "bad", tiny_checkpoint, corpus_file, "train.freeze_steps=-1")

@@ -102,6 +102,12 @@ class PretrainTrainConfig:
     # 0 freezes), e.g. {"encoder.layers.*.sublayers.1.*": 1.0e-4}: the NAA sub-layer that a
     # [sa, naa, ffn] block adds to a pre-trained [sa, ffn] encoder
     param_lr: dict[str, float] = field(default_factory=dict)
+    # the parameters matching a `freeze` glob stay fixed for the first `freeze_steps` optimizer
+    # steps (0: never), e.g. so that a fresh MLM head settles before its gradients reach a
+    # pre-trained encoder; the tied decoder weight is the word embedding, so "encoder.*"
+    # holds it too
+    freeze_steps: int = 0
+    freeze: list[str] = field(default_factory=lambda: ["encoder.*"])
     weight_decay: float = 0.01
     batch_size: int = 32
     eval_batch_size: int = 64
@@ -159,6 +165,10 @@ def validate(cfg: PretrainConfig) -> PretrainConfig:
             raise ConfigError(f"train.{name} must be >= 1 or null, got {getattr(tc, name)}")
     if tc.max_steps < 0:
         raise ConfigError(f"train.max_steps must be >= 0, got {tc.max_steps}")
+    if tc.freeze_steps < 0:
+        raise ConfigError(f"train.freeze_steps must be >= 0, got {tc.freeze_steps}")
+    if tc.freeze_steps and not tc.freeze:
+        raise ConfigError("train.freeze_steps is set but train.freeze names no parameters")
     if not 0.0 <= tc.warmup_ratio <= 1.0:
         raise ConfigError(f"train.warmup_ratio must be in [0, 1], got {tc.warmup_ratio}")
     if cfg.model.encoder == SCRATCH:

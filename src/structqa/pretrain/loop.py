@@ -24,6 +24,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,22 @@ def _load_weights(model: MaskedLM, path: Path) -> None:
 # ---- the loop --------------------------------------------------------------------------------
 
 
+def frozen_parameters(model: torch.nn.Module, globs: list[str]) -> list[torch.nn.Parameter]:
+    """The parameters whose name matches one of ``globs`` (``train.freeze``), each once
+    (a tied weight appears under one name)."""
+    names = [n for n, _ in model.named_parameters() if any(fnmatchcase(n, g) for g in globs)]
+    if not names:
+        raise ValueError(f"train.freeze {globs} matches no parameter of this model")
+    log.info(
+        "train.freeze: %d parameter tensors (%s ...) stay fixed for the first train.freeze_steps"
+        " steps",
+        len(names),
+        ", ".join(names[:3]),
+    )
+    params = dict(model.named_parameters())
+    return [params[n] for n in names]
+
+
 def epoch_batches(data: MLMDataset, cfg: PretrainConfig, epoch: int, world: int) -> list[list[int]]:
     """The batch order of one epoch: a function of (seed, epoch) only, so resume rebuilds it."""
     batches = length_grouped_batches(
@@ -336,6 +353,7 @@ def train(
     if state.finished:
         log.info("run already finished: %s", final_dir)
         return None
+    frozen = frozen_parameters(model, tc.freeze) if tc.freeze_steps else []
     model, optimizer = accelerator.prepare(model, optimizer)
     raw_model: MaskedLM = accelerator.unwrap_model(model)
     config = cfg.to_dict()
@@ -388,6 +406,7 @@ def train(
                     lambda i, batch: _forward(model, raw_model, batch).loss,
                     tc.max_grad_norm,
                     bf16,
+                    frozen if state.global_step < tc.freeze_steps else (),
                 )
                 seen += rows
                 tokens += n_tokens

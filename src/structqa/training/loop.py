@@ -15,7 +15,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -250,12 +250,15 @@ def accumulate_step(
     loss_of: Callable[[int, Any], torch.Tensor],
     max_grad_norm: float | None,
     bf16: bool,
+    frozen: Sequence[torch.nn.Parameter] = (),
 ) -> tuple[float, int, int]:
     """One optimizer step over micro-batches: gradients accumulate (DDP syncs only on the
     last one), then clip, step, schedule. Returns (loss, rows, real tokens) of the step.
 
     Shared by the extractive, pre-training and DROP loops; ``loss_of(i, batch)`` runs the
-    forward pass of micro-batch i."""
+    forward pass of micro-batch i. The ``frozen`` parameters lose their gradients before
+    clipping, so this step leaves them exactly as they are (AdamW skips a parameter without
+    a gradient: no update, no weight decay, no moment estimates)."""
     device = accelerator.device
     rows = 0
     losses: list[torch.Tensor] = []
@@ -272,6 +275,8 @@ def accumulate_step(
         losses.append(loss.detach().float())
         token_counts.append(batch.attention_mask.sum())
         rows += batch.input_ids.shape[0]
+    for p in frozen:
+        p.grad = None
     if max_grad_norm:
         accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
