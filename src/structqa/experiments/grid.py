@@ -705,7 +705,7 @@ def plan(experiment: Experiment, finished: Mapping[str, Mapping[str, Any]]) -> l
         if cell in noisy.also or (std is not None and std > noisy.std_above):
             chosen.append(cell)
     if noisy.pair_baseline and experiment.table.baseline is not None:
-        chosen += _baseline_cells(experiment, runs, chosen)
+        chosen += _baseline_cells(experiment, cells, chosen)
     extra: list[Run] = []
     for cell in dict.fromkeys(chosen):  # file order of decisions, each cell once
         extra.extend(experiment.extra_runs(cell))
@@ -713,17 +713,19 @@ def plan(experiment: Experiment, finished: Mapping[str, Mapping[str, Any]]) -> l
 
 
 def _baseline_cells(
-    experiment: Experiment, runs: Sequence[Run], chosen: Sequence[tuple[str, ...]]
+    experiment: Experiment,
+    cells: Mapping[tuple[str, ...], Sequence[Run]],
+    chosen: Sequence[tuple[str, ...]],
 ) -> list[tuple[str, ...]]:
     """For each chosen cell outside the baseline row, the baseline row's cell in the same
-    column (equal labels on every cell key that is not a row key)."""
-    keys = experiment.cell_keys
+    column (equal labels on every cell key that is not a row key); ``cells`` maps each cell
+    to its runs."""
     rows = set(experiment.table.rows)
-    other = [i for i, k in enumerate(keys) if k not in rows]
+    other = [i for i, k in enumerate(experiment.cell_keys) if k not in rows]
     base_cells = {
-        tuple(r.cell(keys)[i] for i in other): r.cell(keys)
-        for r in runs
-        if ",".join(r.cell(experiment.table.rows)) == experiment.table.baseline
+        tuple(cell[i] for i in other): cell
+        for cell, members in cells.items()
+        if ",".join(members[0].cell(experiment.table.rows)) == experiment.table.baseline
     }
     out = []
     for cell in chosen:

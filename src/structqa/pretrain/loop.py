@@ -244,17 +244,16 @@ def _load_weights(model: MaskedLM, path: Path) -> None:
 def frozen_parameters(model: torch.nn.Module, globs: list[str]) -> list[torch.nn.Parameter]:
     """The parameters whose name matches one of ``globs`` (``train.freeze``), each once
     (a tied weight appears under one name)."""
-    names = [n for n, _ in model.named_parameters() if any(fnmatchcase(n, g) for g in globs)]
-    if not names:
+    hits = [(n, p) for n, p in model.named_parameters() if any(fnmatchcase(n, g) for g in globs)]
+    if not hits:
         raise ValueError(f"train.freeze {globs} matches no parameter of this model")
     log.info(
         "train.freeze: %d parameter tensors (%s ...) stay fixed for the first train.freeze_steps"
         " steps",
-        len(names),
-        ", ".join(names[:3]),
+        len(hits),
+        ", ".join(n for n, _ in hits[:3]),
     )
-    params = dict(model.named_parameters())
-    return [params[n] for n in names]
+    return [p for _, p in hits]
 
 
 def epoch_batches(data: MLMDataset, cfg: PretrainConfig, epoch: int, world: int) -> list[list[int]]:
