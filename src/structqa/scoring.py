@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from structqa.metrics.drop import drop_score, gold_from_drop_json
-from structqa.metrics.squad import gold_from_squad_json, squad_v1, squad_v2
+import numpy as np
+
+from structqa.metrics.drop import drop_question_scores, drop_score, gold_from_drop_json
+from structqa.metrics.paired import BootstrapResult, paired_bootstrap
+from structqa.metrics.squad import (
+    gold_from_squad_json,
+    question_scores_v1,
+    raw_scores_v2,
+    squad_v1,
+    squad_v2,
+)
 
 
 def _load_json(path: str | Path, what: str) -> Any:
@@ -26,31 +37,117 @@ def score_file(
     """SQuAD JSON v1.1 -> the v1.1 script's output; v2.0 -> the v2.0 script's; MRQA -> v1.1;
     DROP JSON -> the DROP evaluation's ``global_em``/``global_f1`` (fractions) and per-type
     scores (see ``structqa.metrics.drop.drop_score``); its predictions may be lists of spans."""
-    preds = _load_json(predictions, "predictions")
+    preds = load_predictions(predictions)
+    scheme, gold = load_gold(data_file)
+    if scheme == "drop":
+        if na_probs:
+            raise ValueError("--na-probs applies to SQuAD 2.0 files, not to DROP")
+        return drop_score(gold, preds)
+    if scheme == "squad1":
+        return squad_v1(gold, preds)
+    probs = _load_json(na_probs, "na-probs") if na_probs else None
+    return squad_v2(gold, preds, probs, na_prob_thresh)
+
+
+@dataclass(frozen=True)
+class QuestionScores:
+    """Per-question scores of one predictions file, in the dataset's question order."""
+
+    ids: list[str]
+    exact_match: np.ndarray  # 0-100 per question
+    f1: np.ndarray  # 0-100 per question
+    scheme: str  # "squad1", "squad2" or "drop": how each question was scored
+
+    def metric(self, name: str) -> np.ndarray:
+        if name == "f1":
+            return self.f1
+        if name in ("em", "exact", "exact_match"):
+            return self.exact_match
+        raise ValueError(f"unknown metric {name!r}: use f1 or em")
+
+
+def load_predictions(path: str | Path) -> dict[str, Any]:
+    """A predictions JSON: the file itself, or ``predictions.json`` in a checkpoint directory
+    (or in its ``best/``, where ``structqa train`` and ``structqa experiment`` write it)."""
+    path = Path(path)
+    if path.is_dir():
+        for candidate in (path / "predictions.json", path / "best" / "predictions.json"):
+            if candidate.is_file():
+                path = candidate
+                break
+        else:
+            raise FileNotFoundError(
+                f"{path}: no predictions.json there or in its best/ (pass the file itself, or a "
+                "checkpoint directory that `structqa train`/`evaluate` wrote)"
+            )
+    preds = _load_json(path, "predictions")
     if not isinstance(preds, dict):
-        raise ValueError(f"{predictions}: predictions must map question id -> answer text")
+        raise ValueError(f"{path}: predictions must map question id -> answer text")
+    return preds
+
+
+def load_gold(data_file: str | Path) -> tuple[str, Mapping[str, Any]]:
+    """``(scheme, gold)`` for :func:`score_questions`: MRQA JSONL and SQuAD v1.1 -> "squad1",
+    SQuAD v2.0 -> "squad2" (gold texts per id), DROP JSON -> "drop" (gold answers per id)."""
     name = str(data_file)
     if name.endswith((".jsonl", ".jsonl.gz")):
         from structqa.data import read_examples
 
         ds = read_examples(data_file)
-        return squad_v1({ex.id: list(ex.gold_texts) for ex in ds.examples}, preds)
+        return "squad1", {ex.id: list(ex.gold_texts) for ex in ds.examples}
     dataset = _load_json(data_file, "dataset")
     if _is_drop(dataset):
-        if na_probs:
-            raise ValueError("--na-probs applies to SQuAD 2.0 files, not to DROP")
-        return drop_score(gold_from_drop_json(dataset), preds)
+        return "drop", gold_from_drop_json(dataset)
     gold, _ = gold_from_squad_json(dataset)
-    is_v2 = str(dataset.get("version", "")).startswith("v2") or any(
+    return ("squad2" if _is_v2(dataset) else "squad1"), gold
+
+
+def score_questions(
+    scheme: str, gold: Mapping[str, Any], predictions: Mapping[str, Any]
+) -> QuestionScores:
+    """One score per gold question, as the official script for ``scheme`` scores it: "squad1"
+    as ``evaluate-v1.1.py`` (a missing prediction scores 0); "squad2" as ``evaluate-v2.0.py``
+    before any no-answer threshold (the answers are final: "" means no answer, as in the
+    predictions.json that structqa writes); "drop" as the DROP evaluation. Their means are the
+    official totals."""
+    if scheme == "drop":
+        scores = drop_question_scores(gold, predictions)
+        ids = list(scores)
+        return QuestionScores(
+            ids,
+            100.0 * np.array([scores[q].em for q in ids], dtype=float),
+            100.0 * np.array([scores[q].f1 for q in ids], dtype=float),
+            "drop",
+        )
+    if scheme == "squad2":
+        return _from_maps("squad2", *raw_scores_v2(gold, predictions))
+    if scheme == "squad1":
+        return _from_maps("squad1", *question_scores_v1(gold, predictions))
+    raise ValueError(f"unknown scoring scheme {scheme!r}: squad1, squad2 or drop")
+
+
+def question_scores(data_file: str | Path, predictions: Mapping[str, Any]) -> QuestionScores:
+    """:func:`score_questions` for the gold answers of ``data_file`` (see :func:`load_gold`)."""
+    return score_questions(*load_gold(data_file), predictions)
+
+
+def _from_maps(scheme: str, exact: Mapping[str, float], f1: Mapping[str, float]) -> QuestionScores:
+    ids = list(exact)
+    return QuestionScores(
+        ids,
+        100.0 * np.array([exact[q] for q in ids], dtype=float),
+        100.0 * np.array([f1[q] for q in ids], dtype=float),
+        scheme,
+    )
+
+
+def _is_v2(dataset: Any) -> bool:
+    return str(dataset.get("version", "")).startswith("v2") or any(
         "is_impossible" in qa
         for art in dataset["data"]
         for par in art["paragraphs"]
         for qa in par["qas"]
     )
-    if not is_v2:
-        return squad_v1(gold, preds)
-    probs = _load_json(na_probs, "na-probs") if na_probs else None
-    return squad_v2(gold, preds, probs, na_prob_thresh)
 
 
 def _is_drop(dataset: Any) -> bool:
@@ -61,3 +158,50 @@ def _is_drop(dataset: Any) -> bool:
         isinstance(entry, dict) and "passage" in entry and "qa_pairs" in entry
         for entry in dataset.values()
     )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """:func:`compare_files`' answer: the bootstrap over questions and each run pair's gap."""
+
+    metric: str
+    scheme: str
+    bootstrap: BootstrapResult
+    run_differences: list[float]  # mean(A_i) - mean(B_i) per run pair, in the order given
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "scheme": self.scheme,
+            **self.bootstrap.to_dict(),
+            "run_differences": self.run_differences,
+        }
+
+
+def compare_files(
+    data_file: str | Path,
+    a: Sequence[str | Path],
+    b: Sequence[str | Path],
+    *,
+    metric: str = "f1",
+    resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Comparison:
+    """Paired bootstrap over the questions of ``data_file`` between predictions ``a`` and ``b``
+    (files or checkpoint directories; several per side are runs paired by position, e.g. the
+    same seeds in the same order). See :mod:`structqa.metrics.paired` for what it measures."""
+    if not a or not b:
+        raise ValueError("give at least one predictions file on each side")
+    if len(a) != len(b):
+        raise ValueError(
+            f"runs pair up by position: {len(a)} on side A but {len(b)} on side B (give the "
+            "same seeds in the same order on both sides)"
+        )
+    scheme, gold = load_gold(data_file)
+    scored = [score_questions(scheme, gold, load_predictions(p)) for p in [*a, *b]]
+    table = np.stack([s.metric(metric) for s in scored])
+    runs_a, runs_b = table[: len(a)], table[len(a) :]
+    result = paired_bootstrap(runs_a, runs_b, resamples=resamples, confidence=confidence, seed=seed)
+    gaps = [float(x) for x in runs_a.mean(axis=1) - runs_b.mean(axis=1)]
+    return Comparison("em" if metric != "f1" else "f1", scheme, result, gaps)

@@ -534,3 +534,56 @@ def test_every_shipped_experiment_config_loads_and_plans(path: Path, monkeypatch
     monkeypatch.chdir(Path(__file__).resolve().parents[2])  # base paths are repo-relative
     exp = load_experiment(path)
     assert exp.runs(), path
+
+
+def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
+    tmp_path, tiny_checkpoint, shared_data, capsys
+):
+    base = tiny_finetune_base(tiny_checkpoint, shared_data)
+    raw = {
+        "name": "boot",
+        "base": base,
+        "variants": [{"name": "slow", "train.lr": 1e-5}, {"name": "fast", "train.lr": 3e-3}],
+        "grid": {"train.seed": [0, 1]},
+        "table": {"rows": ["variant"], "baseline": "slow"},
+    }
+    config = tmp_path / "boot.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    exp = load_experiment(config)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    assert run_experiment(exp, paths, command="x", progress=False) == 0
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    argv = ["experiment", str(config), "--bootstrap", "--resamples", "200"]
+    argv += ["--results", str(paths.results), "--runs-dir", str(paths.runs)]
+    args = parser.parse_args(argv)
+    assert args.func(args, []) == 0
+    got = json.loads((paths.results / "bootstrap.json").read_text())
+    cell = got["cells"]["fast"]["F1"]
+    results = {r.name: json.loads(paths.result(r).read_text()) for r in exp.runs()}
+    f1 = {name: r["metrics"]["f1"] for name, r in results.items()}
+    paired = [f1[f"variant=fast,seed={s}"] - f1[f"variant=slow,seed={s}"] for s in (0, 1)]
+    # the mean of per-question differences is the difference of the official totals
+    assert cell["difference"] == pytest.approx(sum(paired) / 2)
+    assert cell["n_runs"] == 2 and cell["resamples"] == 200
+    assert cell["ci_low"] <= cell["difference"] <= cell["ci_high"]
+    text = (paths.results / "bootstrap.md").read_text()
+    assert "| fast |" in text and "made by: `structqa experiment" in text
+    assert got["missing_predictions"] == []
+
+    # a run whose answers are gone leaves its seed pair out, and says so
+    gone = Path(results["variant=fast,seed=1"]["config"]["train"]["output_dir"])
+    (gone / "best" / "predictions.json").unlink()
+    assert args.func(args, []) == 0
+    got = json.loads((paths.results / "bootstrap.json").read_text())
+    assert got["cells"]["fast"]["F1"]["n_runs"] == 1
+    assert got["cells"]["fast"]["F1"]["difference"] == pytest.approx(paired[0])
+    assert len(got["missing_predictions"]) == 1
+    assert "Left out (no saved answers" in (paths.results / "bootstrap.md").read_text()
+
+    # without a baseline there is nothing to compare with
+    raw["table"] = {"rows": ["variant"]}
+    config.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match="no table.baseline"):
+        args.func(args, [])

@@ -796,18 +796,42 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
     if args.workers is not None:
         if args.workers < 1:
             raise ConfigError("--workers must be at least 1")
-        if args.dry_run or args.refresh or args.max_runs is not None:
-            raise ConfigError("--workers runs the grid; it takes no --dry-run/--refresh/--max-runs")
+        if args.dry_run or args.refresh or args.bootstrap or args.max_runs is not None:
+            raise ConfigError(
+                "--workers runs the grid; it takes no --dry-run/--refresh/--bootstrap/--max-runs"
+            )
     if args.threads is not None:
         if args.threads < 1:
             raise ConfigError("--threads must be at least 1")
         import torch
 
         torch.set_num_threads(args.threads)
-    if args.refresh and (args.only is not None or args.max_runs is not None):
-        raise ConfigError("--refresh tabulates every result there; it takes no --only/--max-runs")
+    for flag, on in (("--refresh", args.refresh), ("--bootstrap", args.bootstrap)):
+        if on and (args.only is not None or args.max_runs is not None):
+            raise ConfigError(f"{flag} reads every result there; it takes no --only/--max-runs")
+    if args.resamples < 1:
+        raise ConfigError("--resamples must be at least 1")
     if args.dry_run:
         print_plan(experiment, paths, args.only)
+        return 0
+    if args.bootstrap:
+        from structqa.experiments.bootstrap import write_bootstrap
+
+        results = load_results(paths.results)
+        if not results:
+            raise ConfigError(f"--bootstrap: no results in {paths.results} to compare")
+        out = write_bootstrap(
+            experiment,
+            plan(experiment, results),
+            results,
+            paths.results,
+            command=_command_line(args),
+            provenance={"git": git_info(), "machine": machine_info()},
+            data_dir=args.data,
+            resamples=args.resamples,
+        )
+        print(out.read_text(encoding="utf-8"))
+        log.info("wrote %s and bootstrap.json", out)
         return 0
     if args.refresh:
         results = load_results(paths.results)
@@ -847,6 +871,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="only rewrite table.md (and summary.json) from the results there, e.g. after "
         "editing the YAML's table section",
+    )
+    mode.add_argument(
+        "--bootstrap",
+        action="store_true",
+        help="compare every table row with the baseline row by a paired bootstrap over the "
+        "evaluation questions (reads the runs' saved answers); writes bootstrap.md/.json",
+    )
+    p.add_argument(
+        "--resamples", type=int, default=10_000, help="bootstrap resamples (with --bootstrap)"
     )
     p.add_argument("--only", metavar="SUBSTRING", help="only runs whose name contains this")
     p.add_argument("--max-runs", type=int, metavar="N", help="stop after N finished runs")

@@ -28,6 +28,7 @@ __all__ = [
     "get_tokens",
     "gold_from_squad_json",
     "normalize_answer",
+    "question_scores_v1",
     "raw_scores_v2",
     "squad_v1",
     "squad_v2",
@@ -111,6 +112,38 @@ def _require_covered(gold: Mapping[str, Any], table: Mapping[str, Any], what: st
         )
 
 
+def question_scores_v1(
+    gold: Mapping[str, Sequence[str]], preds: Mapping[str, str]
+) -> tuple[dict[str, int], dict[str, float]]:
+    """Per-question v1.1 exact match and F1 (0-1, max over ground truths), in gold order.
+
+    A question without a prediction scores 0 (logged as one warning with the count), as in
+    ``evaluate-v1.1.py``; predictions for unknown ids are ignored. A question that has a
+    prediction but no ground truths is a ValueError, as it is an error for the official script.
+    """
+    exact_scores: dict[str, int] = {}
+    f1_scores: dict[str, float] = {}
+    missing: list[str] = []
+    for qid, truths in gold.items():
+        if qid not in preds:
+            missing.append(qid)
+            exact_scores[qid], f1_scores[qid] = 0, 0.0
+            continue
+        if not truths:
+            raise ValueError(f"question {qid!r} has no ground-truth answers (SQuAD v1.1 needs one)")
+        pred = _check_pred(qid, preds[qid])
+        exact_scores[qid] = max(exact_match(pred, truth) for truth in truths)
+        f1_scores[qid] = max(f1_v1(pred, truth) for truth in truths)
+    if missing:
+        logger.warning(
+            "%d of %d questions have no prediction and score 0 (first: %s)",
+            len(missing),
+            len(gold),
+            _first_ids(missing),
+        )
+    return exact_scores, f1_scores
+
+
 def squad_v1(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str]) -> dict[str, float]:
     """Score predictions as ``evaluate-v1.1.py`` does; returns ``{"exact_match", "f1"}`` in %.
 
@@ -121,27 +154,12 @@ def squad_v1(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str]) -> dic
     """
     if not gold:
         raise ValueError("no gold questions to score")
-    exact_total = 0
-    f1_total = 0.0
-    missing: list[str] = []
-    for qid, truths in gold.items():
-        if qid not in preds:
-            missing.append(qid)
-            continue
-        if not truths:
-            raise ValueError(f"question {qid!r} has no ground-truth answers (SQuAD v1.1 needs one)")
-        pred = _check_pred(qid, preds[qid])
-        exact_total += max(exact_match(pred, truth) for truth in truths)
-        f1_total += max(f1_v1(pred, truth) for truth in truths)
-    if missing:
-        logger.warning(
-            "%d of %d questions have no prediction and score 0 (first: %s)",
-            len(missing),
-            len(gold),
-            _first_ids(missing),
-        )
+    exact_scores, f1_scores = question_scores_v1(gold, preds)
     total = len(gold)
-    return {"exact_match": 100.0 * exact_total / total, "f1": 100.0 * f1_total / total}
+    return {
+        "exact_match": 100.0 * sum(exact_scores.values()) / total,
+        "f1": 100.0 * sum(f1_scores.values()) / total,
+    }
 
 
 def _v2_gold_answers(truths: Sequence[str]) -> list[str]:
