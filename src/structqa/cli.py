@@ -517,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         required=True,
         metavar="PRED",
-        help="the same for system B, in the same seed order",
+        help="the same for system B (the same seeds as A, in the same order for the per-pair gaps)",
     )
     cp.add_argument("--metric", choices=["f1", "em"], default="f1")
     cp.add_argument("--resamples", type=int, default=10_000)
@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in extra if not (x.startswith("--") and "=" in x and "." in x.split("=")[0])]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
-    if extra and args.func in (cmd_score, cmd_predict, cmd_serve):
+    if extra and args.func in (cmd_score, cmd_compare, cmd_predict, cmd_serve):
         parser.error(f"{args.command} takes no config overrides: {' '.join(extra)}")
     _setup_logging(args.verbose)
     try:

@@ -49,7 +49,7 @@ def score_file(
     return squad_v2(gold, preds, probs, na_prob_thresh)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class QuestionScores:
     """Per-question scores of one predictions file, in the dataset's question order."""
 
@@ -199,9 +199,28 @@ def compare_files(
             "same seeds in the same order on both sides)"
         )
     scheme, gold = load_gold(data_file)
-    scored = [score_questions(scheme, gold, load_predictions(p)) for p in [*a, *b]]
+    if not gold:
+        raise ValueError(f"{data_file}: no questions to compare on")
+    scored = [_score_file(scheme, gold, p, data_file) for p in [*a, *b]]
     table = np.stack([s.metric(metric) for s in scored])
     runs_a, runs_b = table[: len(a)], table[len(a) :]
     result = paired_bootstrap(runs_a, runs_b, resamples=resamples, confidence=confidence, seed=seed)
     gaps = [float(x) for x in runs_a.mean(axis=1) - runs_b.mean(axis=1)]
     return Comparison("em" if metric != "f1" else "f1", scheme, result, gaps)
+
+
+def _score_file(
+    scheme: str, gold: Mapping[str, Any], path: str | Path, data_file: str | Path
+) -> QuestionScores:
+    """:func:`score_questions` for one predictions file, with errors that name it; a file that
+    answers none of ``data_file``'s questions is an error, not a row of zeros."""
+    preds = load_predictions(path)
+    if not any(qid in preds for qid in gold):
+        raise ValueError(
+            f"{path}: none of its {len(preds)} answers is for a question of {data_file} "
+            "(predictions for another dataset?)"
+        )
+    try:
+        return score_questions(scheme, gold, preds)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None

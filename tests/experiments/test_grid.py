@@ -537,7 +537,7 @@ def test_every_shipped_experiment_config_loads_and_plans(path: Path, monkeypatch
 
 
 def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
-    tmp_path, tiny_checkpoint, shared_data, capsys
+    tmp_path, tiny_checkpoint, shared_data
 ):
     base = tiny_finetune_base(tiny_checkpoint, shared_data)
     raw = {
@@ -571,6 +571,20 @@ def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
     text = (paths.results / "bootstrap.md").read_text()
     assert "| fast |" in text and "made by: `structqa experiment" in text
     assert got["missing_predictions"] == []
+    assert "--bootstrap --resamples 200" in text  # the command that remakes it
+
+    # the runs moved elsewhere: --runs-dir finds them, not the output_dir recorded at training
+    moved = tmp_path / "moved-runs"
+    paths.runs.rename(moved)
+    args = parser.parse_args([*argv[:-1], str(moved)])
+    assert args.func(args, []) == 0
+    again = json.loads((paths.results / "bootstrap.json").read_text())
+    assert again["cells"]["fast"]["F1"]["difference"] == pytest.approx(cell["difference"])
+    paths = Paths(paths.results, moved)
+    results = {
+        name: {**r, "config": {**r["config"], "train": {"output_dir": str(moved / name)}}}
+        for name, r in results.items()
+    }
 
     # a run whose answers are gone leaves its seed pair out, and says so
     gone = Path(results["variant=fast,seed=1"]["config"]["train"]["output_dir"])

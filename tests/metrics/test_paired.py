@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from structqa.cli import main
+from structqa.config import ConfigError
 from structqa.metrics.paired import paired_bootstrap
 from structqa.scoring import compare_files, question_scores, score_file
 
@@ -180,3 +182,33 @@ def test_compare_cli_prints_and_writes_json(tmp_path, shared_data, capsys):
     got = json.loads(out.read_text())
     assert got["metric"] == "f1" and got["n_runs"] == 1 and got["resamples"] == 300
     assert got["difference"] > 0 and got["ci_low"] <= got["difference"] <= got["ci_high"]
+
+
+def test_compare_names_the_file_that_does_not_fit(tmp_path, shared_data):
+    gold = _mini_gold(shared_data)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_predictions(gold, 1)))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"not-a-question": "x"}))
+    with pytest.raises(ValueError, match="other.json: none of its 1 answers"):
+        compare_files(shared_data / MINI, [good], [other])
+    listed = tmp_path / "listed.json"
+    listed.write_text(json.dumps({qid: ["a", "b"] for qid in gold}))
+    with pytest.raises(ValueError, match="listed.json: "):
+        compare_files(shared_data / MINI, [good], [listed])
+
+
+def test_bootstrap_reads_a_validation_split_by_its_recorded_path(tmp_path, monkeypatch):
+    from structqa.experiments.bootstrap import _Scores
+    from structqa.experiments.command import Paths
+
+    monkeypatch.chdir(tmp_path)
+    val = Path("runs/x/_validation/val.json")  # relative, as resolve_config records it
+    val.parent.mkdir(parents=True)
+    val.write_text("{}")
+    scores = _Scores("f1", None, Paths(tmp_path / "results", tmp_path / "runs"))
+    result = {"run": "r", "config": {"data": {"eval": str(val), "dir": None, "eval_size": None}}}
+    assert scores.eval_file(result) == val
+    result["config"]["data"]["eval_size"] = 10
+    with pytest.raises(ConfigError, match="eval_size=10"):
+        scores.eval_file(result)

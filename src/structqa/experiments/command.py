@@ -720,7 +720,10 @@ def _command_line(args: argparse.Namespace) -> str:
     """The command as typed when it came from the command line, else an equivalent one."""
     if "experiment" in sys.argv[1:]:
         return shlex.join(["structqa", *sys.argv[1:]])
-    return shlex.join(["structqa", "experiment", args.config, *_flags(args)])
+    mode = []
+    if getattr(args, "bootstrap", False):
+        mode = ["--bootstrap", "--resamples", str(args.resamples)]
+    return shlex.join(["structqa", "experiment", args.config, *mode, *_flags(args)])
 
 
 def _flags(args: argparse.Namespace, threads: int | None = None) -> list[str]:
@@ -824,7 +827,7 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
             experiment,
             plan(experiment, results),
             results,
-            paths.results,
+            paths,
             command=_command_line(args),
             provenance={"git": git_info(), "machine": machine_info()},
             data_dir=args.data,

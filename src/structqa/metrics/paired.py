@@ -8,9 +8,10 @@ Berg-Kirkpatrick et al. 2012). Easy and hard questions cancel out of the differe
 why a paired interval is much narrower than two unpaired ones.
 
 With several runs per system (seeds), each question's score is first averaged over that
-system's runs. Pass the runs in seed order on both sides, so that A's i-th and B's i-th runs
-trained on the same subset. The interval then covers the variation from sampling the questions
-for those runs; it does not cover the variation between training seeds, which is what a
+system's runs. Give both sides the same seeds (the same training subsets); their order does
+not change the result. The interval then covers the variation from sampling the questions
+for those runs (one by one: questions about the same passage are not independent, so it is, if
+anything, too narrow); it does not cover the variation between training seeds, which is what a
 seed-paired mean ± std (the experiment tables' "paired by seed" section) shows.
 Read the two together: a difference can lie outside both, inside one, or inside neither.
 """

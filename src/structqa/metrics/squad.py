@@ -155,11 +155,13 @@ def squad_v1(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str]) -> dic
     if not gold:
         raise ValueError("no gold questions to score")
     exact_scores, f1_scores = question_scores_v1(gold, preds)
+    exact_total = 0
+    f1_total = 0.0
+    for qid in gold:  # one += at a time, as the official script adds (not sum()'s compensation)
+        exact_total += exact_scores[qid]
+        f1_total += f1_scores[qid]
     total = len(gold)
-    return {
-        "exact_match": 100.0 * sum(exact_scores.values()) / total,
-        "f1": 100.0 * sum(f1_scores.values()) / total,
-    }
+    return {"exact_match": 100.0 * exact_total / total, "f1": 100.0 * f1_total / total}
 
 
 def _v2_gold_answers(truths: Sequence[str]) -> list[str]:
