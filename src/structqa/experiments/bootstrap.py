@@ -51,6 +51,7 @@ class _Scores:
         self.paths = paths
         self.schemes: set[str] = set()
         self._gold: dict[Path, tuple[str, Mapping[str, Any]]] = {}
+        self._runs: dict[str, tuple[Path, np.ndarray]] = {}  # the baseline's runs recur per row
 
     def eval_file(self, result: Mapping[str, Any]) -> Path:
         """As the trainer resolved it: an absolute or existing relative path as is (a
@@ -76,6 +77,11 @@ class _Scores:
         return out / "best" / "predictions.json"
 
     def of(self, run: Run, result: Mapping[str, Any]) -> tuple[Path, np.ndarray]:
+        if run.name not in self._runs:
+            self._runs[run.name] = self._score(run, result)
+        return self._runs[run.name]
+
+    def _score(self, run: Run, result: Mapping[str, Any]) -> tuple[Path, np.ndarray]:
         path = self.eval_file(result)
         if path not in self._gold:
             self._gold[path] = load_gold(path)
