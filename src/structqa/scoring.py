@@ -201,7 +201,7 @@ def compare_files(
     scheme, gold = load_gold(data_file)
     if not gold:
         raise ValueError(f"{data_file}: no questions to compare on")
-    scored = [_score_file(scheme, gold, p, data_file) for p in [*a, *b]]
+    scored = [score_predictions_file(scheme, gold, p, data_file) for p in [*a, *b]]
     table = np.stack([s.metric(metric) for s in scored])
     runs_a, runs_b = table[: len(a)], table[len(a) :]
     result = paired_bootstrap(runs_a, runs_b, resamples=resamples, confidence=confidence, seed=seed)
@@ -209,7 +209,7 @@ def compare_files(
     return Comparison("em" if metric != "f1" else "f1", scheme, result, gaps)
 
 
-def _score_file(
+def score_predictions_file(
     scheme: str, gold: Mapping[str, Any], path: str | Path, data_file: str | Path
 ) -> QuestionScores:
     """:func:`score_questions` for one predictions file, with errors that name it; a file that

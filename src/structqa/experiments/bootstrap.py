@@ -31,7 +31,7 @@ from structqa.experiments.aggregate import (
 from structqa.io import write_json, write_text
 from structqa.metrics.paired import BootstrapResult, paired_bootstrap
 from structqa.paths import resolve_data_dir, resolve_data_file
-from structqa.scoring import load_gold, load_predictions, score_questions
+from structqa.scoring import load_gold, score_predictions_file
 
 if TYPE_CHECKING:
     from structqa.experiments.command import Paths
@@ -87,11 +87,7 @@ class _Scores:
             self._gold[path] = load_gold(path)
         scheme, gold = self._gold[path]
         self.schemes.add(scheme)
-        file = self.predictions_file(run, result)
-        try:
-            scores = score_questions(scheme, gold, load_predictions(file))
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{file}: {e}") from None
+        scores = score_predictions_file(scheme, gold, self.predictions_file(run, result), path)
         return path, scores.metric(self.metric)
 
 
