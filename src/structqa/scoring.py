@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +24,16 @@ from structqa.metrics.squad import (
 
 
 def _load_json(path: str | Path, what: str) -> Any:
+    """A JSON file, gzip-compressed when its name ends in ``.gz``."""
+    path = Path(path)
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+        raw = path.read_bytes()
+        if path.name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        return json.loads(raw.decode("utf-8"))
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise ValueError(f"{path}: the {what} file is not valid gzip ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: the {what} file is not valid JSON ({e})") from None
 
 
@@ -67,8 +76,9 @@ class QuestionScores:
 
 
 def load_predictions(path: str | Path) -> dict[str, Any]:
-    """A predictions JSON: the file itself, or ``predictions.json`` in a checkpoint directory
-    (or in its ``best/``, where ``structqa train`` and ``structqa experiment`` write it)."""
+    """A predictions JSON (``.json``, or gzip-compressed ``.json.gz``): the file itself, or
+    ``predictions.json`` in a checkpoint directory (or in its ``best/``, where ``structqa
+    train`` and ``structqa experiment`` write it)."""
     path = Path(path)
     if path.is_dir():
         for candidate in (path / "predictions.json", path / "best" / "predictions.json"):

@@ -4,8 +4,10 @@ skip/resume/result files (on the tiny checkpoint), and the validation-split file
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from tiny import tiny_finetune_base
 
 from structqa.config import ConfigError
 from structqa.data import read_examples
-from structqa.experiments import command
+from structqa.experiments import bootstrap, command
 from structqa.experiments.command import (
     Paths,
     add_parser,
@@ -414,6 +416,12 @@ def test_runs_identical_to_another_experiments_finished_runs_reuse_their_results
     assert "reused_from" not in fresh
     table = (paths.results / "table.md").read_text()
     assert "- reused: 2 of these results were trained by another experiment" in table
+    # a reused run's answers are the ones its source kept (none is copied here)
+    scores = bootstrap._Scores("f1", None, paths)
+    kept = scores.predictions_file(by_name["variant=same,seed=0"], reused)
+    assert kept == src_paths.answers(source.runs()[0]) and kept.is_file()
+    assert not paths.answers(by_name["variant=same,seed=0"]).exists()
+    assert paths.answers(by_name["variant=same,seed=2"]).is_file()
 
 
 def test_result_json_has_config_provenance_and_metrics(tmp_path, tiny_checkpoint, shared_data):
@@ -573,28 +581,56 @@ def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
     assert got["missing_predictions"] == []
     assert "--bootstrap --resamples 200" in text  # the command that remakes it
 
-    # the runs moved elsewhere: --runs-dir finds them, not the output_dir recorded at training
-    moved = tmp_path / "moved-runs"
-    paths.runs.rename(moved)
-    args = parser.parse_args([*argv[:-1], str(moved)])
+    # every run's answers are kept with its result, gzipped, byte for byte
+    for run in exp.runs():
+        best = paths.output(run) / "best" / "predictions.json"
+        assert gzip.decompress(paths.answers(run).read_bytes()) == best.read_bytes()
+
+    # a kept file lost: --refresh takes it again from the runs directory
+    fast1 = next(r for r in exp.runs() if r.name == "variant=fast,seed=1")
+    paths.answers(fast1).unlink()
+    refresh_args = parser.parse_args([a if a != "--bootstrap" else "--refresh" for a in argv])
+    assert refresh_args.func(refresh_args, []) == 0
+    assert paths.answers(fast1).is_file()
+
+    # the runs directory gone (a fresh checkout): the kept answers give the same cells
+    shutil.rmtree(paths.runs)
     assert args.func(args, []) == 0
     again = json.loads((paths.results / "bootstrap.json").read_text())
-    assert again["cells"]["fast"]["F1"]["difference"] == pytest.approx(cell["difference"])
-    paths = Paths(paths.results, moved)
-    results = {
-        name: {**r, "config": {**r["config"], "train": {"output_dir": str(moved / name)}}}
-        for name, r in results.items()
-    }
+    assert again["cells"] == got["cells"] and again["missing_predictions"] == []
 
-    # a run whose answers are gone leaves its seed pair out, and says so
-    gone = Path(results["variant=fast,seed=1"]["config"]["train"]["output_dir"])
-    (gone / "best" / "predictions.json").unlink()
+    # a run's answers lost everywhere: the earlier cell, over exactly the seeds paired now,
+    # is carried over and says where from
+    paths.answers(fast1).unlink()
+    assert args.func(args, []) == 0
+    carried = json.loads((paths.results / "bootstrap.json").read_text())
+    entry = carried["cells"]["fast"]["F1"]
+    assert entry["difference"] == cell["difference"] and entry["seeds"] == [0, 1]
+    assert entry["carried_from"]["commit"] == again["git"]["commit"]
+    assert entry["carried_from"]["made_at"] == again["made_at"]
+    assert carried["carried_over"] == ["fast at F1"] and len(carried["missing_predictions"]) == 1
+    text = (paths.results / "bootstrap.md").read_text()
+    assert "(2) ‡" in text and "‡ Carried over from an earlier bootstrap.json" in text
+    # ... and stays carried on the next call (it keeps naming the bootstrap that computed it)
+    assert args.func(args, []) == 0
+    still = json.loads((paths.results / "bootstrap.json").read_text())
+    assert still["cells"]["fast"]["F1"]["carried_from"] == entry["carried_from"]
+
+    # with no earlier cell to carry, the seed pair is left out, and the table says so
+    (paths.results / "bootstrap.json").unlink()
     assert args.func(args, []) == 0
     got = json.loads((paths.results / "bootstrap.json").read_text())
     assert got["cells"]["fast"]["F1"]["n_runs"] == 1
+    assert got["cells"]["fast"]["F1"]["seeds"] == [0]
     assert got["cells"]["fast"]["F1"]["difference"] == pytest.approx(paired[0])
-    assert len(got["missing_predictions"]) == 1
-    assert "Left out (no saved answers" in (paths.results / "bootstrap.md").read_text()
+    assert len(got["missing_predictions"]) == 1 and got["carried_over"] == []
+    assert "Not found (no saved answers" in (paths.results / "bootstrap.md").read_text()
+    # nor is a partial cell carried when the earlier one had fewer seeds than are paired now
+    earlier = json.loads((paths.results / "bootstrap.json").read_text())
+    assert (
+        bootstrap._carry(earlier["cells"]["fast"]["F1"], bootstrap._Cell([0, 1], [0], None), {})
+        is None
+    )
 
     # without a baseline there is nothing to compare with
     raw["table"] = {"rows": ["variant"]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -196,6 +197,24 @@ def test_compare_names_the_file_that_does_not_fit(tmp_path, shared_data):
     listed.write_text(json.dumps({qid: ["a", "b"] for qid in gold}))
     with pytest.raises(ValueError, match="listed.json: "):
         compare_files(shared_data / MINI, [good], [listed])
+
+
+def test_gzipped_predictions_score_as_the_plain_file(tmp_path, shared_data):
+    """A run's kept answers (answers/<run>.json.gz) read as its predictions.json does."""
+    gold = _mini_gold(shared_data)
+    plain = tmp_path / "p.json"
+    plain.write_text(json.dumps(_predictions(gold, 2)))
+    packed = tmp_path / "p.json.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert score_file(shared_data / MINI, packed) == score_file(shared_data / MINI, plain)
+    broken = tmp_path / "broken.json.gz"
+    broken.write_bytes(plain.read_bytes())  # not compressed at all
+    with pytest.raises(ValueError, match=r"broken.json.gz: the predictions file is not valid gzip"):
+        score_file(shared_data / MINI, broken)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(packed.read_bytes()[:-12])  # truncated mid-stream
+    with pytest.raises(ValueError, match=r"cut.json.gz: the predictions file is not valid"):
+        score_file(shared_data / MINI, cut)
 
 
 def test_bootstrap_reads_a_validation_split_by_its_recorded_path(tmp_path, monkeypatch):

@@ -3,17 +3,20 @@ paired bootstrap over the evaluation questions (see :mod:`structqa.metrics.paire
 
 table.md's "paired by seed" section shows how a difference varies between training seeds; this
 shows how it varies with the choice of evaluation questions, for the seeds both rows have. The
-runs' answers are read from their output directories (``<runs dir>/<run>/best/
-predictions.json``, or the trained-by directory of a reused result; never committed), so the
-section is computed where the runs were trained, and written to ``bootstrap.md`` and
-``bootstrap.json`` beside table.md with the command and commit that made them. Extractive
-grids only (``structqa compare`` also takes DROP predictions).
+runs' answers are the ones kept beside their results (``<results dir>/answers/<run>.json.gz``,
+committed), else ``<runs dir>/<run>/best/predictions.json`` (for a reused result: those of the
+experiment that trained it). A cell whose answers are partly lost is carried over from the
+previous bootstrap.json when that one compared exactly the seeds paired now. Written to
+``bootstrap.md`` and ``bootstrap.json`` beside table.md with the command and commit that made
+them. Extractive grids only (``structqa compare`` also takes DROP predictions).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,7 @@ from structqa.experiments.aggregate import (
     _key_label,
     _md_row,
 )
+from structqa.experiments.command import ANSWERS_DIR
 from structqa.io import write_json, write_text
 from structqa.metrics.paired import BootstrapResult, paired_bootstrap
 from structqa.paths import resolve_data_dir, resolve_data_file
@@ -68,13 +72,18 @@ class _Scores:
         return resolve_data_file(data["eval"], resolve_data_dir(self.data_dir or data.get("dir")))
 
     def predictions_file(self, run: Run, result: Mapping[str, Any]) -> Path:
-        """This experiment's output directory for the run (so --runs-dir counts), or, for a
-        result reused from another experiment, the directory that trained it."""
-        if result.get("reused_from"):
+        """The run's kept answers (``<results>/answers/<run>.json.gz``; for a result reused
+        from another experiment, that experiment's), else ``best/predictions.json`` in the
+        output directory that trained it (this experiment's, so --runs-dir counts)."""
+        reused = result.get("reused_from")
+        if reused:
+            source = Path(reused["result"])  # <results dir>/runs/<run>.json
+            kept = source.parent.parent / ANSWERS_DIR / f"{reused.get('run', run.name)}.json.gz"
             out = Path(result["config"]["train"]["output_dir"])
         else:
+            kept = self.paths.answers(run)
             out = self.paths.output(run)
-        return out / "best" / "predictions.json"
+        return kept if kept.is_file() else out / "best" / "predictions.json"
 
     def of(self, run: Run, result: Mapping[str, Any]) -> tuple[Path, np.ndarray]:
         if run.name not in self._runs:
@@ -91,6 +100,20 @@ class _Scores:
         return path, scores.metric(self.metric)
 
 
+@dataclass
+class _Cell:
+    """One row-vs-baseline comparison: the seeds both have results for, and the bootstrap over
+    those of them whose answers were found (None when none were)."""
+
+    paired: list[int]
+    used: list[int]
+    found: BootstrapResult | None
+
+    def to_dict(self) -> dict[str, Any]:
+        assert self.found is not None
+        return {**self.found.to_dict(), "seeds": self.used}
+
+
 def _compare(
     row_runs: Sequence[Run],
     base_runs: Sequence[Run],
@@ -99,15 +122,17 @@ def _compare(
     missing: list[str],
     resamples: int,
     seed: int,
-) -> BootstrapResult | None:
+) -> _Cell:
     """The bootstrap over the seeds both cells have results and saved answers for."""
 
     def by_seed(members: Sequence[Run]) -> dict[int, Run]:
         return {r.seed: r for r in members if r.name in results}
 
     mine, base = by_seed(row_runs), by_seed(base_runs)
+    paired = sorted(mine.keys() & base.keys())
+    used: list[int] = []
     a, b = [], []
-    for s in sorted(mine.keys() & base.keys()):
+    for s in paired:
         pair = (mine[s], base[s])
         files = [scores.predictions_file(r, results[r.name]) for r in pair]
         absent = [str(f) for f in files if not f.is_file()]
@@ -122,9 +147,47 @@ def _compare(
             )
         a.append(score_a)
         b.append(score_b)
+        used.append(s)
     if not a:
+        return _Cell(paired, used, None)
+    found = paired_bootstrap(np.stack(a), np.stack(b), resamples=resamples, seed=seed)
+    return _Cell(paired, used, found)
+
+
+def _previous_cells(
+    path: Path, metric: str, baseline: str, resamples: int, seed: int
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The cells of an earlier bootstrap.json made with the same settings, and where they came
+    from (commit, time); nothing when there is none or its settings differ."""
+    if not path.is_file():
+        return {}, {}
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        log.warning("%s: not read (%s); no earlier cells can be carried over", path, e)
+        return {}, {}
+    same = (old.get("metric"), old.get("baseline"), old.get("resamples"), old.get("seed"))
+    if same != (metric, baseline, resamples, seed):
+        return {}, {}
+    origin = {"commit": old.get("git", {}).get("commit"), "made_at": old.get("made_at")}
+    return old.get("cells", {}), origin
+
+
+def _carry(old: Mapping[str, Any] | None, cell: _Cell, origin: Mapping[str, Any]) -> dict | None:
+    """An earlier result for this cell, when this run could not compare every paired seed and
+    the earlier one compared exactly the seeds paired now (finished results never change, so
+    it is still right); it keeps saying which bootstrap computed it."""
+    if old is None or cell.used == cell.paired:
         return None
-    return paired_bootstrap(np.stack(a), np.stack(b), resamples=resamples, seed=seed)
+    seeds = old.get("seeds")
+    if seeds is None:
+        # written before cells listed their seeds: results are only ever added, so an earlier
+        # cell over as many seed pairs as are paired now was over exactly these
+        if old.get("n_runs") != len(cell.paired):
+            return None
+    elif list(seeds) != cell.paired:
+        return None
+    return {**old, "seeds": cell.paired, "carried_from": old.get("carried_from") or dict(origin)}
 
 
 def write_bootstrap(
@@ -163,7 +226,12 @@ def write_bootstrap(
     rows, columns = _axis_values(cells, len(spec.rows))
     base_row = next(r for r in rows if ",".join(r) == spec.baseline)
     scores = _Scores(metric, data_dir, paths)
+    results_dir = Path(paths.results)
+    earlier, origin = _previous_cells(
+        results_dir / "bootstrap.json", metric, spec.baseline, resamples, seed
+    )
     missing: list[str] = []
+    carried: list[str] = []
     table: dict[str, dict[str, Any]] = {}
     head = [_key_label(experiment, k) for k in spec.rows]
     head += (
@@ -177,9 +245,10 @@ def write_bootstrap(
             continue
         values = []
         for col in columns:
-            found = None
+            row_key, col_key = ",".join(row), ",".join(col) or name
+            entry: dict[str, Any] | None = None
             if row + col in cells and base_row + col in cells:
-                found = _compare(
+                cell = _compare(
                     cells[row + col],
                     cells[base_row + col],
                     results,
@@ -188,18 +257,31 @@ def write_bootstrap(
                     resamples,
                     seed,
                 )
-            values.append("—" if found is None else f"{found.format()} ({found.n_runs})")
-            if found is not None:
-                table.setdefault(",".join(row), {})[",".join(col) or name] = found.to_dict()
+                entry = _carry(earlier.get(row_key, {}).get(col_key), cell, origin)
+                if entry is not None:
+                    carried.append(f"{row_key} at {col_key}")
+                elif cell.found is not None:
+                    entry = cell.to_dict()
+            if entry is None:
+                values.append("—")
+            else:
+                shown = BootstrapResult(
+                    **{k: entry[k] for k in BootstrapResult.__dataclass_fields__}
+                ).format()
+                mark = " ‡" if entry.get("carried_from") else ""
+                values.append(f"{shown} ({entry['n_runs']}){mark}")
+                table.setdefault(row_key, {})[col_key] = entry
         body.append(_md_row([*row, *values]))
     missing = list(dict.fromkeys(missing))  # a baseline file is missed once per row
     if not table:
         shown = ", ".join(missing[:3]) or "none"
         raise FileNotFoundError(
             f"--bootstrap: no cell could be compared; runs without saved answers "
-            f"(best/predictions.json): {shown}{' ...' if len(missing) > 3 else ''}"
+            f"(answers/<run>.json.gz or best/predictions.json): "
+            f"{shown}{' ...' if len(missing) > 3 else ''}"
         )
     git = provenance.get("git", {})
+    made_at = datetime.now(UTC).isoformat(timespec="seconds")
     lines = [
         f"# {spec.title or experiment.name}: {name} minus {spec.baseline}, "
         "bootstrap over questions",
@@ -227,24 +309,38 @@ def write_bootstrap(
         "",
         f"- made by: `{command}`",
         f"- commit: {git.get('commit', '—')}{' (dirty)' if git.get('dirty') else ''}",
-        f"- at: {datetime.now(UTC).isoformat(timespec='seconds')}",
+        f"- at: {made_at}",
         "",
         _md_row(head),
         _md_row(["---"] * len(head)),
         *body,
         "",
     ]
+    if carried:
+        sources = sorted(
+            {
+                f"{src.get('commit') or '?'} ({src.get('made_at') or '?'})"
+                for row in table.values()
+                for c in row.values()
+                if (src := c.get("carried_from"))
+            }
+        )
+        lines += [
+            "‡ Carried over from an earlier bootstrap.json (commit, time: "
+            f"{', '.join(sources)}): some of these runs' answers are neither kept under "
+            f"{ANSWERS_DIR}/ nor in the runs directory here, and the earlier bootstrap "
+            "compared exactly the seeds paired now (finished results never change).",
+            "",
+        ]
     if missing:
         shown = ", ".join(f"`{m}`" for m in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         lines += [
-            f"Left out (no saved answers, so their seed pairs are skipped): {shown}{more}.",
+            f"Not found (no saved answers; their seed pairs are skipped, except in cells "
+            f"carried over ‡): {shown}{more}.",
             "",
         ]
-        log.warning(
-            "%d run(s) have no saved predictions; their seed pairs are left out", len(missing)
-        )
-    results_dir = Path(paths.results)
+        log.warning("%d run(s) have no saved answers; their seed pairs are left out", len(missing))
     out = results_dir / "bootstrap.md"
     write_text(out, "\n".join(lines))
     write_json(
@@ -257,7 +353,9 @@ def write_bootstrap(
             "schemes": sorted(scores.schemes),
             "command": command,
             **provenance,
+            "made_at": made_at,
             "missing_predictions": missing,
+            "carried_over": carried,
             "cells": table,
         },
     )

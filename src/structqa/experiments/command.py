@@ -20,6 +20,7 @@ without a result for it; the same command continues later.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import logging
 import os
@@ -54,7 +55,7 @@ from structqa.experiments.grid import (
     plan,
     pretrain_arm,
 )
-from structqa.io import write_json
+from structqa.io import write_bytes, write_json
 from structqa.ncbert import loop as drop_loop
 from structqa.ncbert.config import DropConfig
 from structqa.pretrain import loop as pretrain_loop
@@ -73,6 +74,38 @@ class RunBusy(Exception):
 
 
 _TIME_FILE = "experiment_time.json"  # wall time summed over the sessions of one run
+ANSWERS_DIR = "answers"  # in the results directory: <run>.json.gz, see Paths.answers
+
+
+def save_answers(out: Path, dest: Path) -> bool:
+    """Copy ``out/best/predictions.json`` to ``dest`` gzipped (byte-for-byte reproducible: no
+    timestamp in the gzip header), atomically; False when ``out`` has no such file."""
+    source = out / "best" / "predictions.json"
+    if not source.is_file():
+        return False
+    write_bytes(dest, gzip.compress(source.read_bytes(), compresslevel=9, mtime=0))
+    return True
+
+
+def keep_answers(
+    experiment: Experiment,
+    runs: Sequence[Run],
+    results: Mapping[str, Mapping[str, Any]],
+    paths: Paths,
+) -> int:
+    """Save the answers of every finished run trained here (not reused) that has them in its
+    output directory but not yet in the results directory; how many were saved. Runs that
+    finished before answers were kept get them on the next ``--refresh`` or finished run, as
+    long as their output directories exist."""
+    if experiment.kind != "extractive":
+        return 0
+    saved = 0
+    for run in runs:
+        result = results.get(run.name)
+        if result is None or result.get("reused_from") or paths.answers(run).is_file():
+            continue
+        saved += save_answers(paths.output(run), paths.answers(run))
+    return saved
 
 
 @dataclass(frozen=True)
@@ -89,6 +122,11 @@ class Paths:
 
     def output(self, run: Run) -> Path:
         return self.runs / run.name
+
+    def answers(self, run: Run) -> Path:
+        """The run's answers (its best/predictions.json, gzipped), kept with its result so
+        that ``--bootstrap`` works from a checkout without the runs directory."""
+        return self.results / ANSWERS_DIR / f"{run.name}.json.gz"
 
     def pretrain_result(self, arm: str) -> Path:
         return self.results / "pretrain" / f"{arm}.json"
@@ -414,6 +452,10 @@ def execute_run(
             "best_step": best_state.get("global_step"),  # (selection may happen mid-epoch)
         }
         metrics = drop_table_metrics(scores["test"], scores["dev"])
+    elif not save_answers(out, paths.answers(run)):
+        raise FileNotFoundError(
+            f"{run.name}: training finished but {out / 'best' / 'predictions.json'} is missing"
+        )
     device, bf16 = _device_and_bf16(cfg)
     result = {
         "experiment": experiment.name,
@@ -641,6 +683,10 @@ def run_experiment(
     results = load_results(paths.results)
     if results and not finished:  # (after a finished run the tables are fresh already)
         refresh(experiment, plan(experiment, results), results, paths.results, config_file)
+    if results:
+        kept = keep_answers(experiment, plan(experiment, results), results, paths)
+        if kept:
+            log.info("saved the answers of %d earlier run(s) in %s", kept, paths.results)
     log.info("%d run(s) finished in this session; results in %s", finished, paths.results)
     if skipped:
         log.info(
@@ -840,10 +886,12 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
         results = load_results(paths.results)
         if not results:
             raise ConfigError(f"--refresh: no results in {paths.results} to tabulate")
-        refresh(
-            experiment, plan(experiment, results), results, paths.results, _config_file(experiment)
-        )
+        runs = plan(experiment, results)
+        refresh(experiment, runs, results, paths.results, _config_file(experiment))
         log.info("rewrote the tables in %s from %d result(s)", paths.results, len(results))
+        kept = keep_answers(experiment, runs, results, paths)
+        if kept:
+            log.info("saved the answers of %d run(s) in %s/%s", kept, paths.results, ANSWERS_DIR)
         return 0
     if args.workers is not None and args.workers > 1:
         return run_workers(args, experiment, paths)
