@@ -625,12 +625,14 @@ def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
     assert got["cells"]["fast"]["F1"]["difference"] == pytest.approx(paired[0])
     assert len(got["missing_predictions"]) == 1 and got["carried_over"] == []
     assert "Not found (no saved answers" in (paths.results / "bootstrap.md").read_text()
-    # nor is a partial cell carried when the earlier one had fewer seeds than are paired now
-    earlier = json.loads((paths.results / "bootstrap.json").read_text())
-    assert (
-        bootstrap._carry(earlier["cells"]["fast"]["F1"], bootstrap._Cell([0, 1], [0], None), {})
-        is None
-    )
+    # an earlier cell over fewer seeds is kept only where it covers more than can be compared
+    earlier = json.loads((paths.results / "bootstrap.json").read_text())["cells"]["fast"]["F1"]
+    assert bootstrap._carry(earlier, bootstrap._Cell([0, 1], [0], None), {}) is None
+    kept = bootstrap._carry(earlier, bootstrap._Cell([0, 1], [], None), {"commit": "c"})
+    assert kept["seeds"] == [0] and kept["n_runs"] == 1 and kept["carried_from"]["commit"] == "c"
+    unlisted = {k: v for k, v in earlier.items() if k != "seeds"}  # written before seeds were
+    assert bootstrap._carry(unlisted, bootstrap._Cell([0, 1], [], None), {})["seeds"] is None
+    assert bootstrap._carry(earlier, bootstrap._Cell([1, 2], [], None), {}) is None
 
     # without a baseline there is nothing to compare with
     raw["table"] = {"rows": ["variant"]}

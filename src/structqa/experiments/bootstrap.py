@@ -174,20 +174,23 @@ def _previous_cells(
 
 
 def _carry(old: Mapping[str, Any] | None, cell: _Cell, origin: Mapping[str, Any]) -> dict | None:
-    """An earlier result for this cell, when this run could not compare every paired seed and
-    the earlier one compared exactly the seeds paired now (finished results never change, so
-    it is still right); it keeps saying which bootstrap computed it."""
+    """An earlier result for this cell, kept when this call could not compare every paired
+    seed and the earlier one covers more of them than this call can: finished results never
+    change and are only ever added, so an earlier cell is still right over the seeds it
+    compared (all of them are paired now). It keeps saying which bootstrap computed it, and
+    over which seeds (unknown, None, for a cell written before cells listed them, unless it
+    covered as many pairs as there are now, i.e. exactly these)."""
     if old is None or cell.used == cell.paired:
         return None
+    n_old = int(old.get("n_runs", 0))
     seeds = old.get("seeds")
     if seeds is None:
-        # written before cells listed their seeds: results are only ever added, so an earlier
-        # cell over as many seed pairs as are paired now was over exactly these
-        if old.get("n_runs") != len(cell.paired):
-            return None
-    elif list(seeds) != cell.paired:
+        seeds = cell.paired if n_old == len(cell.paired) else None
+    elif not set(seeds) <= set(cell.paired):
+        return None  # (a seed whose result has since been removed: not comparable)
+    if n_old > len(cell.paired) or n_old <= len(cell.used):
         return None
-    return {**old, "seeds": cell.paired, "carried_from": old.get("carried_from") or dict(origin)}
+    return {**old, "seeds": seeds, "carried_from": old.get("carried_from") or dict(origin)}
 
 
 def write_bootstrap(
@@ -328,8 +331,10 @@ def write_bootstrap(
         lines += [
             "‡ Carried over from an earlier bootstrap.json (commit, time: "
             f"{', '.join(sources)}): some of these runs' answers are neither kept under "
-            f"{ANSWERS_DIR}/ nor in the runs directory here, and the earlier bootstrap "
-            "compared exactly the seeds paired now (finished results never change).",
+            f"{ANSWERS_DIR}/ nor in the runs directory here, and the earlier bootstrap covered "
+            "more of the paired seeds than can be compared now (finished results never "
+            "change, so it still holds over its seeds, which bootstrap.json lists; its (n) may "
+            "be smaller than table.md's).",
             "",
         ]
     if missing:
