@@ -13,11 +13,20 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, with the permissions ``open`` would give a new
+    file (mkstemp's are owner-only: results and checkpoints must stay readable by a group)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

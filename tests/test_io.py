@@ -1,0 +1,43 @@
+"""Atomic writes (structqa.io): whole files or nothing, with a new file's usual permissions."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from structqa import io
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_written_files_get_the_permissions_of_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        io.write_text(tmp_path / "a" / "t.txt", "x\n")
+        io.write_json(tmp_path / "j.json", {"a": 1})
+        io.write_bytes(tmp_path / "b.bin", b"\x00\x01")
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "a" / "t.txt") == 0o640  # not mkstemp's 0o600
+    assert _mode(tmp_path / "j.json") == 0o640
+    assert (tmp_path / "b.bin").read_bytes() == b"\x00\x01"
+    assert json.loads((tmp_path / "j.json").read_text()) == {"a": 1}
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "r.json"
+    io.write_json(target, {"v": 1})
+
+    def broken_replace(src, dst):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(io.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk gone"):
+        io.write_json(target, {"v": 2})
+    assert json.loads(target.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # the temporary is removed
