@@ -5,8 +5,9 @@ table.md's "paired by seed" section shows how a difference varies between traini
 shows how it varies with the choice of evaluation questions, for the seeds both rows have. The
 runs' answers are the ones kept beside their results (``<results dir>/answers/<run>.json.gz``,
 committed), else ``<runs dir>/<run>/best/predictions.json`` (for a reused result: those of the
-experiment that trained it). A cell whose answers are partly lost is carried over from the
-previous bootstrap.json when that one compared exactly the seeds paired now. Written to
+experiment that trained it). A cell whose answers are partly lost keeps the previous
+bootstrap.json's entry (marked, naming its seeds and the commit that computed it) when that
+one covered more of the paired seeds than can be compared now. Written to
 ``bootstrap.md`` and ``bootstrap.json`` beside table.md with the command and commit that made
 them. Extractive grids only (``structqa compare`` also takes DROP predictions).
 """
