@@ -32,7 +32,7 @@ from structqa.experiments.aggregate import (
     _key_label,
     _md_row,
 )
-from structqa.experiments.command import ANSWERS_DIR
+from structqa.experiments.command import ANSWERS_DIR, answers_file
 from structqa.io import write_json, write_text
 from structqa.metrics.paired import BootstrapResult, paired_bootstrap
 from structqa.paths import resolve_data_dir, resolve_data_file
@@ -56,7 +56,8 @@ class _Scores:
         self.paths = paths
         self.schemes: set[str] = set()
         self._gold: dict[Path, tuple[str, Mapping[str, Any]]] = {}
-        self._runs: dict[str, tuple[Path, np.ndarray]] = {}  # the baseline's runs recur per row
+        self._runs: dict[str, tuple[Path, np.ndarray] | None] = {}  # the baseline's recur
+        self.missing: list[str] = []  # answers files looked for and not found
 
     def eval_file(self, result: Mapping[str, Any]) -> Path:
         """As the trainer resolved it: an absolute or existing relative path as is (a
@@ -79,25 +80,31 @@ class _Scores:
         reused = result.get("reused_from")
         if reused:
             source = Path(reused["result"])  # <results dir>/runs/<run>.json
-            kept = source.parent.parent / ANSWERS_DIR / f"{reused.get('run', run.name)}.json.gz"
+            kept = answers_file(source.parent.parent, reused.get("run", run.name))
             out = Path(result["config"]["train"]["output_dir"])
         else:
             kept = self.paths.answers(run)
             out = self.paths.output(run)
         return kept if kept.is_file() else out / "best" / "predictions.json"
 
-    def of(self, run: Run, result: Mapping[str, Any]) -> tuple[Path, np.ndarray]:
+    def of(self, run: Run, result: Mapping[str, Any]) -> tuple[Path, np.ndarray] | None:
+        """(evaluation file, per-question scores) of a run, or None when its answers are
+        nowhere (the file looked for is then listed in :attr:`missing`, once)."""
         if run.name not in self._runs:
             self._runs[run.name] = self._score(run, result)
         return self._runs[run.name]
 
-    def _score(self, run: Run, result: Mapping[str, Any]) -> tuple[Path, np.ndarray]:
+    def _score(self, run: Run, result: Mapping[str, Any]) -> tuple[Path, np.ndarray] | None:
+        answers = self.predictions_file(run, result)
+        if not answers.is_file():
+            self.missing.append(str(answers))
+            return None
         path = self.eval_file(result)
         if path not in self._gold:
             self._gold[path] = load_gold(path)
         scheme, gold = self._gold[path]
         self.schemes.add(scheme)
-        scores = score_predictions_file(scheme, gold, self.predictions_file(run, result), path)
+        scores = score_predictions_file(scheme, gold, answers, path)
         return path, scores.metric(self.metric)
 
 
@@ -120,7 +127,6 @@ def _compare(
     base_runs: Sequence[Run],
     results: Mapping[str, Mapping[str, Any]],
     scores: _Scores,
-    missing: list[str],
     resamples: int,
     seed: int,
 ) -> _Cell:
@@ -135,12 +141,10 @@ def _compare(
     a, b = [], []
     for s in paired:
         pair = (mine[s], base[s])
-        files = [scores.predictions_file(r, results[r.name]) for r in pair]
-        absent = [str(f) for f in files if not f.is_file()]
-        if absent:
-            missing.extend(absent)
+        got_a, got_b = (scores.of(r, results[r.name]) for r in pair)
+        if got_a is None or got_b is None:
             continue
-        (eval_a, score_a), (eval_b, score_b) = (scores.of(r, results[r.name]) for r in pair)
+        (eval_a, score_a), (eval_b, score_b) = got_a, got_b
         if eval_a != eval_b:
             raise ConfigError(
                 f"{pair[0].name} was scored on {eval_a} but {pair[1].name} on {eval_b}: a paired "
@@ -234,7 +238,6 @@ def write_bootstrap(
     earlier, origin = _previous_cells(
         results_dir / "bootstrap.json", metric, spec.baseline, resamples, seed
     )
-    missing: list[str] = []
     carried: list[str] = []
     table: dict[str, dict[str, Any]] = {}
     head = [_key_label(experiment, k) for k in spec.rows]
@@ -257,7 +260,6 @@ def write_bootstrap(
                     cells[base_row + col],
                     results,
                     scores,
-                    missing,
                     resamples,
                     seed,
                 )
@@ -269,14 +271,12 @@ def write_bootstrap(
             if entry is None:
                 values.append("—")
             else:
-                shown = BootstrapResult(
-                    **{k: entry[k] for k in BootstrapResult.__dataclass_fields__}
-                ).format()
+                shown = BootstrapResult.from_dict(entry).format()
                 mark = " ‡" if entry.get("carried_from") else ""
                 values.append(f"{shown} ({entry['n_runs']}){mark}")
                 table.setdefault(row_key, {})[col_key] = entry
         body.append(_md_row([*row, *values]))
-    missing = list(dict.fromkeys(missing))  # a baseline file is missed once per row
+    missing = scores.missing
     if not table:
         shown = ", ".join(missing[:3]) or "none"
         raise FileNotFoundError(

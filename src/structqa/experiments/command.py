@@ -77,6 +77,11 @@ _TIME_FILE = "experiment_time.json"  # wall time summed over the sessions of one
 ANSWERS_DIR = "answers"  # in the results directory: <run>.json.gz, see Paths.answers
 
 
+def answers_file(results_dir: Path, run_name: str) -> Path:
+    """Where a results directory keeps run ``run_name``'s answers."""
+    return results_dir / ANSWERS_DIR / f"{run_name}.json.gz"
+
+
 def save_answers(out: Path, dest: Path) -> bool:
     """Copy ``out/best/predictions.json`` to ``dest`` gzipped (byte-for-byte reproducible: no
     timestamp in the gzip header), atomically; False when ``out`` has no such file."""
@@ -126,7 +131,7 @@ class Paths:
     def answers(self, run: Run) -> Path:
         """The run's answers (its best/predictions.json, gzipped), kept with its result so
         that ``--bootstrap`` works from a checkout without the runs directory."""
-        return self.results / ANSWERS_DIR / f"{run.name}.json.gz"
+        return answers_file(self.results, run.name)
 
     def pretrain_result(self, arm: str) -> Path:
         return self.results / "pretrain" / f"{arm}.json"

@@ -18,6 +18,7 @@ Read the two together: a difference can lie outside both, inside one, or inside 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -47,6 +48,11 @@ class BootstrapResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BootstrapResult:
+        """The result :meth:`to_dict` wrote (other keys beside its fields are ignored)."""
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
 
     def format(self) -> str:
         """``+1.40 [+0.62, +2.18], p 0.001``."""
