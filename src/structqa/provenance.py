@@ -54,12 +54,18 @@ def _cpu_model() -> str:
 def machine_info() -> dict[str, Any]:
     import torch
 
+    from structqa.runtime import cpu_has_native_bf16
+
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count()
     return {
         "cpu": _cpu_model(),
+        # the widest vector ISA torch's CPU kernels use (e.g. AVX512, AVX2): CPUs sold under
+        # one model name differ here, and it decides bf16 autocast's speed and resolution
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": cpu_has_native_bf16(),
         "cores": os.cpu_count(),
         "usable_cores": usable,
         "torch_threads": torch.get_num_threads(),

@@ -91,6 +91,27 @@ def test_cell_stats_mean_std_and_seeds():
     assert cell_stats(none, results, ("f1",)).format("f1") == "—"
 
 
+def test_machine_line_tells_apart_cpus_sold_under_one_name():
+    """Two machines both reporting "AMD EPYC" differ in vector ISA and bf16 support, which
+    decide whether bf16 autocast is on: the table's machine line must show it."""
+    exp = experiment_from_dict(HEADS, source="configs/lowdata/heads.yaml")
+    old = result("a", 80.0, 70.0)  # recorded before cpu_capability existed
+    wide = result("b", 82.0, 71.0) | {"bf16": True}
+    wide["machine"] = wide["machine"] | {"cpu_capability": "AVX512", "native_bf16": True}
+    narrow = result("c", 84.0, 75.0)
+    narrow["machine"] = narrow["machine"] | {"cpu_capability": "AVX2", "native_bf16": False}
+    results = {
+        "head=independent,train_size=256,seed=0": old,
+        "head=independent,train_size=256,seed=1": wide,
+        "head=independent,train_size=256,seed=2": narrow,
+    }
+    text = render_table(exp, exp.runs(), results, "configs/lowdata/heads.yaml")
+    line = next(x for x in text.splitlines() if x.startswith("- machine(s):"))
+    assert "Test CPU · 2 cores" in line  # the old record, as before
+    assert "Test CPU (AVX512, native bf16) · 2 cores" in line and "cpu, bf16 on" in line
+    assert "Test CPU (AVX2) · 2 cores" in line
+
+
 def test_summary_schema_for_the_lowdata_grid():
     exp = experiment_from_dict(HEADS)
     out = summary(exp, exp.runs(), heads_results())

@@ -186,8 +186,11 @@ def _duration(seconds: float) -> str:
 
 def _machine(result: Mapping[str, Any]) -> str:
     m = result.get("machine", {})
+    cpu = str(m.get("cpu", "unknown CPU"))
+    if m.get("cpu_capability"):  # recorded since session 11
+        cpu += f" ({m['cpu_capability']}{', native bf16' if m.get('native_bf16') else ''})"
     parts = [
-        str(m.get("cpu", "unknown CPU")),
+        cpu,
         f"{m.get('cores', '?')} cores",
         f"{m.get('torch_threads', '?')} torch threads",
         f"torch {m.get('torch', '?')}",
