@@ -110,6 +110,13 @@ def test_machine_line_tells_apart_cpus_sold_under_one_name():
     assert "Test CPU · 2 cores" in line  # the old record, as before
     assert "Test CPU (AVX512, native bf16) · 2 cores" in line and "cpu, bf16 on" in line
     assert "Test CPU (AVX2) · 2 cores" in line
+    # one run under bf16, two in fp32: the header says the table mixes formats, and which
+    assert (
+        "- precision: mixed, bf16 autocast in 1 run and fp32 in 2 "
+        "(bf16: `head=independent,train_size=256,seed=1`)"
+    ) in text
+    uniform = render_table(exp, exp.runs(), heads_results(), "configs/lowdata/heads.yaml")
+    assert "- precision:" not in uniform
 
 
 def test_summary_schema_for_the_lowdata_grid():

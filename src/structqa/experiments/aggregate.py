@@ -201,6 +201,23 @@ def _machine(result: Mapping[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def _mixed_precision(runs: Sequence[Run], results: Mapping[str, Mapping[str, Any]]) -> str:
+    """A header line when some finished runs trained under bf16 autocast and others in fp32
+    (``train.bf16: auto`` resolves by machine), naming the runs of the smaller group; else ''."""
+    on = [r.name for r in runs if r.name in results and results[r.name].get("bf16")]
+    off = [r.name for r in runs if r.name in results and not results[r.name].get("bf16")]
+    if not on or not off:
+        return ""
+    fewer, label = (on, "bf16") if len(on) < len(off) else (off, "fp32")
+    shown = ", ".join(f"`{n}`" for n in fewer[:8]) + (" ..." if len(fewer) > 8 else "")
+    return (
+        f"- precision: mixed, bf16 autocast in {len(on)} run{'s' * (len(on) > 1)} and fp32 in "
+        f"{len(off)} "
+        f"({label}: {shown}); a difference between runs in different formats includes the "
+        "format's own effect"
+    )
+
+
 def _commit(result: Mapping[str, Any]) -> str:
     git = result.get("git") or {}
     if not git.get("commit"):
@@ -239,6 +256,9 @@ def render_table(
     machines = list(dict.fromkeys(_machine(r) for r in done))
     lines.append(f"- commit(s): {', '.join(commits) or '—'}")
     lines.append(f"- machine(s): {'; '.join(machines) or '—'}")
+    mixed = _mixed_precision(runs, results)
+    if mixed:
+        lines.append(mixed)
     reused = [r["reused_from"] for r in done if r.get("reused_from")]
     if reused:
         dirs = dict.fromkeys(str(x["result"]).rsplit("/runs/", 1)[0] for x in reused)
