@@ -134,6 +134,37 @@ def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_dat
     assert json.loads(out_file.read_text()) == preds
 
 
+def test_quickstart_trains_dyrex_and_answers(tmp_path, tiny_checkpoint, shared_data, capsys):
+    """The quickstart's own path (config, training, scores, the example answer), shrunk to a
+    tiny encoder and 3 steps by the same overrides a user can pass."""
+    out = tmp_path / "qs"
+    args = [
+        "quickstart",
+        f"--data={shared_data}",
+        f"--model.encoder={tiny_checkpoint}",
+        f"--data.train={MINI}",
+        f"--data.eval={MINI}",
+        "--data.train_size=all",
+        f"--train.output_dir={out}",
+        "--train.max_steps=3",
+        "--train.batch_size=2",
+        "--train.bf16=off",
+    ]
+    assert main(args) == 0
+    config = json.loads((out / "config.json").read_text())
+    # the quickstart's own choices survive the user's overrides of other keys
+    assert config["model"]["head"] == "dyrex" and config["train"]["head_lr"] == 1e-3
+    assert config["train"]["seed"] == 0
+    printed = capsys.readouterr().out
+    assert "held-out EM" in printed and "Q: Which NFL team represented the AFC" in printed
+    assert "\nA: " in printed and "checkpoint:" in printed and (out / "best").is_dir()
+    # and a user's override of one of them wins
+    assert main([*args, "--model.head=independent", f"--train.output_dir={tmp_path / 'q2'}"]) == 0
+    assert json.loads((tmp_path / "q2" / "config.json").read_text())["model"]["head"] == (
+        "independent"
+    )
+
+
 def test_predictor_batch_matches_single(tiny_trained_run):
     from structqa.serving.predictor import Predictor
 
