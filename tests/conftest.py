@@ -70,22 +70,16 @@ def tiny_trained_run(
 ) -> Path:
     """A run directory (with ``best/`` and ``last/``) of the tiny encoder trained for two steps
     on the mini fixture; read-only for the tests that share it."""
+    from tiny import mini_train_args
+
     from structqa.cli import main
 
     out = tmp_path_factory.mktemp("tiny-run") / "run"
     mini = "fixtures/squad-v1.1-mini.json"
     code = main(
         [
-            "train",
+            *mini_train_args("train", shared_data, tiny_checkpoint, out, mini, steps=2),
             "--no-progress",
-            f"--data={shared_data}",
-            f"--model.encoder={tiny_checkpoint}",
-            f"--data.train={mini}",
-            f"--data.eval={mini}",
-            "--data.train_size=all",
-            f"--train.output_dir={out}",
-            "--train.max_steps=2",
-            "--train.bf16=off",
         ]
     )
     assert code == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from tiny import mini_train_args
 
 from structqa.cli import main
 from structqa.metrics.squad import squad_v2
@@ -72,17 +73,9 @@ def test_missing_data_dir_is_a_clear_error(tmp_path, capsys):
 def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_data, capsys):
     out = tmp_path / "run"
     args = [
-        "train",
+        *mini_train_args("train", shared_data, tiny_checkpoint, out, MINI, steps=3),
         "--no-progress",
-        f"--data={shared_data}",
-        f"--model.encoder={tiny_checkpoint}",
-        f"--data.train={MINI}",
-        f"--data.eval={MINI}",
-        "--data.train_size=all",
-        f"--train.output_dir={out}",
-        "--train.max_steps=3",
         "--train.batch_size=2",
-        "--train.bf16=off",
     ]
     assert main(args) == 0
     metrics = _stdout_json(capsys)
@@ -139,16 +132,8 @@ def test_quickstart_trains_dyrex_and_answers(tmp_path, tiny_checkpoint, shared_d
     tiny encoder and 3 steps by the same overrides a user can pass."""
     out = tmp_path / "qs"
     args = [
-        "quickstart",
-        f"--data={shared_data}",
-        f"--model.encoder={tiny_checkpoint}",
-        f"--data.train={MINI}",
-        f"--data.eval={MINI}",
-        "--data.train_size=all",
-        f"--train.output_dir={out}",
-        "--train.max_steps=3",
+        *mini_train_args("quickstart", shared_data, tiny_checkpoint, out, MINI, steps=3),
         "--train.batch_size=2",
-        "--train.bf16=off",
     ]
     assert main(args) == 0
     config = json.loads((out / "config.json").read_text())

@@ -127,3 +127,21 @@ def tiny_finetune_base(encoder: str | Path, data: Path) -> dict[str, Any]:
         },
         "train": {"batch_size": 2, "bf16": "off", "max_steps": 2, "log_every_steps": 1},
     }
+
+
+def mini_train_args(
+    command: str, data: Path, encoder: Path | str, out: Path, squad_file: str, steps: int
+) -> list[str]:
+    """`structqa COMMAND` arguments for a short fp32 run of ``encoder`` trained and scored on
+    one small SQuAD file of ``data`` (every question), writing to ``out``."""
+    return [
+        command,
+        f"--data={data}",
+        f"--model.encoder={encoder}",
+        f"--data.train={squad_file}",
+        f"--data.eval={squad_file}",
+        "--data.train_size=all",
+        f"--train.output_dir={out}",
+        f"--train.max_steps={steps}",
+        "--train.bf16=off",
+    ]

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny import mini_train_args
 
 from structqa.analysis import RendererMissing, dyrex_trace, explain, render_html, render_png
 from structqa.analysis.attention_maps import span_marginals
@@ -51,16 +52,8 @@ def trained(tmp_path_factory, tiny_checkpoint: Path, shared_data: Path):
             try:
                 code = main(
                     [
-                        "train",
+                        *mini_train_args("train", shared_data, tiny_checkpoint, out, MINI, 2),
                         "--no-progress",
-                        f"--data={shared_data}",
-                        f"--model.encoder={tiny_checkpoint}",
-                        f"--data.train={MINI}",
-                        f"--data.eval={MINI}",
-                        "--data.train_size=all",
-                        f"--train.output_dir={out}",
-                        "--train.max_steps=2",
-                        "--train.bf16=off",
                         f"--model.head={head}",
                     ]
                 )

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny import mini_train_args
 
 from structqa.cli import main
 from structqa.config import ConfigError, load_config
@@ -142,16 +143,8 @@ def test_pretrain_anna_then_finetune(tmp_path, tiny_checkpoint, corpus_dir, shar
 
     code = main(
         [
-            "train",
+            *mini_train_args("train", shared_data, final, tmp_path / "fine", MINI_SQUAD, steps=2),
             "--no-progress",
-            f"--data={shared_data}",
-            f"--model.encoder={final}",
-            f"--data.train={MINI_SQUAD}",
-            f"--data.eval={MINI_SQUAD}",
-            "--data.train_size=all",
-            f"--train.output_dir={tmp_path / 'fine'}",
-            "--train.max_steps=2",
-            "--train.bf16=off",
         ]
     )
     assert code == 0
