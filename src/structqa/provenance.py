@@ -62,8 +62,9 @@ def machine_info() -> dict[str, Any]:
         usable = os.cpu_count()
     return {
         "cpu": _cpu_model(),
-        # the widest vector ISA torch's CPU kernels use (e.g. AVX512, AVX2): CPUs sold under
-        # one model name differ here, and it decides bf16 autocast's speed and resolution
+        # the widest vector ISA torch's CPU kernels use (e.g. AVX512, AVX2) and whether the CPU
+        # has bf16 dot products (what train.bf16=auto follows): CPUs sold under one model name
+        # differ in both
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "native_bf16": cpu_has_native_bf16(),
         "cores": os.cpu_count(),

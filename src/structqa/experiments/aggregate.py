@@ -203,18 +203,20 @@ def _machine(result: Mapping[str, Any]) -> str:
 
 def _mixed_precision(runs: Sequence[Run], results: Mapping[str, Mapping[str, Any]]) -> str:
     """A header line when some finished runs trained under bf16 autocast and others in fp32
-    (``train.bf16: auto`` resolves by machine), naming the runs of the smaller group; else ''."""
-    on = [r.name for r in runs if r.name in results and results[r.name].get("bf16")]
-    off = [r.name for r in runs if r.name in results and not results[r.name].get("bf16")]
+    (``train.bf16: auto`` resolves by machine), naming the runs of the smaller group; else ''.
+    A result that does not record ``bf16`` counts as neither."""
+    done = [(r.name, results[r.name].get("bf16")) for r in runs if r.name in results]
+    on = [name for name, bf16 in done if bf16 is True]
+    off = [name for name, bf16 in done if bf16 is False]
     if not on or not off:
         return ""
     fewer, label = (on, "bf16") if len(on) < len(off) else (off, "fp32")
     shown = ", ".join(f"`{n}`" for n in fewer[:8]) + (" ..." if len(fewer) > 8 else "")
+    runs_on = f"{len(on)} run{'s' if len(on) > 1 else ''}"
     return (
-        f"- precision: mixed, bf16 autocast in {len(on)} run{'s' * (len(on) > 1)} and fp32 in "
-        f"{len(off)} "
-        f"({label}: {shown}); a difference between runs in different formats includes the "
-        "format's own effect"
+        f"- precision: mixed, bf16 autocast in {runs_on} and fp32 in {len(off)} ({label}: "
+        f"{shown}); a difference between runs in different formats includes the format's "
+        "own effect"
     )
 
 
