@@ -191,3 +191,81 @@ def test_training_on_a_drop_file_is_a_clear_error(shared_data, capsys):
     code = main(["train", f"--data={shared_data}", "--data.train=drop/drop-mini.json"])
     assert code == 2
     assert "needs extractive QA data" in capsys.readouterr().err
+
+
+def test_evaluate_scores_the_whole_file_and_refuses_model_overrides(
+    tiny_trained_run, shared_data, tmp_path, capsys
+):
+    best = tiny_trained_run / "best"
+    config = json.loads((best / "structqa_config.json").read_text())
+    config["data"]["eval_size"] = 2  # as if trained with a quick held-out check
+    (tmp_path / "ckpt").mkdir()
+    for f in best.iterdir():
+        if f.is_file():
+            (tmp_path / "ckpt" / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "ckpt" / "structqa_config.json").write_text(json.dumps(config))
+    args = ["evaluate", str(tmp_path / "ckpt"), f"--data={shared_data}", "--bf16", "off"]
+    assert main([*args, "--out", str(tmp_path / "ev")]) == 0
+    assert len(json.loads((tmp_path / "ev" / "predictions.json").read_text())) == 5
+    assert main([*args, "--eval-size", "3", "--out", str(tmp_path / "ev3")]) == 0
+    assert len(json.loads((tmp_path / "ev3" / "predictions.json").read_text())) == 3
+    capsys.readouterr()
+    assert main([*args, "--model.head=dyrex"]) == 2
+    assert "--model.head cannot change a trained model" in capsys.readouterr().err
+
+
+def test_checkpoint_errors_point_into_a_run_directory(tiny_trained_run, capsys):
+    assert main(["evaluate", str(tiny_trained_run)]) == 2
+    err = capsys.readouterr().err
+    assert "not a structqa checkpoint" in err and f"give {tiny_trained_run / 'best'}" in err
+
+
+def test_predict_argument_errors_are_one_line(tiny_trained_run, shared_data, capsys):
+    best = str(tiny_trained_run / "best")
+    cases = [
+        (["--question", "", "--context", "abc"], "--question is empty"),
+        (["--question", "Who?", "--context", "  "], "--context is empty"),
+        (["--question", "Who?"], "give --question and --context"),
+        (["--question", "Who?", "--file", str(shared_data / MINI)], "not both"),
+    ]
+    for extra, needle in cases:
+        assert main(["predict", best, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err, extra
+
+
+def test_predict_file_keeps_null_odds_per_predictions_file(tiny_trained_run, shared_data, tmp_path):
+    best = str(tiny_trained_run / "best")
+    for name in ("a.json", "b.json", "predictions.json"):
+        out = tmp_path / name
+        args = ["predict", best, "--file", str(shared_data / MINI), "--out", str(out)]
+        assert main([*args, "--bf16", "off"]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "a.json",
+        "a.null_odds.json",
+        "b.json",
+        "b.null_odds.json",
+        "null_odds.json",
+        "predictions.json",
+    ]
+
+
+def test_os_errors_are_one_line(tmp_path, capsys):
+    assert main(["score", str(tmp_path), str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("structqa score: error:") and "Traceback" not in err
+
+
+def test_score_names_the_file_record_and_field(tmp_path, capsys):
+    bad = tmp_path / "missing_id.json"
+    bad.write_text(json.dumps({"data": [{"paragraphs": [{"qas": [{"answers": []}]}]}]}))
+    preds = tmp_path / "p.json"
+    preds.write_text("{}")
+    assert main(["score", str(bad), str(preds)]) == 2
+    err = capsys.readouterr().err
+    assert "missing_id.json: record 'data[0].paragraphs[0].qas[0]', field 'id'" in err
+    listed = tmp_path / "list.json"
+    listed.write_text("[]")
+    assert main(["score", str(listed), str(preds)]) == 2
+    assert "the top level must be an object" in capsys.readouterr().err

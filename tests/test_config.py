@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -143,3 +145,49 @@ def test_param_lr_exists_in_every_training_config():
         )
         assert cfg.train.param_lr == {"encoder.layers.*.sublayers.1.*": 1e-4}, cls
     assert MAPPING_KEYS == {"train.param_lr"}
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("train.bf16=maybe", "train.bf16 must be auto, on or off"),
+        ("data.train_size=lots", "data.train_size: train size must be a positive integer"),
+        ("train.batch_size=0", "train.batch_size must be >= 1"),
+        ("train.grad_accum=0", "train.grad_accum must be >= 1"),
+        ("train.epochs=0", "train.epochs must be > 0"),
+        ("train.warmup_ratio=1.5", "train.warmup_ratio must be in [0, 1]"),
+        ("decode.max_answer_length=0", "decode.max_answer_length must be >= 1"),
+    ],
+)
+def test_validate_rejects_values_before_anything_loads(override, needle):
+    from structqa.config import validate
+
+    cfg = load_config(overrides=[override])
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        validate(cfg)
+
+
+def test_validate_accepts_the_defaults_and_max_steps_without_epochs():
+    from structqa.config import validate
+
+    validate(load_config())
+    validate(load_config(overrides=["train.epochs=0", "train.max_steps=5", "train.bf16=false"]))
+
+
+def test_config_changes_lists_what_differs():
+    from structqa.config import config_changes
+
+    a = load_config(overrides=["train.seed=1", "model.block=[sa, naa, ffn]"]).to_dict()
+    b = load_config(overrides=["train.seed=2", "train.output_dir=x"]).to_dict()
+    b["train"]["new_setting"] = 3  # a key only one side has is not compared
+    assert config_changes(a, b, frozenset({"train.output_dir"})) == [
+        ("model.block", ["sa", "naa", "ffn"], None),
+        ("train.seed", 1, 2),
+    ]
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  epochs: [1\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load_config(bad)

@@ -52,11 +52,32 @@ def _config(args: argparse.Namespace, extra: list[str], base: list[str] | None =
     return load_config(getattr(args, "config", None), overrides)
 
 
+# exit status of a run stopped by SIGINT/SIGTERM (the shell's 128 + SIGINT): the stop is
+# clean and resumable, but `train ... && evaluate ...` must not go on as if it had finished
+INTERRUPTED = 130
+
+
+def _stopped(output_dir: str | Path) -> bool:
+    """Whether the run in ``output_dir`` stopped before finishing (its last/ says so)."""
+    state = Path(output_dir) / "last" / "train_state.json"
+    if not state.is_file():
+        return False
+    if json.loads(state.read_text()).get("finished"):
+        return False
+    print(
+        f"structqa: the run in {output_dir} stopped before finishing; continue it with --resume",
+        file=sys.stderr,
+    )
+    return True
+
+
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.training.loop import run
 
     cfg = _config(args, extra)
     result = run(cfg, resume=args.resume, progress=not args.no_progress)
+    if _stopped(cfg.train.output_dir):
+        return INTERRUPTED
     if result is not None:
         print(json.dumps(result.metrics, indent=2))
     return 0
@@ -69,6 +90,8 @@ def cmd_pretrain(args: argparse.Namespace, extra: list[str]) -> int:
     overrides = list(extra) + ([f"data.dir={args.data}"] if args.data else [])
     cfg = load_pretrain_config(args.config, overrides)
     result = run(cfg, resume=args.resume, progress=not args.no_progress)
+    if _stopped(cfg.train.output_dir):
+        return INTERRUPTED
     if result is not None:
         print(json.dumps(result.metrics, indent=2))
     return 0
@@ -81,6 +104,8 @@ def cmd_drop_train(args: argparse.Namespace, extra: list[str]) -> int:
     overrides = list(extra) + ([f"data.dir={args.data}"] if args.data else [])
     cfg = load_drop_config(args.config, overrides)
     result = run(cfg, resume=args.resume, progress=not args.no_progress)
+    if _stopped(cfg.train.output_dir):
+        return INTERRUPTED
     if result is not None:
         print(json.dumps(result, indent=2))
     return 0
@@ -111,7 +136,16 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
         f"evaluating on {cfg.data.eval}"
     )
     t0 = time.perf_counter()
-    result = run(cfg, resume=args.resume, progress=True)
+    try:
+        result = run(cfg, resume=args.resume, progress=True)
+    except ValueError as err:
+        if "already holds a run" in str(err):
+            raise ValueError(
+                f"{err}. `structqa quickstart --resume` shows that run's result again"
+            ) from None
+        raise
+    if _stopped(cfg.train.output_dir):
+        return INTERRUPTED
     best = Path(cfg.train.output_dir) / "best"
     if result is None:
         result_metrics = json.loads((best / "metrics.json").read_text())
@@ -144,11 +178,17 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
 
     if args.data:
         cfg.data.dir = args.data
-    if args.eval_size is not None:
-        cfg.data.eval_size = args.eval_size
+    # the whole file unless --eval-size says otherwise (the checkpoint's data.eval_size was
+    # a training-time setting)
+    cfg.data.eval_size = args.eval_size
     for item in extra:
         k, _, v = item.lstrip("-").partition("=")
         section, _, key = k.partition(".")
+        if section not in ("data", "decode") and k != "train.eval_batch_size":
+            raise ValueError(
+                f"--{k} cannot change a trained model; only data.*, decode.* and "
+                "train.eval_batch_size overrides apply here"
+            )
         _apply(cfg, {section: {key: v}}, "")
     examples, v2 = load_eval_examples(cfg, args.eval)
     features, rep = featurize(examples, tokenizer, feature_config(cfg))
@@ -176,9 +216,27 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def null_odds_path(predictions: Path) -> Path:
+    """Where ``predict --file`` writes the null odds of ``predictions``: null_odds.json beside
+    predictions.json (as ``evaluate`` does), else NAME.null_odds.json beside NAME.json, so two
+    prediction files in one folder keep their own."""
+    if predictions.name == "predictions.json":
+        return predictions.with_name("null_odds.json")
+    return predictions.with_name(f"{predictions.stem}.null_odds.json")
+
+
 def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.serving.predictor import Predictor
 
+    if args.file and (args.question is not None or args.context is not None):
+        raise ValueError("give either --file DATA or --question and --context, not both")
+    if not args.file:
+        for name in ("question", "context"):
+            value = getattr(args, name)
+            if value is None:
+                raise ValueError("give --question and --context, or --file DATA")
+            if not value.strip():
+                raise ValueError(f"--{name} is empty")
     predictor = Predictor.from_checkpoint(args.checkpoint, bf16=args.bf16)
     if args.file:
         from structqa.data.readers import read_extractive
@@ -187,15 +245,12 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
         ds = read_extractive(args.file)
         preds = predictor.predict_examples(ds.examples)
         answers = {k: p.answer(predictor.null_threshold) for k, p in preds.items()}
-        out = args.out or "predictions.json"
+        out = Path(args.out or "predictions.json")
+        odds_file = null_odds_path(out)
         write_json(out, answers)
-        write_json(
-            Path(out).with_name("null_odds.json"), {k: p.null_odds for k, p in preds.items()}
-        )
-        log.info("wrote %d predictions to %s", len(answers), out)
+        write_json(odds_file, {k: p.null_odds for k, p in preds.items()})
+        log.info("wrote %d predictions to %s, their null odds to %s", len(answers), out, odds_file)
         return 0
-    if not (args.question and args.context):
-        raise SystemExit("predict: give --question and --context, or --file DATA")
     ans = predictor.predict(args.question, args.context)
     print(
         json.dumps(
@@ -204,6 +259,7 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
                 "start": ans.start,
                 "end": ans.end,
                 "score": ans.score,
+                "probability": round(ans.probability, 4),
                 "no_answer": ans.no_answer,
                 "nbest": [
                     {"text": c.text, "probability": round(c.probability, 4)} for c in ans.nbest[:5]
@@ -221,6 +277,9 @@ def cmd_explain(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise SystemExit(f"explain takes no config overrides: {' '.join(extra)}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a directory")
     model, tokenizer, cfg = model_from_checkpoint(args.checkpoint)
     att = explain(model, tokenizer, cfg, args.question, args.context, bf16=args.bf16)
     a, b = att.answer_tokens
@@ -228,7 +287,6 @@ def cmd_explain(args: argparse.Namespace, extra: list[str]) -> int:
         f"answer: {att.answer!r} (chars {att.answer_chars[0]}-{att.answer_chars[1]}, "
         f"tokens {a}-{b}, window {att.window + 1} of {att.num_windows})"
     )
-    out = Path(args.out)
     try:
         files = save_explanation(att, out)
     except RendererMissing as err:
@@ -551,12 +609,20 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose)
     try:
         return args.func(args, extra)
-    except (FileNotFoundError, ValueError) as e:
-        # bad input (files, configs, data): one clear line; --verbose shows the traceback
+    except (OSError, ValueError) as e:
+        # bad input (files, configs, data, a port in use): one clear line; --verbose shows
+        # the traceback
         if args.verbose:
             raise
         print(f"structqa {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # (a training loop catches the signal itself and stops cleanly; this is elsewhere,
+        # e.g. while data is read or a model loads)
+        if args.verbose:
+            raise
+        print(f"structqa {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

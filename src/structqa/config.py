@@ -200,7 +200,10 @@ def load_config(
     """Defaults <- YAML file <- ``section.key=value`` overrides (leading dashes optional)."""
     cfg = cls()
     if path is not None:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
         _apply(cfg, data, "")
@@ -219,6 +222,66 @@ def load_config(
         cur[parts[-1]] = raw
         _apply(cfg, nested, "")
     return cfg
+
+
+def validate(cfg: Config) -> Config:
+    """Check what the type coercion cannot (ranges, names) before any model or data is loaded:
+    a bad value fails in a second, not after the data has been read and featurized."""
+    from structqa.data.sampling import parse_train_size
+
+    d, t, dec = cfg.data, cfg.train, cfg.decode
+    bf16 = {"true": "on", "false": "off"}.get(str(t.bf16).lower(), str(t.bf16).lower())
+    if bf16 not in ("auto", "on", "off"):
+        raise ConfigError(f"train.bf16 must be auto, on or off, not {t.bf16!r}")
+    try:
+        parse_train_size(d.train_size)
+    except ValueError as err:
+        raise ConfigError(f"data.train_size: {err}") from None
+    at_least_one = {
+        "train.batch_size": t.batch_size,
+        "train.eval_batch_size": t.eval_batch_size,
+        "train.grad_accum": t.grad_accum,
+        "train.log_every_steps": t.log_every_steps,
+        "train.save_every_steps": t.save_every_steps,
+        "train.max_steps": t.max_steps,
+        "data.eval_size": d.eval_size,
+        "data.doc_stride": d.doc_stride,
+        "data.max_query_len": d.max_query_len,
+        "decode.n_best": dec.n_best,
+        "decode.max_answer_length": dec.max_answer_length,
+    }
+    for name, value in at_least_one.items():
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    if t.max_steps is None and not t.epochs > 0:
+        raise ConfigError(f"train.epochs must be > 0 (or set train.max_steps), got {t.epochs}")
+    if not 0.0 <= t.warmup_ratio <= 1.0:
+        raise ConfigError(f"train.warmup_ratio must be in [0, 1], got {t.warmup_ratio}")
+    return cfg
+
+
+def config_changes(
+    recorded: dict[str, Any], current: dict[str, Any], ignore: frozenset[str] = frozenset()
+) -> list[tuple[str, Any, Any]]:
+    """``(section.key, recorded value, current value)`` for every setting that differs between
+    two configs given as ``{section: {key: value}}`` dicts (values compared as JSON, so a
+    tuple equals a list). Keys that only one side has, such as a setting added by a newer
+    version, are not compared; ``ignore`` names keys that may differ."""
+    import json
+
+    a, b = json.loads(json.dumps(recorded)), json.loads(json.dumps(current))
+    out = []
+    for section in sorted(a.keys() & b.keys()):
+        sa, sb = a[section], b[section]
+        if not (isinstance(sa, dict) and isinstance(sb, dict)):
+            if sa != sb and section not in ignore:
+                out.append((section, sa, sb))
+            continue
+        for key in sorted(sa.keys() & sb.keys()):
+            dotted = f"{section}.{key}"
+            if dotted not in ignore and sa[key] != sb[key]:
+                out.append((dotted, sa[key], sb[key]))
+    return out
 
 
 def config_from_dict(d: dict[str, Any], cls: type = Config) -> Any:

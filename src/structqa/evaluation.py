@@ -65,18 +65,27 @@ def best_null_threshold(gold: dict[str, list[str]], predictions: dict[str, Predi
 def score_predictions(
     examples: Sequence[Example], predictions: dict[str, Prediction], version_2: bool
 ) -> EvalResult:
-    """SQuAD v1.1 metrics (also MRQA), or v2.0 with the null threshold tuned on this set."""
+    """SQuAD v1.1 metrics (also MRQA), or v2.0 with the null threshold tuned on this set.
+
+    For SQuAD 2.0, ``exact``, ``f1`` and the ``HasAns_*``/``NoAns_*`` keys score the answers
+    as written to predictions.json ("" where the null odds exceed the tuned threshold), so
+    ``structqa score DATA predictions.json`` gives the same numbers; ``best_*`` are the
+    official script's threshold search over the spans and null_odds.json. (The official
+    ``exact``/``f1`` at its default threshold 1.0 are not reported: the null odds are logit
+    differences, not probabilities, so a threshold of 1.0 means nothing for them.)"""
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     if not version_2:
         answers = {k: p.text for k, p in predictions.items()}
         return EvalResult(squad_v1(gold, answers), predictions, None)
     na = {k: p.null_odds for k, p in predictions.items()}
     texts = {k: p.text for k, p in predictions.items()}
-    metrics = squad_v2(gold, texts, na_probs=na)  # the official keys, best_* included
+    official = squad_v2(gold, texts, na_probs=na)
     thresh = best_null_threshold(gold, predictions)
     final = {k: p.answer(thresh) for k, p in predictions.items()}
-    at_thresh = squad_v2(gold, final)
-    metrics = {**metrics, **{f"thresholded_{k}": v for k, v in at_thresh.items()}}
+    metrics = {
+        **squad_v2(gold, final),
+        **{k: v for k, v in official.items() if k.startswith("best_")},
+    }
     return EvalResult(metrics, predictions, thresh)
 
 

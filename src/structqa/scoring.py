@@ -30,7 +30,7 @@ def _load_json(path: str | Path, what: str) -> Any:
         raw = path.read_bytes()
         if path.name.endswith(".gz"):
             raw = gzip.decompress(raw)
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8-sig"))  # (a byte-order mark is tolerated)
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise ValueError(f"{path}: the {what} file is not valid gzip ({e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -108,7 +108,15 @@ def load_gold(data_file: str | Path) -> tuple[str, Mapping[str, Any]]:
     dataset = _load_json(data_file, "dataset")
     if _is_drop(dataset):
         return "drop", gold_from_drop_json(dataset)
-    gold, _ = gold_from_squad_json(dataset)
+    if not isinstance(dataset, dict):
+        raise ValueError(
+            f"{data_file}: the top level must be an object with a 'data' list (SQuAD) or "
+            f"passage ids (DROP), not a JSON {type(dataset).__name__}"
+        )
+    try:
+        gold, _ = gold_from_squad_json(dataset)
+    except ValueError as e:
+        raise ValueError(f"{data_file}: {e}") from None
     return ("squad2" if _is_v2(dataset) else "squad1"), gold
 
 

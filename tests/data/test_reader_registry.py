@@ -108,7 +108,17 @@ def test_unregistered_detected_format_is_explained(tmp_path: Path, monkeypatch) 
         read_examples(path)
 
 
-def test_undetectable_content_asks_for_a_format(tmp_path: Path) -> None:
+def test_undetectable_content_says_what_is_expected(tmp_path: Path) -> None:
     path = write(tmp_path / "x.json", json.dumps({"rows": [1, 2, 3]}))
-    with pytest.raises(ValueError, match="pass the format explicitly"):
+    with pytest.raises(ValueError, match=r"x\.json: cannot tell.*Expected SQuAD JSON"):
         detect_format(path)
+
+
+def test_empty_and_non_utf8_files_are_named(tmp_path: Path) -> None:
+    empty = write(tmp_path / "empty.json", "")
+    with pytest.raises(ValueError, match=r"empty\.json: the file is empty"):
+        detect_format(empty)
+    latin = tmp_path / "latin.json"
+    latin.write_bytes('{"data": "caf\xe9"}'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin\.json: not UTF-8"):
+        detect_format(latin)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -590,3 +591,26 @@ def test_v1_matches_reference_on_xquad(
         preds[qa["id"]] = pred
     gold, _ = gold_from_squad_json(xquad_json)
     _assert_same(squad_v1(gold, preds), _reference_v1(ref, dataset, preds))
+
+
+@pytest.mark.parametrize(
+    ("obj", "needle"),
+    [
+        (
+            {"data": [{"paragraphs": [{"qas": [{"answers": []}]}]}]},
+            "'data[0].paragraphs[0].qas[0]', field 'id': missing",
+        ),
+        (
+            {"data": [{"paragraphs": [{"qas": [{"id": "q", "answers": {"text": "x"}}]}]}]},
+            "field 'answers': expected a list, got dict",
+        ),
+        ({"data": {"paragraphs": []}}, "record 'top level', field 'data': expected a list"),
+        (
+            {"data": [{"paragraphs": [{"qas": [{"id": "q", "answers": [{"txt": "x"}]}]}]}]},
+            "qas[0].answers[0]', field 'text': missing",
+        ),
+    ],
+)
+def test_gold_reading_names_the_record_and_field(obj, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        gold_from_squad_json(obj)

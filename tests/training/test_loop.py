@@ -222,3 +222,69 @@ def test_resume_refuses_changed_learning_rate_groups(tmp_path):
     _, changed = groups(["head.W"])  # W moves into a group of its own, at lr
     with pytest.raises(ValueError, match="head_lr_exclude"):
         _check_param_groups(tmp_path, saved, changed)
+
+
+def _interrupt_after(monkeypatch, n_batches: int) -> None:
+    """Send this process a real SIGINT while the loop builds batch ``n_batches``."""
+    calls = {"n": 0}
+    real_collate = loop.collate
+
+    def collate_then_interrupt(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == n_batches:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_collate(*a, **kw)
+
+    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
+
+
+def test_resume_refuses_a_changed_config(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
+    args = ("train.max_steps=6", "train.lr=1e-3")
+    _interrupt_after(monkeypatch, 3)
+    loop.run(tiny_config(tmp_path / "r", tiny_checkpoint, shared_data, *args), progress=False)
+    state = json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())
+    assert state["global_step"] == 3 and not state["finished"]
+    monkeypatch.undo()
+    changed = tiny_config(
+        tmp_path / "r", tiny_checkpoint, shared_data, *args, "train.seed=7", "train.batch_size=1"
+    )
+    with pytest.raises(ValueError, match=r"cannot resume.*train\.batch_size: 2 -> 1.*train\.seed"):
+        loop.run(changed, resume=True, progress=False)
+    # where it logs and how often it saves may change; the run then finishes
+    same = tiny_config(
+        tmp_path / "r", tiny_checkpoint, shared_data, *args, "train.log_every_steps=2"
+    )
+    loop.run(same, resume=True, progress=False)
+    assert json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())["finished"]
+
+
+def test_a_fresh_run_does_not_overwrite_one(tmp_path, tiny_checkpoint, shared_data):
+    cfg = tiny_config(tmp_path / "once", tiny_checkpoint, shared_data, "train.max_steps=2")
+    loop.run(cfg, progress=False)
+    before = (tmp_path / "once" / "last" / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match=r"already holds a run \(best, last\).*--resume"):
+        loop.run(cfg, progress=False)
+    assert (tmp_path / "once" / "last" / "model.safetensors").read_bytes() == before
+
+
+def test_cli_train_exits_130_when_interrupted(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
+    from tiny import mini_train_args
+
+    out = tmp_path / "cli"
+    argv = [*mini_train_args("train", shared_data, tiny_checkpoint, out, MINI, steps=6)]
+    _interrupt_after(monkeypatch, 2)
+    assert main([*argv, "--no-progress"]) == 130
+    monkeypatch.undo()
+    assert main([*argv, "--no-progress", "--resume"]) == 0
+
+
+def test_start_log_keeps_what_the_checkpoint_saw(tmp_path):
+    from structqa.training.checkpoint import start_log
+
+    log = tmp_path / "metrics.jsonl"
+    lines = [{"step": s, "loss": 1.0} for s in (1, 2, 3, 4)] + [{"step": 4, "eval": {}}]
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 5, "lo')
+    start_log(log, 3)  # resumed from step 3: steps 4 and the cut line go
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [1, 2, 3]
+    start_log(log, 0)  # a fresh run: a new log
+    assert not log.exists()

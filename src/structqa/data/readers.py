@@ -48,18 +48,24 @@ def detect_format(path: str | Path) -> str:
         suffixes = suffixes[:-1]
     if suffixes and suffixes[-1] == ".jsonl":
         return "mrqa"
-    with open_text(path) as handle:
-        head = handle.read(_SNIFF_CHARS)
+    try:
+        with open_text(path) as handle:
+            head = handle.read(_SNIFF_CHARS)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err})") from None
+    if not head.strip():
+        raise ValueError(f"{path}: the file is empty")
     first_line = head.split("\n", 1)[0]
     if _is_mrqa_header(first_line):
         return "mrqa"
     for name, signature in _JSON_SIGNATURES:
         if signature.search(head):
             return name
-    known = ", ".join(sorted(READERS))
     raise ValueError(
-        f"{path}: cannot tell the data format from its name or first {_SNIFF_CHARS} characters; "
-        f"pass the format explicitly (known formats: {known})"
+        f"{path}: cannot tell the data format from its name or first {_SNIFF_CHARS} characters. "
+        'Expected SQuAD JSON (a "data" list of articles with "paragraphs"), MRQA JSON lines '
+        '(.jsonl or .jsonl.gz, a "header" line first) or DROP JSON (passages with "qa_pairs"); '
+        "from Python, read_examples(path, format=...) names the format"
     )
 
 

@@ -301,8 +301,8 @@ def write_bootstrap(
         *(
             [
                 "SQuAD 2.0 answers are scored as saved in best/predictions.json, i.e. at the "
-                "no-answer threshold tuned on the evaluation file (table.md's thresholded F1), "
-                "not at the official default threshold.",
+                "no-answer threshold tuned on the evaluation file (as table.md's f1 and exact "
+                "are).",
                 "",
             ]
             if "squad2" in scores.schemes

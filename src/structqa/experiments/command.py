@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from structqa.config import Config, ConfigError
+from structqa.config import Config, ConfigError, config_changes
 from structqa.data import Example, validation_split
 from structqa.data.readers import read_extractive
 from structqa.experiments.aggregate import (
@@ -62,6 +62,7 @@ from structqa.pretrain import loop as pretrain_loop
 from structqa.pretrain.config import PretrainConfig
 from structqa.provenance import git_info, machine_info
 from structqa.training import loop
+from structqa.training.checkpoint import RESUME_MAY_CHANGE
 from structqa.training.data import data_path
 
 log = logging.getLogger(__name__)
@@ -310,15 +311,6 @@ def _arm_finished(final: Path) -> bool:
     return bool(_read_json(final / "train_state.json").get("finished"))
 
 
-def _config_changes(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """Dotted keys whose values differ between two pretrain configs (keys in both; paths the
-    runner sets per machine, train.output_dir and data.dir, are not compared)."""
-    a = _flatten(json.loads(json.dumps(recorded)))
-    b = _flatten(json.loads(json.dumps(current)))
-    skip = {"train.output_dir", "data.dir"}
-    return sorted(k for k in a.keys() & b.keys() if k not in skip and a[k] != b[k])
-
-
 def ensure_pretrained(
     experiment: Experiment,
     arm: str,
@@ -342,7 +334,7 @@ def ensure_pretrained(
     if data_dir:
         cfg.data.dir = data_dir
     recorded = _read_json(out / "config.json")  # what the pre-training loop ran with
-    changed = _config_changes(recorded, cfg.to_dict()) if recorded else []
+    changed = [k for k, _, _ in config_changes(recorded or {}, cfg.to_dict(), RESUME_MAY_CHANGE)]
     if changed:
         raise ConfigError(
             f"pre-training arm {arm!r}: {out} was trained with other values of "

@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from structqa.config import Config, ConfigError, config_from_dict, mapping_fields
+from structqa.config import validate as validate_extractive
 from structqa.experiments.aggregate import DROP_METRICS, metric_value, sample_std
 from structqa.ncbert.config import DropConfig
 from structqa.ncbert.config import validate as validate_drop
@@ -142,12 +143,8 @@ class Kind:
     metrics: tuple[str, ...]
 
 
-def _no_check(cfg: Any) -> Any:
-    return cfg
-
-
 KINDS = {
-    "extractive": Kind("extractive", Config, _no_check, ("f1", "em")),
+    "extractive": Kind("extractive", Config, validate_extractive, ("f1", "em")),
     "drop": Kind("drop", DropConfig, validate_drop, DROP_METRICS),
 }
 

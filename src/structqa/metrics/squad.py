@@ -325,6 +325,24 @@ def squad_v2(
     return out
 
 
+def _field(record: Any, key: str, where: str, kind: type) -> Any:
+    """``record[key]``, checked: a ValueError naming the record and field otherwise."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"record {where!r}: expected an object, got {type(record).__name__}")
+    if key not in record:
+        raise ValueError(f"record {where!r}, field {key!r}: missing required field")
+    value = record[key]
+    if not isinstance(value, kind):
+        raise ValueError(
+            f"record {where!r}, field {key!r}: expected {_KIND_NAMES[kind]}, "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+_KIND_NAMES = {list: "a list", str: "a string"}
+
+
 def gold_from_squad_json(
     obj: Mapping[str, Any] | Sequence[Mapping[str, Any]],
 ) -> tuple[dict[str, list[str]], dict[str, bool]]:
@@ -336,18 +354,28 @@ def gold_from_squad_json(
     A repeated id keeps its first position and its last answers (as the v2.0 script's dicts
     do; the v1.1 script would count it twice), with a warning.
     """
-    articles = obj["data"] if isinstance(obj, Mapping) else obj
+    articles = _field(obj, "data", "top level", list) if isinstance(obj, Mapping) else obj
+    if not isinstance(articles, Sequence) or isinstance(articles, str):
+        raise ValueError(
+            f"the top level must be an object with a 'data' list, not {type(obj).__name__}"
+        )
     gold: dict[str, list[str]] = {}
     has_ans: dict[str, bool] = {}
     repeated: list[str] = []
-    for article in articles:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                qid = qa["id"]
+    for a, article in enumerate(articles):
+        paragraphs = _field(article, "paragraphs", f"data[{a}]", list)
+        for p, paragraph in enumerate(paragraphs):
+            qas = _field(paragraph, "qas", f"data[{a}].paragraphs[{p}]", list)
+            for q, qa in enumerate(qas):
+                where = f"data[{a}].paragraphs[{p}].qas[{q}]"
+                qid = _field(qa, "id", where, str)
                 if qid in gold:
                     repeated.append(qid)
-                answers = qa["answers"]
-                gold[qid] = [answer["text"] for answer in answers]
+                answers = _field(qa, "answers", where, list)
+                gold[qid] = [
+                    _field(answer, "text", f"{where}.answers[{i}]", str)
+                    for i, answer in enumerate(answers)
+                ]
                 has_ans[qid] = bool(answers)
     if repeated:
         logger.warning(

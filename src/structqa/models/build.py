@@ -109,6 +109,13 @@ def set_dropout(module: nn.Module, hidden: float | None, attention: float | None
             m.dropout = attention
 
 
+def not_a_checkpoint(path: Path) -> str:
+    """The error for a directory without a checkpoint, pointing into a run directory's."""
+    held = [d for d in ("best", "last", "final") if (path / d / "model.safetensors").exists()]
+    hint = f"; it is a run directory: give {path / held[0]}" if held else ""
+    return f"{path}: not a structqa checkpoint (no model.safetensors){hint}"
+
+
 def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, Config]:
     """Rebuild the exact model saved by the trainer (weights, config, tokenizer)."""
     from safetensors.torch import load_file
@@ -117,7 +124,7 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
 
     path = Path(path)
     if not (path / "model.safetensors").exists():
-        raise FileNotFoundError(f"{path}: not a structqa checkpoint (no model.safetensors)")
+        raise FileNotFoundError(not_a_checkpoint(path))
     cfg = config_from_dict(json.loads((path / "structqa_config.json").read_text()))
     encoder = encoder_from_config_dict(json.loads((path / "encoder_config.json").read_text()))
     resolve_token_tags(cfg, encoder)  # null in checkpoints from before token tags

@@ -53,7 +53,12 @@ from structqa.features.drop_features import (
 )
 from structqa.io import append_jsonl, write_json
 from structqa.metrics.drop import GoldAnswer, drop_score, gold_from_drop_json
-from structqa.models.build import load_tokenizer, resolve_encoder_path, set_dropout
+from structqa.models.build import (
+    load_tokenizer,
+    not_a_checkpoint,
+    resolve_encoder_path,
+    set_dropout,
+)
 from structqa.models.genbert import GenBERT
 from structqa.ncbert.config import DropConfig, validate
 from structqa.paths import resolve_data_dir, resolve_data_file
@@ -62,6 +67,7 @@ from structqa.training.checkpoint import (
     resume_from,
     safetensors_loader,
     save_checkpoint,
+    start_log,
 )
 from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
@@ -244,7 +250,7 @@ def load_genbert(path: str | Path) -> tuple[GenBERT, Any, DropConfig]:
 
     path = Path(path)
     if not (path / "model.safetensors").exists():
-        raise FileNotFoundError(f"{path}: not a structqa checkpoint (no model.safetensors)")
+        raise FileNotFoundError(not_a_checkpoint(path))
     cfg = validate(config_from_dict(json.loads((path / CONFIG_FILE).read_text()), cls=DropConfig))
     encoder = encoder_from_config_dict(json.loads((path / "encoder_config.json").read_text()))
     model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
@@ -372,7 +378,9 @@ def train(
     pad_id = int(tokenizer.pad_token_id or 0)
 
     last_dir, best_dir = out / "last", out / "best"
-    state = resume_from(last_dir, resume, safetensors_loader(model), optimizer, scheduler)
+    state = resume_from(
+        last_dir, resume, safetensors_loader(model), optimizer, scheduler, cfg.to_dict()
+    )
     if state.finished:
         log.info("run already finished")
         return None
@@ -383,6 +391,8 @@ def train(
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "config.json", config)
     log_path = out / "metrics.jsonl"
+    if accelerator.is_main_process:
+        start_log(log_path, state.global_step)
 
     def save(target: Path, metrics: dict[str, Any] | None = None, resumable: bool = True) -> None:
         if accelerator.is_main_process:

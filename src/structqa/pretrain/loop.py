@@ -56,7 +56,7 @@ from structqa.pretrain.np_tokenizer import collect_np_words, extend_embeddings, 
 from structqa.provenance import git_info, machine_info
 from structqa.runtime import autocast
 from structqa.text.annotate import NUM_POS_IDS
-from structqa.training.checkpoint import TrainState, resume_from, save_resume_state
+from structqa.training.checkpoint import TrainState, resume_from, save_resume_state, start_log
 from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
@@ -347,7 +347,13 @@ def train(
 
     last_dir, final_dir = out / "last", out / "final"
     state = resume_from(
-        last_dir, resume, lambda path: _load_weights(model, path), optimizer, scheduler
+        last_dir,
+        resume,
+        lambda path: _load_weights(model, path),
+        optimizer,
+        scheduler,
+        cfg.to_dict(),
+        CONFIG_FILE,
     )
     if state.finished:
         log.info("run already finished: %s", final_dir)
@@ -361,6 +367,8 @@ def train(
         write_json(out / "config.json", config)
         write_json(out / "data_report.json", data.report)
     log_path = out / "metrics.jsonl"
+    if accelerator.is_main_process:
+        start_log(log_path, state.global_step)
 
     def evaluate() -> MLMEval | None:
         if not accelerator.is_main_process or not len(data.heldout):

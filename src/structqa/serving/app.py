@@ -26,9 +26,44 @@ def answer_json(a: Answer, n_best: int = 5) -> dict[str, Any]:
         "start": a.start,
         "end": a.end,
         "score": a.score,
+        "probability": a.probability,
         "no_answer": a.no_answer,
         "nbest": [{"text": c.text, "probability": c.probability} for c in a.nbest[:n_best]],
     }
+
+
+def parse_request(body: bytes) -> tuple[list[tuple[str, str]], bool]:
+    """The (question, context) pairs of a /predict body, and whether it asked for one answer.
+
+    A body that is not UTF-8 JSON of the documented shape, or whose question or context is
+    not a string, is a ValueError whose message says what is wrong (the client gets a 400)."""
+    usage = 'expected {"question": str, "context": str} or {"pairs": [{...}, ...]}'
+    try:
+        req = json.loads(body.decode("utf-8") or "{}")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"the body is not UTF-8: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the body is not JSON ({e}); {usage}") from None
+    if not isinstance(req, dict):
+        raise ValueError(f"the body is a JSON {type(req).__name__}; {usage}")
+    single = "pairs" not in req
+    items = [req] if single else req["pairs"]
+    if not isinstance(items, list):
+        raise ValueError(f"'pairs' must be a list; {usage}")
+    pairs = []
+    for i, item in enumerate(items):
+        where = "the body" if single else f"pairs[{i}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where} is not an object; {usage}")
+        for key in ("question", "context"):
+            if key not in item:
+                raise ValueError(f"{where}: missing '{key}'; {usage}")
+            if not isinstance(item[key], str):
+                raise ValueError(
+                    f"{where}: '{key}' must be a string, not {type(item[key]).__name__}"
+                )
+        pairs.append((item["question"], item["context"]))
+    return pairs, single
 
 
 def make_server(
@@ -55,20 +90,20 @@ def make_server(
             if self.path != "/predict":
                 self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path}"})
                 return
-            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0:
+                self._send(HTTPStatus.BAD_REQUEST, {"error": "bad Content-Length header"})
+                return
             if length > MAX_BODY:
                 self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
                 return
             try:
-                req = json.loads(self.rfile.read(length) or b"{}")
-                single = "pairs" not in req
-                items = [req] if single else req["pairs"]
-                pairs = [(str(it["question"]), str(it["context"])) for it in items]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                self._send(
-                    HTTPStatus.BAD_REQUEST,
-                    {"error": f"expected {{question, context}} or {{pairs: [...]}}: {e}"},
-                )
+                pairs, single = parse_request(self.rfile.read(length))
+            except ValueError as e:
+                self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)})
                 return
             try:
                 with lock:

@@ -19,7 +19,11 @@ from structqa.training.data import feature_config
 
 @dataclass(frozen=True)
 class Answer:
-    """An answer: its text, its char span in the context, its score and the n-best list."""
+    """An answer: its text, its char span in the context, its score and the n-best list.
+
+    ``score`` is the span's start + end logit (unbounded, comparable between spans of one
+    model); ``probability`` is its softmax share among the n-best spans (0 to 1; 0.0 when
+    the model abstains)."""
 
     text: str
     start: int
@@ -28,6 +32,7 @@ class Answer:
     null_odds: float
     nbest: tuple[Candidate, ...]
     no_answer: bool = False
+    probability: float = 0.0
 
 
 class Predictor:
@@ -103,4 +108,5 @@ class Predictor:
             null_odds=p.null_odds,
             nbest=p.nbest,
             no_answer=not text,
+            probability=p.nbest[0].probability if text and p.nbest else 0.0,
         )

@@ -19,10 +19,24 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from structqa.config import config_changes
 from structqa.encoders.stacking import encoder_config_dict
-from structqa.io import recover_dir, replace_dir, write_json
+from structqa.io import recover_dir, replace_dir, write_json, write_text
 
 log = logging.getLogger(__name__)
+
+# Settings a resumed session may change: where things live and how often it logs, saves or
+# batches evaluation. Any other difference from the checkpoint's config refuses the resume.
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "train.output_dir",
+        "data.dir",
+        "data.annotation_cache",
+        "train.log_every_steps",
+        "train.save_every_steps",
+        "train.eval_batch_size",
+    }
+)
 
 
 @dataclass
@@ -112,15 +126,69 @@ def resume_from(
     load_weights: Callable[[Path], None],
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
+    config: dict[str, Any] | None = None,
+    config_file: str = "structqa_config.json",
 ) -> TrainState:
     """Where a loop starts: with ``resume`` and a checkpoint in ``last_dir`` (see
     :func:`resumable`), its state with weights, optimizer, scheduler and RNG restored;
-    otherwise a fresh state. Callers stop when the returned state is ``finished``."""
+    otherwise a fresh state. Callers stop when the returned state is ``finished``.
+
+    ``config`` (this session's, as a dict) is checked against the one the checkpoint saved
+    in ``config_file``: a resume with other data, seed, batch size, schedule or model is
+    refused (ValueError), since it would not continue the run it names. A fresh start into
+    a directory that already holds a checkpoint is refused too: it would overwrite it."""
     if resume and resumable(last_dir):
+        saved = last_dir / config_file
+        if config is not None and saved.is_file():
+            check_same_config(last_dir, json.loads(saved.read_text()), config)
         return restore(last_dir, load_weights, optimizer, scheduler)
+    out = last_dir.parent
+    if not resume:
+        held = [p.name for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
+        held = [n for n in held if n.split(".")[0] in _CHECKPOINT_DIRS]
+        if held:
+            raise ValueError(
+                f"{out} already holds a run ({', '.join(held)}); continue it with --resume, or "
+                "train into another output_dir (or delete this one)"
+            )
     if resume:
         log.info("nothing to resume in %s; starting fresh", last_dir)
     return TrainState()
+
+
+# checkpoint directories of the training loops (a ".tmp" or ".old" twin counts too)
+_CHECKPOINT_DIRS = ("last", "best", "final")
+
+
+def check_same_config(last_dir: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    changed = config_changes(saved, current, RESUME_MAY_CHANGE)
+    if changed:
+        what = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed)
+        raise ValueError(
+            f"{last_dir}: cannot resume, the config differs from the checkpoint's ({what}). "
+            "Give the same settings to continue this run, or train into a new output_dir"
+        )
+
+
+def start_log(path: Path, global_step: int) -> None:
+    """Make the run's JSONL log agree with where training starts (``global_step``, 0 for a
+    fresh run): a fresh run begins a new log; a resumed one drops the entries past its
+    checkpoint's step (written after the last save by a session that was killed), which the
+    resumed steps log again."""
+    if not path.exists():
+        return
+    if global_step == 0:
+        path.unlink()
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            step = json.loads(line).get("step", 0)
+        except (json.JSONDecodeError, AttributeError):
+            continue  # a line cut short by the kill
+        if step <= global_step:
+            kept.append(line)
+    write_text(path, "".join(f"{line}\n" for line in kept))
 
 
 def restore(

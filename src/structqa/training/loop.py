@@ -24,7 +24,7 @@ import torch.distributed as dist
 from accelerate import Accelerator
 from accelerate.utils import gather_object, set_seed
 
-from structqa.config import Config
+from structqa.config import Config, validate
 from structqa.decoding import DecodeConfig
 from structqa.evaluation import EvalResult, score_collector, write_outputs
 from structqa.features.batching import collate, length_grouped_batches
@@ -37,6 +37,7 @@ from structqa.training.checkpoint import (
     resume_from,
     safetensors_loader,
     save_checkpoint,
+    start_log,
 )
 from structqa.training.data import TrainData, prepare_data
 from structqa.training.optim import build_optimizer, linear_warmup_decay
@@ -90,7 +91,8 @@ def start_accelerator(bf16_setting: str) -> tuple[Accelerator, bool]:
 
 
 def run(cfg: Config, resume: bool = False, progress: bool = True) -> EvalResult | None:
-    """Seed, build the model, read and featurize the data, train."""
+    """Check the config, seed, build the model, read and featurize the data, train."""
+    validate(cfg)
     set_seed(cfg.train.seed)
     model, tokenizer = build_model(cfg)
     data = prepare_data(cfg, tokenizer)
@@ -113,7 +115,9 @@ def train(
     scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
 
     last_dir, best_dir = out / "last", out / "best"
-    state = resume_from(last_dir, resume, safetensors_loader(model), optimizer, scheduler)
+    state = resume_from(
+        last_dir, resume, safetensors_loader(model), optimizer, scheduler, cfg.to_dict()
+    )
     if state.finished:
         log.info("run already finished")
         return None
@@ -123,6 +127,8 @@ def train(
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "config.json", cfg.to_dict())
     log_path = out / "metrics.jsonl"
+    if accelerator.is_main_process:
+        start_log(log_path, state.global_step)
     decode = DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length)
 
     def save_last(metrics: dict[str, Any] | None = None) -> None:
