@@ -191,3 +191,13 @@ def test_yaml_syntax_error_names_the_file(tmp_path):
     bad.write_text("train:\n  epochs: [1\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
         load_config(bad)
+
+
+def test_stride_that_the_tokenizer_cannot_use_is_refused_up_front():
+    from structqa.config import validate
+
+    # 160 - 64 - 3 = 93 passage tokens with the longest question: a stride of 128 would
+    # crash the tokenizer on the first long question, deep in featurization
+    with pytest.raises(ConfigError, match=r"data\.doc_stride \(128\) must be below .* = 93"):
+        validate(load_config(overrides=["data.max_seq_len=160"]))
+    validate(load_config(overrides=["data.max_seq_len=160", "data.doc_stride=64"]))

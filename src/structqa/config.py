@@ -257,6 +257,12 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(f"train.epochs must be > 0 (or set train.max_steps), got {t.epochs}")
     if not 0.0 <= t.warmup_ratio <= 1.0:
         raise ConfigError(f"train.warmup_ratio must be in [0, 1], got {t.warmup_ratio}")
+    from structqa.features.squad import check_windows
+
+    try:
+        check_windows(d.max_seq_len, d.doc_stride, d.max_query_len)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return cfg
 
 

@@ -366,6 +366,57 @@ def test_runner_skips_done_runs_and_resumes_an_interrupted_one(
     assert seen == []
 
 
+def test_a_signal_during_a_runs_final_evaluation_stops_the_grid_after_it(
+    tmp_path, tiny_checkpoint, shared_data, monkeypatch
+):
+    exp = tiny_experiment(tiny_checkpoint, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    first, second = exp.runs()
+    real_inference = loop.run_inference
+
+    def interrupt_then_infer(*a, **kw):
+        os.kill(os.getpid(), signal.SIGINT)  # after the last step, during the evaluation
+        return real_inference(*a, **kw)
+
+    monkeypatch.setattr(loop, "run_inference", interrupt_then_infer)
+    code = run_experiment(exp, paths, command="x", progress=False)
+    assert code == command.EXIT_INTERRUPTED
+    assert paths.result(first).exists()  # the run finished: its result is kept
+    assert run_status(paths, second) == "todo"  # and the grid went no further
+    monkeypatch.setattr(loop, "run_inference", real_inference)
+    assert run_experiment(exp, paths, command="x", progress=False) == 0
+    assert paths.result(second).exists()
+
+
+def test_results_of_a_changed_recipe_are_stale_not_mixed_in(
+    tmp_path, tiny_checkpoint, shared_data, capsys
+):
+    exp = tiny_experiment(tiny_checkpoint, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    assert run_experiment(exp, paths, command="x", max_runs=1, progress=False) == 0
+    # the YAML changes after seed 0 finished: its result no longer stands for the recipe
+    base = tiny_finetune_base(tiny_checkpoint, shared_data)
+    base["data"]["doc_stride"] = 16
+    base["train"]["lr"] = 3e-5
+    changed = experiment_from_dict(
+        {"name": "tiny", "base": base, "grid": {"train.seed": [0, 1]}},
+        source="configs/tiny.yaml",
+    )
+    results = command.load_results(paths.results)
+    assert command.stale_results(changed, paths, results) == {
+        "seed=0": ["data.doc_stride", "train.lr"]
+    }
+    with pytest.raises(
+        ConfigError, match=r"1 finished result.*seed=0: data\.doc_stride, train\.lr"
+    ):
+        run_experiment(changed, paths, command="x", progress=False)
+    assert not paths.result(changed.runs()[1]).exists()  # nothing trained on top
+    command.print_plan(changed, paths)
+    assert "stale: data.doc_stride, train.lr" in capsys.readouterr().out
+    # the unchanged YAML still runs on
+    assert command.stale_results(exp, paths, results) == {}
+
+
 def test_runs_identical_to_another_experiments_finished_runs_reuse_their_results(
     tmp_path, tiny_checkpoint, shared_data, monkeypatch, capsys
 ):

@@ -52,3 +52,12 @@ def test_token_tags_that_differ_from_the_encoders_are_errors(
     cfg = load_config(overrides=[f"model.encoder={tagged_encoder_dir}", f"data.token_tags={tags}"])
     with pytest.raises(ConfigError, match=message):
         build_model(cfg)
+
+
+def test_windows_longer_than_the_encoders_positions_are_refused(tiny_checkpoint: Path) -> None:
+    positions = BertEncoder.from_pretrained(tiny_checkpoint).config.max_position_embeddings
+    too_long = load_config(
+        overrides=[f"model.encoder={tiny_checkpoint}", f"data.max_seq_len={positions + 1}"]
+    )
+    with pytest.raises(ValueError, match=f"exceeds the {positions} positions"):
+        build_model(too_long)

@@ -514,6 +514,83 @@ def _comparable(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[
     }
 
 
+def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> list[str]:
+    """The settings whose value in a finished ``result`` differs from what the experiment's
+    YAML now gives ``run`` (settings that the result's version of structqa did not have, runner
+    paths and derived values are not compared; nor is the encoder
+    of a run fine-tuned from a pre-training arm, a path the runner sets: the arm's own recipe
+    is compared by :func:`stale_arms`). Empty when the result still stands for the recipe."""
+    if "config" not in result:
+        return []
+    cfg = experiment.config_for(run)
+    skip: set[str] = set()
+    if pretrain_arm(str(getattr(cfg.model, "encoder", ""))) is not None:
+        skip.add("model.encoder")
+    if experiment.validation is not None:  # the runner's split files stand in for these
+        skip |= {"data.train", "data.eval"}
+    # keys in both only: a setting the recorded config lacks did not exist when it ran
+    recorded = _flatten(json.loads(json.dumps(result["config"])))
+    now = _flatten(json.loads(json.dumps(cfg.to_dict())))
+    skip |= _NOT_COMPARED
+    return sorted(
+        k for k in recorded.keys() & now.keys() if k not in skip and recorded[k] != now[k]
+    )
+
+
+def stale_arms(experiment: Experiment, paths: Paths) -> dict[str, list[str]]:
+    """Pre-training arms whose recorded config differs from the YAML's: arm -> keys."""
+    if experiment.pretrain is None:
+        return {}
+    out = {}
+    for arm in experiment.pretrain.arms:
+        recorded = _read_json(paths.pretrain_output(arm) / "config.json") or _read_json(
+            paths.pretrain_result(arm)
+        ).get("config")
+        if not recorded:
+            continue
+        changed = config_changes(
+            recorded, experiment.pretrain.config_for(arm).to_dict(), RESUME_MAY_CHANGE
+        )
+        if changed:
+            out[arm] = [k for k, _, _ in changed]
+    return out
+
+
+def stale_results(
+    experiment: Experiment, paths: Paths, results: Mapping[str, Mapping[str, Any]]
+) -> dict[str, list[str]]:
+    """Finished runs that no longer stand for the YAML's recipe: run name -> changed keys
+    (their own, or ``pretrain:ARM`` when the arm they were fine-tuned from changed)."""
+    arms = stale_arms(experiment, paths)
+    out: dict[str, list[str]] = {}
+    for run in plan(experiment, results):
+        if run.name not in results:
+            continue
+        keys = stale_keys(experiment, run, results[run.name])
+        arm = pretrain_arm(str(run.overrides.get("model.encoder", "")))
+        if arm in arms:
+            keys.append(f"pretrain:{arm} ({', '.join(arms[arm])})")
+        if keys:
+            out[run.name] = keys
+    return out
+
+
+def check_not_stale(experiment: Experiment, paths: Paths, results) -> None:
+    """Refuse to run or tabulate a grid whose finished results were made with another recipe
+    than the YAML now gives: a table would silently average the two."""
+    stale = stale_results(experiment, paths, results)
+    if not stale:
+        return
+    shown = "; ".join(f"{name}: {', '.join(keys)}" for name, keys in list(stale.items())[:5])
+    more = f" (and {len(stale) - 5} more)" if len(stale) > 5 else ""
+    raise ConfigError(
+        f"{_config_file(experiment)}: {len(stale)} finished result(s) in {paths.results} were "
+        f"trained with other values than the YAML now gives ({shown}{more}). Restore those "
+        f"values, or move the results (runs/NAME.json) and their output directories in "
+        f"{paths.runs} aside to train them again; `--dry-run` lists them as stale"
+    )
+
+
 def reuse_candidates(experiment: Experiment) -> list[tuple[Path, dict[str, Any]]]:
     """Every finished result (file, content) in ``experiment.reuse``'s directories."""
     return [
@@ -581,7 +658,13 @@ def display_path(path: str | Path) -> str:
 
 
 def selected(runs: Sequence[Run], only: str | None) -> list[Run]:
-    return [r for r in runs if not only or only in r.name]
+    """The runs whose name contains ``only`` (all when None); text that matches no run is an
+    error naming a few of the runs, not a silent no-op."""
+    picked = [r for r in runs if not only or only in r.name]
+    if only and not picked:
+        names = ", ".join(r.name for r in runs[:3])
+        raise ConfigError(f"--only {only!r} matches no run of the grid (runs look like {names})")
+    return picked
 
 
 def run_experiment(
@@ -598,6 +681,8 @@ def run_experiment(
     130 when interrupted. The plan is recomputed after each run, so the extra seeds of a noisy
     cell join the queue as soon as that cell's grid seeds are in. A run claimed by another
     worker (another ``structqa experiment`` on the same runs directory) is skipped."""
+    check_not_stale(experiment, paths, load_results(paths.results))
+    loop.StopFlag.received = None  # (a signal an earlier call in this process handled)
     provenance = {"git": git_info(), "machine": machine_info()}
     config_file = _config_file(experiment)
     finished = 0
@@ -671,6 +756,12 @@ def run_experiment(
             finished += 1
             results = load_results(paths.results)
             refresh(experiment, plan(experiment, results), results, paths.results, config_file)
+            if loop.StopFlag.received is not None:
+                # the signal came during the run's last step or final evaluation: the run
+                # finished and its result is saved, but the grid stops here as asked
+                loop.StopFlag.received = None
+                log.warning("%s finished; stopping as signalled", run.name)
+                return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         log.warning("interrupted; run the same command to continue")
         return EXIT_INTERRUPTED
@@ -711,10 +802,15 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         table.add_column(col, justify="right" if col in ("#", "F1", "EM") else "left")
     counts: dict[str, int] = {}
     candidates = reuse_candidates(experiment)  # (read once for the whole listing)
+    stale = stale_results(experiment, paths, results)
     for i, run in enumerate(runs, 1):
         status = run_status(paths, run)
+        if run.name in stale:
+            status = "stale"
         counts[status] = counts.get(status, 0) + 1
-        if status != "done" and (record := holder(paths.runs, run.name)) is not None:
+        if status == "stale":
+            status = f"stale: {', '.join(stale[run.name])}"
+        elif status != "done" and (record := holder(paths.runs, run.name)) is not None:
             status = f"running (pid {record['pid']})"
         elif (
             status != "done"
@@ -741,18 +837,24 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         )
         for col in ("arm", "status", "MLM acc", "MLM loss"):
             arms.add_column(col, justify="right" if col.startswith("MLM") else "left")
+        changed_arms = stale_arms(experiment, paths)
         for arm in experiment.pretrain.arms:
             m = _read_json(paths.pretrain_result(arm)).get("metrics", {})
             acc, loss = m.get("mlm_accuracy"), m.get("mlm_loss")
             arms.add_row(
                 arm,
-                pretrain_status(paths, arm),
+                f"stale: {', '.join(changed_arms[arm])}"
+                if arm in changed_arms
+                else pretrain_status(paths, arm),
                 "" if acc is None else f"{100 * acc:.2f}",
                 "" if loss is None else f"{loss:.4f}",
             )
         console.print(arms)
     console.print(table)
-    console.print(", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo")))
+    console.print(
+        ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo"))
+        + (f", {counts['stale']} stale (YAML changed since they ran)" if "stale" in counts else "")
+    )
     console.print(f"outputs: {paths.runs}  results: {paths.results}")
 
 
@@ -866,6 +968,7 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
         results = load_results(paths.results)
         if not results:
             raise ConfigError(f"--bootstrap: no results in {paths.results} to compare")
+        check_not_stale(experiment, paths, results)
         out = write_bootstrap(
             experiment,
             plan(experiment, results),
@@ -883,6 +986,7 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
         results = load_results(paths.results)
         if not results:
             raise ConfigError(f"--refresh: no results in {paths.results} to tabulate")
+        check_not_stale(experiment, paths, results)
         runs = plan(experiment, results)
         refresh(experiment, runs, results, paths.results, _config_file(experiment))
         log.info("rewrote the tables in %s from %d result(s)", paths.results, len(results))

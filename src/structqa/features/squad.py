@@ -106,6 +106,20 @@ def _truncate_questions(
     return out, n
 
 
+def check_windows(max_seq_len: int, doc_stride: int, max_query_len: int) -> None:
+    """A window of ``max_seq_len`` tokens holds [CLS] question [SEP] passage [SEP], with the
+    question cut to ``max_query_len`` tokens; the tokenizer needs the stride below the
+    passage's share of the longest such window (else it fails mid-featurization, on the
+    first long question)."""
+    room = max_seq_len - max_query_len - 3
+    if doc_stride >= room:
+        raise ValueError(
+            f"data.doc_stride ({doc_stride}) must be below data.max_seq_len - "
+            f"data.max_query_len - 3 = {room}, the passage tokens of a window with the "
+            "longest question; lower doc_stride or max_query_len, or raise max_seq_len"
+        )
+
+
 def featurize(
     examples: Sequence[Example],
     tokenizer,
@@ -118,6 +132,7 @@ def featurize(
 
     With ``cfg.token_tags`` questions and contexts are annotated by ``annotator`` (default: a
     new one for ``cfg.spacy_model``; pass one to reuse its parses across calls)."""
+    check_windows(cfg.max_seq_len, cfg.doc_stride, cfg.max_query_len)
     report = FeatureReport(examples=len(examples))
     keep = list(range(len(examples)))
     if training:

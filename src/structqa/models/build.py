@@ -83,6 +83,12 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     plus a freshly initialized head; resolves ``cfg.data.token_tags`` from the encoder."""
     path = resolve_encoder_path(cfg.model.encoder)
     encoder = load_encoder(path, block=cfg.model.block)
+    positions = encoder.config.max_position_embeddings
+    if cfg.data.max_seq_len > positions:
+        raise ValueError(
+            f"data.max_seq_len {cfg.data.max_seq_len} exceeds the {positions} positions of the "
+            f"encoder {cfg.model.encoder}; windows longer than that cannot be encoded"
+        )
     resolve_token_tags(cfg, encoder)
     head = build_head(
         cfg.model.head,

@@ -490,7 +490,7 @@ def train(
             accelerator.wait_for_everyone()
             state.finished = state.global_step >= total_steps
             save(last_dir)
-        if stop.stop:
+        if stop.stop and not state.finished:  # (a signal in the final evaluation: done)
             save(last_dir)
             log.warning("stopped at step %d; continue with --resume", state.global_step)
     finally:

@@ -46,7 +46,13 @@ log = logging.getLogger(__name__)
 
 
 class StopFlag:
-    """Set by SIGINT/SIGTERM; loops check it after each step and save before stopping."""
+    """Set by SIGINT/SIGTERM; loops check it after each step and save before stopping.
+
+    ``StopFlag.received`` keeps the last signal any loop caught, also when it came during
+    the run's last step or its final evaluation and the run still finished: a caller that
+    runs several trainings in turn (the experiment runner) reads it to stop after this one."""
+
+    received: int | None = None
 
     def __init__(self) -> None:
         self.stop = False
@@ -54,6 +60,7 @@ class StopFlag:
     def __call__(self, signum, frame) -> None:  # noqa: ARG002
         log.warning("signal %s: saving and stopping after this step", signum)
         self.stop = True
+        StopFlag.received = signum
 
     def synced(self, device: torch.device) -> bool:
         """The flag agreed by every process: one signalled process stops them all after the
@@ -231,7 +238,7 @@ def train(
             accelerator.wait_for_everyone()
             state.finished = state.global_step >= total_steps
             save_last(result.metrics_with_threshold() if result is not None else None)
-        if stop.stop:
+        if stop.stop and not state.finished:  # (a signal in the final evaluation: done)
             save_last()
             log.warning("stopped at step %d; continue with --resume", state.global_step)
     finally:
