@@ -690,3 +690,12 @@ def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
     config.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match="no table.baseline"):
         args.func(args, [])
+
+
+def test_a_misspelt_table_metric_fails_when_the_yaml_loads():
+    with pytest.raises(ConfigError, match=r"unknown metric 'f11' \(did you mean 'f1'\?\)"):
+        experiment_from_dict(spec(grid={"train.seed": [0]}, table={"metrics": ["f1", "f11"]}))
+    ok = experiment_from_dict(
+        spec(grid={"train.seed": [0]}, table={"metrics": ["last_f1", "exact", "HasAns_f1"]})
+    )
+    assert ok.table.metrics == ("last_f1", "exact", "HasAns_f1")

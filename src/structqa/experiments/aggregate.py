@@ -43,6 +43,19 @@ _EM_KEYS = ("exact_match", "exact")  # SQuAD v1.1 / MRQA, and v2.0
 # answer type, and the dev F1 that selected the checkpoint
 DROP_METRICS = ("em", "f1", "number_f1", "date_f1", "span_f1", "spans_f1", "dev_f1")
 
+# Every metric name a table may ask of each kind of result (with ``last_`` before any of
+# them: the value of the final evaluation): SQuAD v1.1/MRQA and v2.0 keys, and the DROP keys
+# of :func:`drop_table_metrics`. A name outside them is a typo caught when the YAML loads.
+EXTRACTIVE_METRIC_NAMES = frozenset(
+    {"f1", "em", "exact_match", "exact", "total", "null_threshold"}
+    | {f"best_{m}" for m in ("exact", "exact_thresh", "f1", "f1_thresh")}
+    | {f"{part}_{m}" for part in ("HasAns", "NoAns") for m in ("exact", "f1", "total")}
+)
+DROP_METRIC_NAMES = frozenset(
+    {"f1", "em", "exact_match", "dev_em", "dev_f1"}
+    | {f"{t}_{m}" for t in ("number", "date", "span", "spans") for m in ("em", "f1")}
+)
+
 
 def drop_table_metrics(test: Mapping[str, Any], dev: Mapping[str, Any]) -> dict[str, float | None]:
     """The ``metrics`` of a DROP run's result: official DROP scores (fractions) of the test

@@ -42,7 +42,14 @@ import yaml
 
 from structqa.config import Config, ConfigError, config_from_dict, mapping_fields
 from structqa.config import validate as validate_extractive
-from structqa.experiments.aggregate import DROP_METRICS, metric_value, sample_std
+from structqa.experiments.aggregate import (
+    DROP_METRIC_NAMES,
+    DROP_METRICS,
+    EXTRACTIVE_METRIC_NAMES,
+    LAST_PREFIX,
+    metric_value,
+    sample_std,
+)
 from structqa.ncbert.config import DropConfig
 from structqa.ncbert.config import validate as validate_drop
 from structqa.pretrain.config import PretrainConfig
@@ -141,11 +148,14 @@ class Kind:
     config_cls: type
     check: Callable[[Any], Any]  # returns the config, raises ConfigError
     metrics: tuple[str, ...]
+    known_metrics: frozenset[str] = frozenset()  # what a table may name (see aggregate)
 
 
 KINDS = {
-    "extractive": Kind("extractive", Config, validate_extractive, ("f1", "em")),
-    "drop": Kind("drop", DropConfig, validate_drop, DROP_METRICS),
+    "extractive": Kind(
+        "extractive", Config, validate_extractive, ("f1", "em"), EXTRACTIVE_METRIC_NAMES
+    ),
+    "drop": Kind("drop", DropConfig, validate_drop, DROP_METRICS, DROP_METRIC_NAMES),
 }
 
 
@@ -398,6 +408,7 @@ def _parse_table(
     where: str,
     default_metrics: Sequence[str] = ("f1", "em"),
     cls: type = Config,
+    known_metrics: frozenset[str] = frozenset(),
 ) -> TableSpec:
     if raw is None:
         raw = {"rows": list(cell_keys)[:1] or [VARIANT]} if cell_keys else {"rows": []}
@@ -425,6 +436,15 @@ def _parse_table(
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     if not metrics:
         raise ConfigError(f"{where}.metrics: name at least one metric (f1, em, ...)")
+    for m in map(str, metrics):
+        name = m[len(LAST_PREFIX) :] if m.startswith(LAST_PREFIX) else m
+        if known_metrics and name not in known_metrics:
+            close = difflib.get_close_matches(name, sorted(known_metrics), n=1, cutoff=0.4)
+            raise ConfigError(
+                f"{where}.metrics: unknown metric {m!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; known: {', '.join(sorted(known_metrics))} (each also as last_NAME)"
+            )
     baseline = None
     if "baseline" in raw:  # (present: `baseline: null` names a row whose value is null)
         if not rows:
@@ -609,7 +629,12 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
         axes=axes,
         variants=variants,
         table=_parse_table(
-            data.get("table"), cell_keys, f"{where}.table", kind.metrics, kind.config_cls
+            data.get("table"),
+            cell_keys,
+            f"{where}.table",
+            kind.metrics,
+            kind.config_cls,
+            kind.known_metrics,
         ),
         description=str(data.get("description", "")),
         seeds_if_noisy=_parse_noisy(
