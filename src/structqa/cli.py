@@ -125,6 +125,7 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
     from rich.console import Console
 
     from structqa.serving.predictor import Predictor
+    from structqa.training.checkpoint import RunExists
     from structqa.training.loop import run
 
     console = Console()
@@ -138,12 +139,10 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
     t0 = time.perf_counter()
     try:
         result = run(cfg, resume=args.resume, progress=True)
-    except ValueError as err:
-        if "already holds a run" in str(err):
-            raise ValueError(
-                f"{err}. `structqa quickstart --resume` shows that run's result again"
-            ) from None
-        raise
+    except RunExists as err:
+        raise ValueError(
+            f"{err}. `structqa quickstart --resume` shows that run's result again"
+        ) from None
     if _stopped(cfg.train.output_dir):
         return INTERRUPTED
     best = Path(cfg.train.output_dir) / "best"

@@ -227,12 +227,16 @@ def load_config(
 def validate(cfg: Config) -> Config:
     """Check what the type coercion cannot (ranges, names) before any model or data is loaded:
     a bad value fails in a second, not after the data has been read and featurized."""
+    import torch
+
     from structqa.data.sampling import parse_train_size
+    from structqa.runtime import use_bf16
 
     d, t, dec = cfg.data, cfg.train, cfg.decode
-    bf16 = {"true": "on", "false": "off"}.get(str(t.bf16).lower(), str(t.bf16).lower())
-    if bf16 not in ("auto", "on", "off"):
-        raise ConfigError(f"train.bf16 must be auto, on or off, not {t.bf16!r}")
+    try:
+        use_bf16(t.bf16, torch.device("cpu"))  # only checks the setting
+    except ValueError as err:
+        raise ConfigError(f"train.{err}") from None
     try:
         parse_train_size(d.train_size)
     except ValueError as err:

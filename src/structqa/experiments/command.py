@@ -557,11 +557,15 @@ def stale_arms(experiment: Experiment, paths: Paths) -> dict[str, list[str]]:
 
 
 def stale_results(
-    experiment: Experiment, paths: Paths, results: Mapping[str, Mapping[str, Any]]
+    experiment: Experiment,
+    paths: Paths,
+    results: Mapping[str, Mapping[str, Any]],
+    arms: Mapping[str, list[str]] | None = None,
 ) -> dict[str, list[str]]:
     """Finished runs that no longer stand for the YAML's recipe: run name -> changed keys
-    (their own, or ``pretrain:ARM`` when the arm they were fine-tuned from changed)."""
-    arms = stale_arms(experiment, paths)
+    (their own, or ``pretrain:ARM`` when the arm they were fine-tuned from changed;
+    ``arms``: :func:`stale_arms`, when the caller has it already)."""
+    arms = stale_arms(experiment, paths) if arms is None else arms
     out: dict[str, list[str]] = {}
     for run in plan(experiment, results):
         if run.name not in results:
@@ -802,7 +806,8 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         table.add_column(col, justify="right" if col in ("#", "F1", "EM") else "left")
     counts: dict[str, int] = {}
     candidates = reuse_candidates(experiment)  # (read once for the whole listing)
-    stale = stale_results(experiment, paths, results)
+    changed_arms = stale_arms(experiment, paths)
+    stale = stale_results(experiment, paths, results, changed_arms)
     for i, run in enumerate(runs, 1):
         status = run_status(paths, run)
         if run.name in stale:
@@ -837,7 +842,6 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         )
         for col in ("arm", "status", "MLM acc", "MLM loss"):
             arms.add_column(col, justify="right" if col.startswith("MLM") else "left")
-        changed_arms = stale_arms(experiment, paths)
         for arm in experiment.pretrain.arms:
             m = _read_json(paths.pretrain_result(arm)).get("metrics", {})
             acc, loss = m.get("mlm_accuracy"), m.get("mlm_loss")

@@ -147,13 +147,17 @@ def resume_from(
         held = [p.name for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
         held = [n for n in held if n.split(".")[0] in _CHECKPOINT_DIRS]
         if held:
-            raise ValueError(
+            raise RunExists(
                 f"{out} already holds a run ({', '.join(held)}); continue it with --resume, or "
                 "train into another output_dir (or delete this one)"
             )
     if resume:
         log.info("nothing to resume in %s; starting fresh", last_dir)
     return TrainState()
+
+
+class RunExists(ValueError):
+    """A fresh run was asked to train into a directory that holds another run."""
 
 
 # checkpoint directories of the training loops (a ".tmp" or ".old" twin counts too)
