@@ -155,6 +155,28 @@ def test_table_markdown_has_header_and_both_metric_tables(tmp_path):
     assert "| independent | 72.00 ± 2.65 (3) | 85.50 ± n/a (1) |" in em
 
 
+def test_reproduce_line_keeps_the_path_options_the_results_were_made_with():
+    exp = experiment_from_dict(HEADS, source="configs/lowdata/heads.yaml")
+    results = heads_results()
+    for r in results.values():
+        r["command"] = (
+            "structqa experiment configs/lowdata/heads.yaml --only seed=0 --threads 1 "
+            "--results out/res '--runs-dir=/scratch/my runs' --data ../data"
+        )
+    text = render_table(exp, exp.runs(), results, "configs/lowdata/heads.yaml")
+    # --only/--threads are how one worker ran, not where the grid lives: left out
+    assert (
+        "- reproduce: `structqa experiment configs/lowdata/heads.yaml --results out/res "
+        "--runs-dir '/scratch/my runs' --data ../data`"
+    ) in text
+    first = next(iter(results.values()))
+    first["command"] = "structqa experiment configs/lowdata/heads.yaml"
+    mixed = render_table(exp, exp.runs(), results, "configs/lowdata/heads.yaml")
+    line = next(x for x in mixed.splitlines() if x.startswith("- reproduce:"))
+    assert "`structqa experiment configs/lowdata/heads.yaml`;" in line
+    assert "--results out/res" in line and "different path options" in line
+
+
 def test_rows_only_table_puts_metrics_in_columns():
     exp = experiment_from_dict(
         {

@@ -306,6 +306,23 @@ def test_pair_baseline_gives_the_baseline_row_the_extra_seeds_of_its_column():
         experiment_from_dict(raw)
 
 
+def test_a_grid_that_picks_best_on_the_file_it_reports_gets_a_note(capsys, tmp_path):
+    def grid(train: dict[str, Any], **extra: Any):
+        base = {"data": {"eval": "splits/squad1-heldout.mrqa.jsonl.gz"}, "train": train}
+        return experiment_from_dict(
+            {"name": "t", "base": base, "grid": {"train.seed": [0, 1]}, **extra}, source="t.yaml"
+        )
+
+    note = command.selection_note(grid({"epochs": 3}))
+    assert note is not None and "squad1-heldout" in note and "eval_every_epoch: false" in note
+    assert command.selection_note(grid({"epochs": 3, "eval_every_epoch": False})) is None
+    assert command.selection_note(grid({"epochs": 1})) is None  # one epoch: nothing is picked
+    last_only = grid({"epochs": 3}, table={"metrics": ["last_f1", "last_em"]})
+    assert command.selection_note(last_only) is None
+    command.print_plan(grid({"epochs": 3}), Paths(tmp_path / "res", tmp_path / "runs"))
+    assert "note: t.yaml: best/ is the epoch with the best F1" in capsys.readouterr().out
+
+
 # ---- the runner on the tiny checkpoint ---------------------------------------------------
 
 
@@ -415,6 +432,43 @@ def test_results_of_a_changed_recipe_are_stale_not_mixed_in(
     assert "stale: data.doc_stride, train.lr" in capsys.readouterr().out
     # the unchanged YAML still runs on
     assert command.stale_results(exp, paths, results) == {}
+
+
+def test_an_unfinished_run_of_a_changed_recipe_is_stale_and_not_resumed(
+    tmp_path, tiny_checkpoint, shared_data, monkeypatch, capsys
+):
+    exp = tiny_experiment(tiny_checkpoint, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    first = exp.runs()[0]
+    real_collate = loop.collate
+    calls = {"n": 0}
+
+    def collate_then_interrupt(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_collate(*a, **kw)
+
+    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
+    assert run_experiment(exp, paths, command="x", progress=False) == command.EXIT_INTERRUPTED
+    monkeypatch.setattr(loop, "collate", real_collate)
+    assert run_status(paths, first) == "partial"
+    assert command.stale_partial(exp, paths, first) == []  # the same YAML continues it
+
+    base = tiny_finetune_base(tiny_checkpoint, shared_data)
+    base["train"]["lr"] = 3e-5
+    changed = experiment_from_dict(
+        {"name": "tiny", "base": base, "grid": {"train.seed": [0, 1]}},
+        source="configs/tiny.yaml",
+    )
+    assert command.stale_partial(changed, paths, first) == ["train.lr"]
+    command.print_plan(changed, paths)
+    out = capsys.readouterr().out
+    assert "stale: train.lr" in out and "1 stale" in out
+    before = sorted(p.name for p in paths.output(first).rglob("*"))
+    with pytest.raises(ConfigError, match=r"seed=0: its unfinished output .*train\.lr.*delete"):
+        run_experiment(changed, paths, command="x", progress=False)
+    assert sorted(p.name for p in paths.output(first).rglob("*")) == before  # untouched
 
 
 def test_runs_identical_to_another_experiments_finished_runs_reuse_their_results(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -240,6 +241,39 @@ def _commit(result: Mapping[str, Any]) -> str:
     return f"`{git['commit'][:12]}` ({'dirty' if git.get('dirty') else 'clean'})"
 
 
+PATH_FLAGS = ("--results", "--runs-dir", "--data")
+
+
+def _path_flags(command: str) -> tuple[str, ...]:
+    """The ``--results``/``--runs-dir``/``--data`` options of a recorded command line."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return ()
+    out: list[str] = []
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag not in PATH_FLAGS:
+            continue
+        if not eq:
+            if i + 1 >= len(words):
+                continue
+            value = words[i + 1]
+        out += [flag, value]
+    return tuple(out)
+
+
+def _reproduce_line(config_file: str, done: Sequence[Mapping[str, Any]]) -> str:
+    """``structqa experiment CONFIG`` plus the path options the results were made with: one
+    command when they all agree, else each distinct one (a run's JSON keeps its full command)."""
+    variants = list(dict.fromkeys(_path_flags(str(r.get("command") or "")) for r in done))
+    commands = [shlex.join(["structqa", "experiment", config_file, *v]) for v in variants or [()]]
+    if len(commands) == 1:
+        return f"- reproduce: `{commands[0]}`"
+    shown = "; ".join(f"`{c}`" for c in commands)
+    return f"- reproduce: {shown} (the results were made with different path options)"
+
+
 def render_table(
     experiment: Experiment,
     runs: Sequence[Run],
@@ -259,7 +293,7 @@ def render_table(
     if experiment.description:
         lines += [experiment.description.strip(), ""]
     lines.append(f"- config: `{config_file}`")
-    lines.append(f"- reproduce: `structqa experiment {config_file}`")
+    lines.append(_reproduce_line(config_file, done))
     total = sum(float(r.get("wall_time_s", 0.0)) for r in done)
     extra = sum(r.extra for r in runs)
     extra_note = f", incl. {extra} extra-seed runs" if extra else ""

@@ -39,6 +39,7 @@ from structqa.config import Config, ConfigError, config_changes
 from structqa.data import Example, validation_split
 from structqa.data.readers import read_extractive
 from structqa.experiments.aggregate import (
+    LAST_PREFIX,
     drop_table_metrics,
     load_results,
     metric_value,
@@ -420,6 +421,12 @@ def execute_run(
         cfg.model.encoder = str(final)
     out = Path(cfg.train.output_dir)
     resume = run_status(paths, run) == "partial"
+    if resume and (changed := stale_partial(experiment, paths, run)):
+        raise ConfigError(
+            f"{run.name}: its unfinished output {out} was started with other values than the "
+            f"YAML now gives ({', '.join(changed)}). Restore them to continue it, or delete "
+            f"{out} to train this run afresh with the YAML's values"
+        )
     before = _read_json(out / "last" / "train_state.json")
     trainer = drop_loop.run if isinstance(cfg, DropConfig) else loop.run
     timing = _timed_session(out, lambda: trainer(cfg, resume=resume, progress=progress))
@@ -535,6 +542,42 @@ def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> l
     return sorted(
         k for k in recorded.keys() & now.keys() if k not in skip and recorded[k] != now[k]
     )
+
+
+def selection_note(experiment: Experiment) -> str | None:
+    """A warning when an extractive grid's runs pick best/ by F1 on ``data.eval`` every epoch
+    and the table reports best/'s scores on that same file: if it is the test split, the table
+    is tuned on its own test set. None when no run does (``eval_every_epoch: false``, a
+    ``validation`` split, one epoch, or a table of ``last_`` metrics)."""
+    if experiment.kind != "extractive" or experiment.validation is not None:
+        return None
+    if all(m.startswith(LAST_PREFIX) for m in experiment.table.metrics):
+        return None
+    picked = []
+    for run in experiment.runs():
+        cfg = experiment.config_for(run)
+        if cfg.train.eval_every_epoch and cfg.train.epochs > 1 and cfg.data.eval:
+            picked.append(cfg.data.eval)
+    if not picked:
+        return None
+    files = ", ".join(dict.fromkeys(picked))
+    return (
+        f"{_config_file(experiment)}: best/ is the epoch with the best F1 on data.eval ({files}) "
+        "and the table scores best/ on that same file. If it is your test split, set "
+        "train.eval_every_epoch: false (score once, after the last epoch) or add a "
+        "`validation:` section to choose on a slice of the training pool"
+    )
+
+
+def stale_partial(experiment: Experiment, paths: Paths, run: Run) -> list[str]:
+    """For a started, unfinished run: the settings its checkpoint (or, before the first
+    save, its output directory's config.json) was trained with that the YAML now gives
+    otherwise. Resuming it would be refused by the trainer; empty when it can go on."""
+    out = paths.output(run)
+    saved = _read_json(out / "last" / "structqa_config.json") or _read_json(out / "config.json")
+    if not saved:
+        return []
+    return stale_keys(experiment, run, {"config": saved})
 
 
 def stale_arms(experiment: Experiment, paths: Paths) -> dict[str, list[str]]:
@@ -686,6 +729,8 @@ def run_experiment(
     cell join the queue as soon as that cell's grid seeds are in. A run claimed by another
     worker (another ``structqa experiment`` on the same runs directory) is skipped."""
     check_not_stale(experiment, paths, load_results(paths.results))
+    if note := selection_note(experiment):
+        log.warning("%s", note)
     loop.StopFlag.received = None  # (a signal an earlier call in this process handled)
     provenance = {"git": git_info(), "machine": machine_info()}
     config_file = _config_file(experiment)
@@ -812,6 +857,9 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         status = run_status(paths, run)
         if run.name in stale:
             status = "stale"
+        elif status == "partial" and (changed := stale_partial(experiment, paths, run)):
+            stale[run.name] = changed
+            status = "stale"
         counts[status] = counts.get(status, 0) + 1
         if status == "stale":
             status = f"stale: {', '.join(stale[run.name])}"
@@ -857,9 +905,15 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
     console.print(table)
     console.print(
         ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo"))
-        + (f", {counts['stale']} stale (YAML changed since they ran)" if "stale" in counts else "")
+        + (
+            f", {counts['stale']} stale (YAML changed since they started)"
+            if "stale" in counts
+            else ""
+        )
     )
     console.print(f"outputs: {paths.runs}  results: {paths.results}")
+    if note := selection_note(experiment):
+        console.print(f"note: {note}", markup=False)
 
 
 # ---- the CLI subcommand ------------------------------------------------------------------
