@@ -334,6 +334,21 @@ def tiny_experiment(ckpt: Path, data: Path, **extra: Any):
     )
 
 
+def interrupt_first_batch(monkeypatch) -> Any:
+    """Make the trainer's next batch raise a real SIGINT (once); returns the real collate."""
+    real_collate = loop.collate
+    calls = {"n": 0}
+
+    def collate_then_interrupt(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_collate(*a, **kw)
+
+    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
+    return real_collate
+
+
 def test_runner_skips_done_runs_and_resumes_an_interrupted_one(
     tmp_path, tiny_checkpoint, shared_data, monkeypatch
 ):
@@ -347,16 +362,7 @@ def test_runner_skips_done_runs_and_resumes_an_interrupted_one(
     assert [run_status(paths, r) for r in exp.runs()] == ["done", "todo"]
 
     # interrupt the second run with a real SIGINT during its first step
-    real_collate = loop.collate
-    calls = {"n": 0}
-
-    def collate_then_interrupt(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_collate(*a, **kw)
-
-    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
+    real_collate = interrupt_first_batch(monkeypatch)
     code = run_experiment(exp, paths, command="structqa experiment x", progress=False)
     assert code == command.EXIT_INTERRUPTED
     assert run_status(paths, second) == "partial" and not paths.result(second).exists()
@@ -440,16 +446,7 @@ def test_an_unfinished_run_of_a_changed_recipe_is_stale_and_not_resumed(
     exp = tiny_experiment(tiny_checkpoint, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")
     first = exp.runs()[0]
-    real_collate = loop.collate
-    calls = {"n": 0}
-
-    def collate_then_interrupt(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_collate(*a, **kw)
-
-    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
+    real_collate = interrupt_first_batch(monkeypatch)
     assert run_experiment(exp, paths, command="x", progress=False) == command.EXIT_INTERRUPTED
     monkeypatch.setattr(loop, "collate", real_collate)
     assert run_status(paths, first) == "partial"
