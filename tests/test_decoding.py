@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from structqa.data.records import Example
-from structqa.decoding import Candidate, DecodeConfig, Prediction, SpanCollector
+from structqa.decoding import Candidate, DecodeConfig, Prediction, SpanCollector, word_span
 from structqa.features.batching import collate
 from structqa.features.squad import Feature
 from structqa.heads.base import NEG, HeadOutput, masked_start_end
@@ -293,3 +293,57 @@ def test_candidates_skip_ties_and_short_windows_consistently() -> None:
     assert got["topk"].score == got["all"].score == 0.0
     # every span of length <= 2 ties at 0: the same set of texts either way
     assert sorted(c.text for c in got["topk"].nbest) == sorted(c.text for c in got["all"].nbest)
+
+
+# ---- whole words ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("context", "span", "expected"),
+    [
+        ("the 1990s band", (4, 8), "1990s"),  # ends inside a word
+        ("the 1990s band", (8, 9), "1990s"),  # starts inside one
+        ("the 1990s band", (5, 12), "1990s band"),  # both
+        ("the 1990s band", (4, 9), "1990s"),  # already whole
+        ("cost $5.00 each", (6, 7), "5"),  # a digit beside punctuation is a word's edge
+        ("in New York.", (3, 11), "New York"),  # the full stop stays out
+        ("COVID-19 cases", (0, 5), "COVID"),  # a hyphen is an edge
+        ("word", (0, 0), ""),  # empty stays empty
+        ("naïve café", (0, 3), "naïve"),  # letters beyond ASCII
+    ],
+)
+def test_word_span_widens_only_cuts_inside_a_word(
+    context: str, span: tuple[int, int], expected: str
+) -> None:
+    s, e = word_span(context, *span)
+    assert context[s:e] == expected
+
+
+def subword_case() -> tuple[Example, Feature]:
+    """ "the 1990s band" as WordPiece tokens: the | 1990 | ##s | band."""
+    ex = Example("q", "when?", "the 1990s band")
+    offsets = np.array(
+        [[-1, -1], [-1, -1], [-1, -1], [0, 3], [4, 8], [8, 9], [10, 14], [-1, -1]], dtype=np.int64
+    )
+    types = np.array([0, 0, 0, 1, 1, 1, 1, 1], dtype=np.int64)
+    return ex, Feature(0, np.arange(8, dtype=np.int64), types, offsets)
+
+
+@pytest.mark.parametrize("whole_words", [False, True])
+def test_whole_words_widens_the_answer_and_the_nbest(whole_words: bool) -> None:
+    ex, f = subword_case()
+    start = torch.tensor([[0.0, 0, 0, 0, 6, 1, 0, 0]])  # "1990" starts best
+    end = torch.tensor([[0.0, 0, 0, 0, 6, 5, 2, 0]])  # ... and ends best, "##s" next
+    collector = SpanCollector(DecodeConfig(n_best=3, candidates="all", whole_words=whole_words))
+    batch = collate([f], [0])
+    collector.add(HeadOutput(start, end), batch.feature_index, batch.answer_mask)
+    pred = collector.predictions([ex], [f])["q"]
+    texts = [c.text for c in pred.nbest]
+    if whole_words:
+        assert (pred.text, pred.start_char, pred.end_char) == ("1990s", 4, 9)
+        assert texts == ["1990s", "1990s band", "the 1990s"]  # "1990" and "1990s" merged
+        assert pred.nbest[0].probability > 0.5
+    else:
+        assert (pred.text, pred.start_char, pred.end_char) == ("1990", 4, 8)
+        assert texts == ["1990", "1990s", "1990s band"]
+    assert pred.score == pytest.approx(12.0)  # the span's own score either way

@@ -200,7 +200,7 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
         model,
         examples,
         features,
-        DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length),
+        DecodeConfig.from_settings(cfg.decode),
         v2,
         cfg.train.eval_batch_size,
         bf16,

@@ -96,6 +96,8 @@ class DecodeSettings:
     n_best: int = 20
     max_answer_length: int = 30
     version_2: bool | None = None  # None: decide from the data (any unanswerable question)
+    # widen answers that start or end inside a word (WordPiece) to whole words
+    whole_words: bool = False
 
 
 @dataclass

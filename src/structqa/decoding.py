@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from structqa.config import DecodeSettings
 from structqa.data.records import Example
 from structqa.features.squad import Feature
 from structqa.heads.base import NEG, HeadOutput, span_band
@@ -30,10 +31,30 @@ class DecodeConfig:
     max_answer_length: int = 30
     candidates: str = "topk"  # "topk" (BERT/HF candidate set) | "all" (exact band search)
     window_factor: int = 3  # spans kept per window = n_best * window_factor (texts can repeat)
+    whole_words: bool = False  # widen a span that starts or ends inside a word to the word
 
     def __post_init__(self) -> None:
         if self.candidates not in ("topk", "all"):
             raise ValueError(f"candidates must be 'topk' or 'all', not {self.candidates!r}")
+
+    @classmethod
+    def from_settings(cls, settings: DecodeSettings) -> DecodeConfig:
+        """The decoding of a config's ``decode`` section."""
+        return cls(settings.n_best, settings.max_answer_length, whole_words=settings.whole_words)
+
+
+def word_span(context: str, start: int, end: int) -> tuple[int, int]:
+    """``context[start:end]`` widened to whole words: a start or end that falls between two
+    letters or digits moves out to the word's edge (a WordPiece span can end mid-word, e.g.
+    "1990" of "1990s"); a span already on word boundaries, or empty, is returned as is."""
+    if start >= end:
+        return start, end
+    while start > 0 and context[start - 1].isalnum() and context[start].isalnum():
+        start -= 1
+    n = len(context)
+    while end < n and context[end].isalnum() and context[end - 1].isalnum():
+        end += 1
+    return start, end
 
 
 class Candidate(NamedTuple):
@@ -60,10 +81,19 @@ class LazyNBest:
     probabilities are computed only when the n-best list is read (most callers need only the
     best answer)."""
 
-    __slots__ = ("context", "table", "lo", "hi", "n_best")
+    __slots__ = ("context", "table", "lo", "hi", "n_best", "whole_words")
 
-    def __init__(self, context: str, table: _CandidateTable, lo: int, hi: int, n_best: int):
+    def __init__(
+        self,
+        context: str,
+        table: _CandidateTable,
+        lo: int,
+        hi: int,
+        n_best: int,
+        whole_words: bool = False,
+    ):
         self.context, self.table, self.lo, self.hi, self.n_best = context, table, lo, hi, n_best
+        self.whole_words = whole_words
 
     def materialize(self) -> tuple[Candidate, ...]:
         t, ctx = self.table, self.context
@@ -71,6 +101,9 @@ class LazyNBest:
         starts = t.starts[rows].tolist()
         ends = t.ends[rows].tolist()
         scores = t.scores[rows].tolist()
+        if self.whole_words:
+            spans = [word_span(ctx, s, e) for s, e in zip(starts, ends, strict=True)]
+            starts, ends = [s for s, _ in spans], [e for _, e in spans]
         picked: dict[str, int] = {}  # a text seen at several positions: its best span only
         for r, (s, e) in enumerate(zip(starts, ends, strict=True)):
             text = ctx[s:e]
@@ -340,7 +373,7 @@ class SpanCollector:
         null_by_ex = np.full(len(examples), np.inf)
         null_by_ex[present] = np.minimum.reduceat(null[by_ex], first_window)
         null_list = null_by_ex.tolist()
-        n_best = self.cfg.n_best
+        n_best, whole_words = self.cfg.n_best, self.cfg.whole_words
         out: dict[str, Prediction] = {}
         for e in present.tolist():
             ex = examples[e]
@@ -350,6 +383,8 @@ class SpanCollector:
                 out[ex.id] = Prediction(ex.id, "", -1, -1, NEG, null_score, null_score - NEG)
                 continue
             cs, ce, score = best_s[e], best_e[e], best_score[e]
+            if whole_words:
+                cs, ce = word_span(ex.context, cs, ce)
             out[ex.id] = Prediction(
                 ex.id,
                 ex.context[cs:ce],
@@ -358,6 +393,6 @@ class SpanCollector:
                 score,
                 null_score,
                 null_score - score,
-                LazyNBest(ex.context, table, lo, hi, n_best),
+                LazyNBest(ex.context, table, lo, hi, n_best, whole_words),
             )
         return out

@@ -54,7 +54,7 @@ class Predictor:
         self.batch_size = batch_size
         self.features = feature_config(config)
         self.annotator = tag_annotator(self.features)  # kept: spaCy loads once
-        self.decode = DecodeConfig(config.decode.n_best, config.decode.max_answer_length)
+        self.decode = DecodeConfig.from_settings(config.decode)
 
     @classmethod
     def from_checkpoint(

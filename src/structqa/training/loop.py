@@ -136,7 +136,7 @@ def train(
     log_path = out / "metrics.jsonl"
     if accelerator.is_main_process:
         start_log(log_path, state.global_step)
-    decode = DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length)
+    decode = DecodeConfig.from_settings(cfg.decode)
 
     def save_last(metrics: dict[str, Any] | None = None) -> None:
         """The resumable last/ checkpoint; ``metrics`` (with SQuAD 2.0's tuned null
