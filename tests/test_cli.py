@@ -167,6 +167,42 @@ def test_predictor_batch_matches_single(tiny_trained_run):
         predictor.predict("", "context")
 
 
+def test_predictor_whole_words_answers_on_word_boundaries(tiny_trained_run, monkeypatch):
+    from structqa.serving.predictor import Predictor
+
+    ckpt = tiny_trained_run / "best"
+    assert Predictor.from_checkpoint(ckpt, bf16="off").decode.whole_words is False
+    predictor = Predictor.from_checkpoint(ckpt, bf16="off", whole_words=True)
+    assert predictor.decode.whole_words is True
+    contexts = [
+        "Superbowl50 was won by the DenverBroncos in 2016, unbeatable.",
+        "The grotto is a replica of the grotto at Lourdes, France, built in the 1990s. " * 3,
+    ]
+    for context in contexts:
+        ans = predictor.predict("Who won in which yearly thing?", context)
+        assert context[ans.start : ans.end] == ans.text
+        for c in ans.nbest:  # no answer starts or ends between two letters or digits
+            span = context[c.start_char : c.end_char]
+            assert span == c.text
+            before = context[c.start_char - 1 : c.start_char + 1]
+            after = context[c.end_char - 1 : c.end_char + 1]
+            assert not (len(before) == 2 and before.isalnum()), (span, before)
+            assert not (len(after) == 2 and after.isalnum()), (span, after)
+    # the CLI flag reaches the predictor (the real one, spied on)
+    made: list[Predictor] = []
+    real = Predictor.from_checkpoint.__func__
+
+    def spy(cls, *a, **kw):
+        made.append(real(cls, *a, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(Predictor, "from_checkpoint", classmethod(spy))
+    args = ["predict", str(ckpt), "--question", "Who won?", "--context", contexts[0]]
+    assert main([*args, "--bf16", "off"]) == 0
+    assert main([*args, "--whole-words", "--bf16", "off"]) == 0
+    assert [p.decode.whole_words for p in made] == [False, True]
+
+
 def test_score_drop_file(tmp_path, shared_data, capsys):
     path = shared_data / "drop" / "drop-mini.json"
     data = json.loads(path.read_text())

@@ -63,14 +63,18 @@ class Predictor:
         device: str | None = None,
         bf16: str = "auto",
         null_threshold: float | None = None,
+        whole_words: bool | None = None,
     ) -> Predictor:
         """Load a checkpoint written by ``structqa train`` (its ``best`` or ``last`` dir).
 
         For SQuAD 2.0-style models the no-answer threshold tuned at evaluation is used
-        unless ``null_threshold`` is given."""
+        unless ``null_threshold`` is given. ``whole_words`` (default: the checkpoint's
+        ``decode.whole_words``) widens answers that start or end inside a word to the word."""
         import json
 
         model, tokenizer, cfg = model_from_checkpoint(path)
+        if whole_words is not None:
+            cfg.decode.whole_words = whole_words
         if device:
             model.to(torch.device(device))
         metrics_file = Path(path) / "metrics.json"
