@@ -111,6 +111,8 @@ def test_runner_pretrains_each_referenced_arm_once_and_fine_tunes_from_it(
         result = json.loads(paths.result(run).read_text())
         want = str(tiny_checkpoint) if run.name.startswith("variant=plain") else str(final)
         assert result["config"]["model"]["encoder"] == want, run.name
+    table = (paths.results / "table.md").read_text()
+    assert "- pre-training arms: `tok`; each arm's recipe" in table  # where to find its record
     # everything done: nothing is trained again
     seen.clear()
     assert run_experiment(exp, paths, command="structqa experiment arms", progress=False) == 0

@@ -308,6 +308,21 @@ def render_table(
     mixed = _mixed_precision(runs, results)
     if mixed:
         lines.append(mixed)
+    arms = list(
+        dict.fromkeys(
+            encoder.removeprefix("pretrain:")
+            for r in runs
+            if r.name in results and experiment.pretrain is not None
+            for encoder in [str(getattr(experiment.config_for(r).model, "encoder", ""))]
+            if encoder.startswith("pretrain:")
+        )
+    )
+    if arms:
+        lines.append(
+            f"- pre-training arms: {', '.join(f'`{a}`' for a in arms)}; each arm's recipe, "
+            "held-out MLM scores, command, commit, machine and wall time are in "
+            "`pretrain/<arm>.json` beside this table"
+        )
     reused = [r["reused_from"] for r in done if r.get("reused_from")]
     if reused:
         dirs = dict.fromkeys(str(x["result"]).rsplit("/runs/", 1)[0] for x in reused)
