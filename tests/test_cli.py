@@ -200,7 +200,8 @@ def test_predictor_whole_words_answers_on_word_boundaries(tiny_trained_run, monk
     args = ["predict", str(ckpt), "--question", "Who won?", "--context", contexts[0]]
     assert main([*args, "--bf16", "off"]) == 0
     assert main([*args, "--whole-words", "--bf16", "off"]) == 0
-    assert [p.decode.whole_words for p in made] == [False, True]
+    assert main([*args, "--no-whole-words", "--bf16", "off"]) == 0
+    assert [p.decode.whole_words for p in made] == [False, True, False]
 
 
 def test_score_drop_file(tmp_path, shared_data, capsys):

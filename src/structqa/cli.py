@@ -225,8 +225,8 @@ def null_odds_path(predictions: Path) -> Path:
 
 
 WHOLE_WORDS_HELP = (
-    "widen answers that start or end inside a word to the whole word (decode.whole_words; "
-    "default: the checkpoint's setting)"
+    "widen answers that start or end inside a word to the whole word, or not "
+    "(--no-whole-words); default: the checkpoint's decode.whole_words"
 )
 
 
@@ -243,7 +243,7 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
             if not value.strip():
                 raise ValueError(f"--{name} is empty")
     predictor = Predictor.from_checkpoint(
-        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words or None
+        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words
     )
     if args.file:
         from structqa.data.readers import read_extractive
@@ -384,9 +384,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.serving.predictor import Predictor
 
     server = make_server(
-        Predictor.from_checkpoint(
-            args.checkpoint, bf16=args.bf16, whole_words=args.whole_words or None
-        ),
+        Predictor.from_checkpoint(args.checkpoint, bf16=args.bf16, whole_words=args.whole_words),
         args.host,
         args.port,
     )
@@ -506,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--file", help="SQuAD/MRQA file to answer")
     pr.add_argument("--out", help="predictions file (default predictions.json)")
     pr.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    pr.add_argument("--whole-words", action="store_true", help=WHOLE_WORDS_HELP)
+    pr.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     pr.set_defaults(func=cmd_predict)
 
     x = sub.add_parser("explain", help="picture what the start/end queries attend to")
@@ -545,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    sv.add_argument("--whole-words", action="store_true", help=WHOLE_WORDS_HELP)
+    sv.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     sv.set_defaults(func=cmd_serve)
 
     sy = sub.add_parser("synth", help="write synthetic numerical QA data (DROP JSON)")

@@ -11,6 +11,7 @@ Dimension letters: B batch of windows, N tokens, L max answer length, K kept spa
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -43,17 +44,49 @@ class DecodeConfig:
         return cls(settings.n_best, settings.max_answer_length, whole_words=settings.whole_words)
 
 
+# widening stops after this many characters on a side: a longer "word" (a URL, a run of
+# digits) keeps the model's boundary
+WORD_SPAN_MAX_WIDEN = 20
+
+
+def _in_word(ch: str) -> bool:
+    """A character that continues a word: a letter or digit, or a combining mark (an accent
+    written apart from its letter); not a CJK ideograph or kana, where WordPiece puts a
+    boundary around every character (as BERT's tokenizer does)."""
+    if ch.isalnum():
+        return not _is_cjk(ch)
+    return unicodedata.category(ch).startswith("M")
+
+
+def _is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return (
+        0x3040 <= cp <= 0x30FF  # hiragana, katakana
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x4E00 <= cp <= 0x9FFF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x20000 <= cp <= 0x2FA1F
+    )
+
+
 def word_span(context: str, start: int, end: int) -> tuple[int, int]:
-    """``context[start:end]`` widened to whole words: a start or end that falls between two
-    letters or digits moves out to the word's edge (a WordPiece span can end mid-word, e.g.
-    "1990" of "1990s"); a span already on word boundaries, or empty, is returned as is."""
+    """``context[start:end]`` widened to whole words: a start or end that falls inside a word
+    (between two of its letters, digits or combining marks) moves out to the word's edge (a
+    WordPiece span can end mid-word, e.g. "1990" of "1990s"). A span already on word
+    boundaries, or empty, is returned as is; so is a side whose word goes on for more than
+    :data:`WORD_SPAN_MAX_WIDEN` characters. CJK characters are words of their own."""
     if start >= end:
         return start, end
-    while start > 0 and context[start - 1].isalnum() and context[start].isalnum():
-        start -= 1
-    n = len(context)
-    while end < n and context[end].isalnum() and context[end - 1].isalnum():
-        end += 1
+    s = start
+    while s > 0 and start - s <= WORD_SPAN_MAX_WIDEN and _in_word(context[s - 1]):
+        s -= 1
+    if _in_word(context[start]) and start - s <= WORD_SPAN_MAX_WIDEN:
+        start = s
+    e, n = end, len(context)
+    while e < n and e - end <= WORD_SPAN_MAX_WIDEN and _in_word(context[e]):
+        e += 1
+    if _in_word(context[end - 1]) and e - end <= WORD_SPAN_MAX_WIDEN:
+        end = e
     return start, end
 
 

@@ -169,6 +169,12 @@ def test_reproduce_line_keeps_the_path_options_the_results_were_made_with():
         "- reproduce: `structqa experiment configs/lowdata/heads.yaml --results out/res "
         "--runs-dir '/scratch/my runs' --data ../data`"
     ) in text
+    # a result reused from another experiment keeps that one's command: not this table's
+    others = list(results.values())
+    others[1]["reused_from"] = {"result": "docs/results/other/runs/x.json"}
+    others[1]["command"] = "structqa experiment configs/other.yaml --results docs/results/other"
+    text = render_table(exp, exp.runs(), results, "configs/lowdata/heads.yaml")
+    assert "docs/results/other" not in text.split("- reproduce:")[1].splitlines()[0]
     first = next(iter(results.values()))
     first["command"] = "structqa experiment configs/lowdata/heads.yaml"
     mixed = render_table(exp, exp.runs(), results, "configs/lowdata/heads.yaml")

@@ -317,6 +317,7 @@ def test_a_grid_that_picks_best_on_the_file_it_reports_gets_a_note(capsys, tmp_p
     assert note is not None and "squad1-heldout" in note and "eval_every_epoch: false" in note
     assert command.selection_note(grid({"epochs": 3, "eval_every_epoch": False})) is None
     assert command.selection_note(grid({"epochs": 1})) is None  # one epoch: nothing is picked
+    assert command.selection_note(grid({"epochs": 1, "max_steps": 500})) is not None
     last_only = grid({"epochs": 3}, table={"metrics": ["last_f1", "last_em"]})
     assert command.selection_note(last_only) is None
     command.print_plan(grid({"epochs": 3}), Paths(tmp_path / "res", tmp_path / "runs"))
@@ -438,6 +439,14 @@ def test_results_of_a_changed_recipe_are_stale_not_mixed_in(
     assert "stale: data.doc_stride, train.lr" in capsys.readouterr().out
     # the unchanged YAML still runs on
     assert command.stale_results(exp, paths, results) == {}
+    # a result from before decode.whole_words decoded without it: stale only if now on
+    del results["seed=0"]["config"]["decode"]["whole_words"]
+    assert command.stale_results(exp, paths, results) == {}
+    whole = tiny_finetune_base(tiny_checkpoint, shared_data) | {"decode": {"whole_words": True}}
+    widened = experiment_from_dict(
+        {"name": "tiny", "base": whole, "grid": {"train.seed": [0, 1]}}, source="t.yaml"
+    )
+    assert command.stale_results(widened, paths, results) == {"seed=0": ["decode.whole_words"]}
 
 
 def test_an_unfinished_run_of_a_changed_recipe_is_stale_and_not_resumed(
@@ -451,6 +460,12 @@ def test_an_unfinished_run_of_a_changed_recipe_is_stale_and_not_resumed(
     monkeypatch.setattr(loop, "collate", real_collate)
     assert run_status(paths, first) == "partial"
     assert command.stale_partial(exp, paths, first) == []  # the same YAML continues it
+    cadence = tiny_finetune_base(tiny_checkpoint, shared_data)
+    cadence["train"]["eval_batch_size"] = 3  # a resume may change this (RESUME_MAY_CHANGE)
+    looser = experiment_from_dict(
+        {"name": "tiny", "base": cadence, "grid": {"train.seed": [0, 1]}}, source="t.yaml"
+    )
+    assert command.stale_partial(looser, paths, first) == []
 
     base = tiny_finetune_base(tiny_checkpoint, shared_data)
     base["train"]["lr"] = 3e-5

@@ -265,8 +265,14 @@ def _path_flags(command: str) -> tuple[str, ...]:
 
 def _reproduce_line(config_file: str, done: Sequence[Mapping[str, Any]]) -> str:
     """``structqa experiment CONFIG`` plus the path options the results were made with: one
-    command when they all agree, else each distinct one (a run's JSON keeps its full command)."""
-    variants = list(dict.fromkeys(_path_flags(str(r.get("command") or "")) for r in done))
+    command when they all agree, else each distinct one (a run's JSON keeps its full command).
+    Results reused from another experiment (or made by another config) do not count."""
+    own = [  # not results reused from another experiment, whose paths are that one's
+        str(r.get("command") or "")
+        for r in done
+        if not r.get("reused_from") and config_file in str(r.get("command") or "").split()
+    ]
+    variants = list(dict.fromkeys(_path_flags(c) for c in own))
     commands = [shlex.join(["structqa", "experiment", config_file, *v]) for v in variants or [()]]
     if len(commands) == 1:
         return f"- reproduce: `{commands[0]}`"

@@ -510,6 +510,8 @@ def _who(paths: Paths, name: str) -> str:
 # (data.token_tags: null becomes exactly the tags model.encoder reads; any other value must
 # equal them)
 _NOT_COMPARED = frozenset(RUNNER_KEYS) | {"data.token_tags"}
+# settings added after results were recorded whose default is how those results were made
+_DEFAULT_WHEN_MISSING = frozenset({"decode.whole_words"})
 
 
 def _comparable(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -535,9 +537,15 @@ def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> l
         skip.add("model.encoder")
     if experiment.validation is not None:  # the runner's split files stand in for these
         skip |= {"data.train", "data.eval"}
-    # keys in both only: a setting the recorded config lacks did not exist when it ran
+    # A setting the recorded config lacks did not exist when it ran, and is not compared
+    # (e.g. train.head_lr_exclude, a no-op for heads without the parameter it names); except
+    # those in _DEFAULT_WHEN_MISSING, which changed every run's scores when set: a run from
+    # before them behaved as their default.
     recorded = _flatten(json.loads(json.dumps(result["config"])))
     now = _flatten(json.loads(json.dumps(cfg.to_dict())))
+    defaults = _flatten(json.loads(json.dumps(type(cfg)().to_dict())))
+    for key in _DEFAULT_WHEN_MISSING & (now.keys() - recorded.keys()):
+        recorded[key] = defaults[key]
     skip |= _NOT_COMPARED
     return sorted(
         k for k in recorded.keys() & now.keys() if k not in skip and recorded[k] != now[k]
@@ -556,28 +564,32 @@ def selection_note(experiment: Experiment) -> str | None:
     picked = []
     for run in experiment.runs():
         cfg = experiment.config_for(run)
-        if cfg.train.eval_every_epoch and cfg.train.epochs > 1 and cfg.data.eval:
+        several = cfg.train.epochs > 1 or cfg.train.max_steps  # (steps may span epochs)
+        if cfg.train.eval_every_epoch and several and cfg.data.eval:
             picked.append(cfg.data.eval)
     if not picked:
         return None
     files = ", ".join(dict.fromkeys(picked))
     return (
         f"{_config_file(experiment)}: best/ is the epoch with the best F1 on data.eval ({files}) "
-        "and the table scores best/ on that same file. If it is your test split, set "
+        "when a run trains more than one epoch, and the table scores best/ on that same file. "
+        "If it is your test split, set "
         "train.eval_every_epoch: false (score once, after the last epoch) or add a "
         "`validation:` section to choose on a slice of the training pool"
     )
 
 
 def stale_partial(experiment: Experiment, paths: Paths, run: Run) -> list[str]:
-    """For a started, unfinished run: the settings its checkpoint (or, before the first
-    save, its output directory's config.json) was trained with that the YAML now gives
-    otherwise. Resuming it would be refused by the trainer; empty when it can go on."""
-    out = paths.output(run)
-    saved = _read_json(out / "last" / "structqa_config.json") or _read_json(out / "config.json")
-    if not saved:
+    """For a started, unfinished run: the settings its checkpoint was trained with that the
+    YAML now gives otherwise, except those a resume may change (RESUME_MAY_CHANGE, as the
+    trainer allows). The trainer would refuse to resume it; empty when it can go on, or when
+    there is no checkpoint yet (the trainer then starts the run afresh)."""
+    last = paths.output(run) / "last"
+    saved = _read_json(last / "structqa_config.json")
+    if not saved or not (last / "resume.pt").exists():
         return []
-    return stale_keys(experiment, run, {"config": saved})
+    changed = stale_keys(experiment, run, {"config": saved})
+    return [k for k in changed if k not in RESUME_MAY_CHANGE]
 
 
 def stale_arms(experiment: Experiment, paths: Paths) -> dict[str, list[str]]:
