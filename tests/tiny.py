@@ -145,3 +145,24 @@ def mini_train_args(
         f"--train.max_steps={steps}",
         "--train.bf16=off",
     ]
+
+
+def interrupt_at_batch(monkeypatch, n: int = 1):
+    """Make the trainer's ``n``-th batch from now raise a real SIGINT (once); returns the
+    real ``loop.collate`` to restore."""
+    import os
+    import signal
+
+    from structqa.training import loop
+
+    real_collate = loop.collate
+    calls = {"n": 0}
+
+    def collate_then_interrupt(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == n:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_collate(*a, **kw)
+
+    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
+    return real_collate

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tiny import tiny_finetune_base
+from tiny import interrupt_at_batch, tiny_finetune_base
 
 from structqa.config import ConfigError
 from structqa.data import read_examples
@@ -335,21 +335,6 @@ def tiny_experiment(ckpt: Path, data: Path, **extra: Any):
     )
 
 
-def interrupt_first_batch(monkeypatch) -> Any:
-    """Make the trainer's next batch raise a real SIGINT (once); returns the real collate."""
-    real_collate = loop.collate
-    calls = {"n": 0}
-
-    def collate_then_interrupt(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_collate(*a, **kw)
-
-    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
-    return real_collate
-
-
 def test_runner_skips_done_runs_and_resumes_an_interrupted_one(
     tmp_path, tiny_checkpoint, shared_data, monkeypatch
 ):
@@ -363,7 +348,7 @@ def test_runner_skips_done_runs_and_resumes_an_interrupted_one(
     assert [run_status(paths, r) for r in exp.runs()] == ["done", "todo"]
 
     # interrupt the second run with a real SIGINT during its first step
-    real_collate = interrupt_first_batch(monkeypatch)
+    real_collate = interrupt_at_batch(monkeypatch)
     code = run_experiment(exp, paths, command="structqa experiment x", progress=False)
     assert code == command.EXIT_INTERRUPTED
     assert run_status(paths, second) == "partial" and not paths.result(second).exists()
@@ -455,7 +440,7 @@ def test_an_unfinished_run_of_a_changed_recipe_is_stale_and_not_resumed(
     exp = tiny_experiment(tiny_checkpoint, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")
     first = exp.runs()[0]
-    real_collate = interrupt_first_batch(monkeypatch)
+    real_collate = interrupt_at_batch(monkeypatch)
     assert run_experiment(exp, paths, command="x", progress=False) == command.EXIT_INTERRUPTED
     monkeypatch.setattr(loop, "collate", real_collate)
     assert run_status(paths, first) == "partial"

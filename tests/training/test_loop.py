@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny import interrupt_at_batch
 
 from structqa.cli import main
 from structqa.config import load_config
@@ -90,16 +91,7 @@ def test_resume_continues_exactly(tmp_path, tiny_checkpoint, shared_data, monkey
     expected = load_file(str(tmp_path / "a" / "last" / "model.safetensors"))
 
     # interrupt run b with a real SIGINT in the middle of its second epoch (after batch 4)
-    calls = {"n": 0}
-    real_collate = loop.collate
-
-    def collate_then_interrupt(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_collate(*a, **kw)
-
-    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
+    real_collate = interrupt_at_batch(monkeypatch, 5)
     interrupted = tiny_config(tmp_path / "b", tiny_checkpoint, shared_data, *args)
     loop.run(interrupted, progress=False)
     state = json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())
