@@ -288,7 +288,15 @@ def cmd_explain(args: argparse.Namespace, extra: list[str]) -> int:
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a directory")
     model, tokenizer, cfg = model_from_checkpoint(args.checkpoint)
-    att = explain(model, tokenizer, cfg, args.question, args.context, bf16=args.bf16)
+    att = explain(
+        model,
+        tokenizer,
+        cfg,
+        args.question,
+        args.context,
+        bf16=args.bf16,
+        whole_words=args.whole_words,
+    )
     a, b = att.answer_tokens
     print(
         f"answer: {att.answer!r} (chars {att.answer_chars[0]}-{att.answer_chars[1]}, "
@@ -513,6 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--context", required=True)
     x.add_argument("--out", default="explain", help="output directory (default ./explain)")
     x.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    x.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     x.set_defaults(func=cmd_explain)
 
     an = sub.add_parser("analyze", help="analyses of trained models (NC-BERT's number tables)")

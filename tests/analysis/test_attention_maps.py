@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -281,3 +282,29 @@ def test_cli_without_a_renderer_still_writes_json_and_html(
     assert "pip install matplotlib" in capsys.readouterr().err
     assert (out / "attention.json").exists() and (out / "attention.html").exists()
     assert not (out / "attention.png").exists()
+
+
+def test_whole_words_decodes_as_the_predictor_does(trained, tmp_path, capsys):
+    """``whole_words`` gives the answer ``Predictor`` gives with the same setting, and leaves
+    the caller's config alone; the CLI flag reaches it."""
+    ckpt = trained("dyrex")
+    model, tokenizer, cfg = model_from_checkpoint(ckpt)
+    # glued words: WordPiece splits them, so a span can start or end inside one
+    question = "Who won the Superbowlfifty in which yearly thing?"
+    context = (
+        "Superbowlfifty was wonby the DenverBroncos in twentysixteen, unbeatably, "
+        "againstthe CarolinaPanthers at LevisStadium nearSanFrancisco."
+    )
+    expected = {}
+    for flag in (False, True):
+        predictor = Predictor(model, tokenizer, cfg, bf16="off")
+        predictor.decode = replace(predictor.decode, whole_words=flag)
+        expected[flag] = predictor.predict(question, context).text
+    assert expected[False] != expected[True]  # the setting matters for this context
+    for flag in (False, True):
+        att = explain(model, tokenizer, cfg, question, context, bf16="off", whole_words=flag)
+        assert att.answer == expected[flag]
+        assert cfg.decode.whole_words is False
+    args = ["explain", str(ckpt), "--question", question, "--context", context, "--bf16", "off"]
+    assert main([*args, "--out", str(tmp_path / "e"), "--whole-words"]) in (0, 1)
+    assert f"answer: {expected[True]!r}" in capsys.readouterr().out

@@ -23,7 +23,7 @@ answer length.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -298,13 +298,16 @@ def explain(
     question: str,
     context: str,
     bf16: str = "off",
+    whole_words: bool | None = None,
 ) -> QueryAttention:
     """Answer ``question`` about ``context`` and return what the start/end queries looked at.
 
     ``config`` is the checkpoint's :class:`structqa.config.Config` (its window sizes and
     decoding settings are used, as by the Predictor). A context longer than one window is
     split as for prediction; the map is of the window holding the best span. ``bf16``:
-    auto | on | off (default off: maps in float32).
+    auto | on | off (default off: maps in float32). ``whole_words`` (default: the config's
+    ``decode.whole_words``) widens an answer that starts or ends inside a word to the word,
+    as ``structqa predict --whole-words`` does; the maps themselves do not change.
     """
     from structqa.serving.predictor import Predictor
 
@@ -313,6 +316,8 @@ def explain(
     source, kind, maker = _query_source(model)
     was_training = model.training
     predictor = Predictor(model, tokenizer, config, bf16=bf16)  # puts the model in eval mode
+    if whole_words is not None:  # (the caller's config is left as it is)
+        predictor.decode = replace(predictor.decode, whole_words=whole_words)
     try:
         example = Example(id="explain", question=question, context=context)
         features, _ = featurize(
