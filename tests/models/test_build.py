@@ -61,3 +61,31 @@ def test_windows_longer_than_the_encoders_positions_are_refused(tiny_checkpoint:
     )
     with pytest.raises(ValueError, match=f"exceeds the {positions} positions"):
         build_model(too_long)
+
+
+def test_a_block_that_adds_sub_layers_keeps_the_encoders_function(tiny_checkpoint: Path) -> None:
+    """``model.block`` converts the encoder as `structqa pretrain` does: an added sub-layer
+    starts as the identity, so the fine-tune starts from the checkpoint's own function."""
+    import torch
+
+    plain, _ = build_model(load_config(overrides=[f"model.encoder={tiny_checkpoint}"]))
+    cfg = load_config(overrides=[f"model.encoder={tiny_checkpoint}", "model.block=[sa, sa, ffn]"])
+    model, _ = build_model(cfg)
+    assert plain.encoder.config.block == ("sa", "ffn")
+    assert model.encoder.config.block == ("sa", "sa", "ffn")
+    ids = torch.randint(5, plain.encoder.config.vocab_size, (2, 17))
+    mask = torch.ones_like(ids)
+    mask[1, 11:] = 0
+    plain.eval()
+    model.eval()
+    with torch.no_grad():
+        a = plain.encoder(ids, attention_mask=mask).last_hidden_state
+        b = model.encoder(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(b[mask.bool()], a[mask.bool()], rtol=1e-5, atol=1e-5)
+    # replacing SA by NAA reuses SA's weights (and changes the function: no attention to self)
+    naa, _ = build_model(
+        load_config(overrides=[f"model.encoder={tiny_checkpoint}", "model.block=[naa, ffn]"])
+    )
+    assert naa.encoder.config.block == ("naa", "ffn")
+    w = naa.encoder.layers[0].sublayers[0].attn.query.weight
+    torch.testing.assert_close(w, plain.encoder.layers[0].sublayers[0].attn.query.weight)

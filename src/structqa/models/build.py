@@ -17,7 +17,13 @@ from torch import nn
 from structqa.attention.module import MultiHeadAttention
 from structqa.config import Config, ConfigError
 from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import attention_options, encoder_from_config_dict, load_encoder
+from structqa.encoders.stacking import (
+    attention_options,
+    convert_stacking,
+    encoder_from_config_dict,
+    load_encoder,
+    parse_stacking,
+)
 from structqa.features.squad import TOKEN_TAGS
 from structqa.heads import build_head
 from structqa.models.extractive import ExtractiveQAModel
@@ -80,9 +86,18 @@ def resolve_token_tags(cfg: Config, encoder: BertEncoder) -> None:
 
 def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     """A pretrained encoder (from cfg.model.encoder, with the structure it was saved with)
-    plus a freshly initialized head; resolves ``cfg.data.token_tags`` from the encoder."""
+    plus a freshly initialized head; resolves ``cfg.data.token_tags`` from the encoder.
+
+    ``cfg.model.block`` other than the encoder's converts it with
+    :func:`~structqa.encoders.stacking.convert_stacking`: a sub-layer it adds starts as the
+    identity (the model starts from the checkpoint's function), an NAA that replaces SA takes
+    SA's weights."""
     path = resolve_encoder_path(cfg.model.encoder)
-    encoder = load_encoder(path, block=cfg.model.block)
+    encoder = load_encoder(path)
+    if cfg.model.block is not None and parse_stacking(cfg.model.block) != encoder.config.block:
+        # as `structqa pretrain` does: kept sub-layers keep their weights, added ones start as
+        # the identity, so the fine-tune starts from the checkpoint's own function
+        encoder = convert_stacking(encoder, cfg.model.block)
     positions = encoder.config.max_position_embeddings
     if cfg.data.max_seq_len > positions:
         raise ValueError(

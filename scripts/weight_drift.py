@@ -1,0 +1,108 @@
+"""How far continued pre-training moved an encoder's pretrained weights (issue 4, ANNA study).
+
+    python scripts/weight_drift.py runs/anna/pretrain/combined/final \\
+        runs/anna/pretrain/sa-sa-ffn/final [--base DIR]
+
+Each checkpoint is compared with its own step 0: the starting encoder (``--base``, default the
+shipped all-MiniLM-L6-v2) converted to the checkpoint's block and attention options exactly as
+``structqa pretrain`` converts it (``convert_stacking``, with the run's ``model.added_init``),
+so the LayerNorm hand-off of an added sub-layer is not counted as a change. Reported per
+group, as the relative change ||W - W0|| / ||W0|| (Frobenius, pooled over the group's
+tensors): the embeddings; the sub-layers that came from the starting encoder, attention
+(SA, or an NAA that took SA's weights) and FFN apart; all of those together. For sub-layers
+the stacking added, the output projection starts at zero, so their growth is given as the
+norm of that projection over the norm of the pretrained attention output projection of the
+same block (mean over blocks). The MLM head is left out: it is created at step 0. Prints one
+markdown row per checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from structqa.encoders.stacking import (
+    attention_options,
+    convert_stacking,
+    load_encoder,
+    parse_stacking,
+    plan_stacking,
+)
+from structqa.paths import default_encoder_path
+
+GROUPS = ("embeddings", "attention", "ffn")
+
+
+def step_zero(checkpoint: Path, base: Path) -> tuple[dict, dict, tuple]:
+    """(trained state, step-0 state, per-sub-layer source plan) of ``checkpoint``."""
+    trained = load_encoder(checkpoint)
+    start = load_encoder(base)
+    cfg_file = checkpoint / "structqa_pretrain_config.json"
+    added_init = "copy"
+    if cfg_file.exists():
+        added_init = json.loads(cfg_file.read_text()).get("model", {}).get("added_init", "copy")
+    block = parse_stacking(trained.config.block)
+    ref = convert_stacking(start, block, attention_options(trained), added_init=added_init)
+    plan = plan_stacking(parse_stacking(start.config.block), block)
+    return trained.state_dict(), ref.state_dict(), tuple(zip(block, plan, strict=True))
+
+
+def drift(checkpoint: Path, base: Path) -> dict[str, float]:
+    """Relative weight change per group, and the added sub-layers' output-projection ratio."""
+    state, ref, subs = step_zero(checkpoint, base)
+    diff = dict.fromkeys(GROUPS, 0.0)
+    norm = dict.fromkeys(GROUPS, 0.0)
+    ratios: list[float] = []
+    for name, w0 in ref.items():
+        w = state[name].float()
+        w0 = w0.float()
+        if name.startswith("embeddings."):
+            group = "embeddings"
+        elif name.startswith("layers."):
+            _, layer, _, j, *_ = name.split(".")
+            kind, source = subs[int(j)]
+            if source is None:  # added: grows from a zero output projection
+                if name.endswith("attn.output.weight"):
+                    kept = [
+                        i for i, (k, s) in enumerate(subs) if k != "ffn" and s is not None
+                    ]
+                    pre = state[f"layers.{layer}.sublayers.{kept[0]}.attn.output.weight"]
+                    ratios.append(float(w.norm() / pre.float().norm()))
+                continue
+            group = "ffn" if kind == "ffn" else "attention"
+        else:
+            continue
+        if not torch.is_floating_point(w0):
+            continue
+        diff[group] += float((w - w0).pow(2).sum())
+        norm[group] += float(w0.pow(2).sum())
+    out = {g: math.sqrt(diff[g] / norm[g]) if norm[g] else float("nan") for g in GROUPS}
+    out["all"] = math.sqrt(sum(diff.values()) / sum(norm.values()))
+    out["added_out_ratio"] = statistics.mean(ratios) if ratios else float("nan")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoints", nargs="+", type=Path)
+    ap.add_argument("--base", type=Path, default=None, help="starting encoder directory")
+    args = ap.parse_args(argv)
+    base = args.base or default_encoder_path()
+    print("| checkpoint | embeddings | attention | FFN | all | added out-proj / SA out-proj |")
+    print("|---|---|---|---|---|---|")
+    for ckpt in args.checkpoints:
+        d = drift(ckpt, base)
+        cells = " | ".join(f"{100 * d[k]:.2f} %" for k in (*GROUPS, "all"))
+        added = d["added_out_ratio"]
+        print(f"| {ckpt} | {cells} | {'—' if math.isnan(added) else f'{added:.3f}'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
