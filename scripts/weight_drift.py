@@ -69,9 +69,7 @@ def drift(checkpoint: Path, base: Path) -> dict[str, float]:
             kind, source = subs[int(j)]
             if source is None:  # added: grows from a zero output projection
                 if name.endswith("attn.output.weight"):
-                    kept = [
-                        i for i, (k, s) in enumerate(subs) if k != "ffn" and s is not None
-                    ]
+                    kept = [i for i, (k, s) in enumerate(subs) if k != "ffn" and s is not None]
                     pre = state[f"layers.{layer}.sublayers.{kept[0]}.attn.output.weight"]
                     ratios.append(float(w.norm() / pre.float().norm()))
                 continue
