@@ -12,8 +12,12 @@ tensors): the embeddings; the sub-layers that came from the starting encoder, at
 (SA, or an NAA that took SA's weights) and FFN apart; all of those together. For sub-layers
 the stacking added, the output projection starts at zero, so their growth is given as the
 norm of that projection over the norm of the pretrained attention output projection of the
-same block (mean over blocks). The MLM head is left out: it is created at step 0. Prints one
-markdown row per checkpoint.
+same block (mean over blocks). The MLM head is left out: it is created at step 0.
+
+With ``--data FILE`` (any QA file the readers know), also how far the *function* moved: the
+mean cosine between the checkpoint's and the starting encoder's last hidden states, over the
+tokens of the first ``--passages`` distinct passages of FILE (each cut to 256 tokens). Prints
+one markdown row per checkpoint.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from structqa.data import read_examples
 from structqa.encoders.stacking import (
     attention_options,
     convert_stacking,
@@ -34,6 +39,7 @@ from structqa.encoders.stacking import (
     parse_stacking,
     plan_stacking,
 )
+from structqa.models.build import load_tokenizer
 from structqa.paths import default_encoder_path
 
 GROUPS = ("embeddings", "attention", "ffn")
@@ -86,19 +92,54 @@ def drift(checkpoint: Path, base: Path) -> dict[str, float]:
     return out
 
 
+@torch.inference_mode()
+def last_hidden(encoder_dir: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    encoder = load_encoder(encoder_dir).eval()
+    return encoder(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+
+
+def representation_cosine(
+    checkpoint: Path, base: Path, batch: dict[str, torch.Tensor], reference: torch.Tensor
+) -> float:
+    """Mean cosine between the checkpoint's and the starting encoder's last hidden states."""
+    mask = batch["attention_mask"].bool()
+    hidden = last_hidden(checkpoint, batch)
+    return float(torch.cosine_similarity(hidden[mask], reference[mask], dim=-1).mean())
+
+
+def passages_batch(data: Path, base: Path, n: int) -> dict[str, torch.Tensor]:
+    contexts = list(dict.fromkeys(ex.context for ex in read_examples(data).examples))[:n]
+    if not contexts:
+        raise ValueError(f"{data}: no passages")
+    tokenizer = load_tokenizer(base)
+    enc = tokenizer(contexts, truncation=True, max_length=256, padding=True, return_tensors="pt")
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoints", nargs="+", type=Path)
     ap.add_argument("--base", type=Path, default=None, help="starting encoder directory")
+    ap.add_argument("--data", type=Path, default=None, help="QA file whose passages to encode")
+    ap.add_argument("--passages", type=int, default=32, help="distinct passages (with --data)")
     args = ap.parse_args(argv)
     base = args.base or default_encoder_path()
-    print("| checkpoint | embeddings | attention | FFN | all | added out-proj / SA out-proj |")
-    print("|---|---|---|---|---|---|")
+    batch = reference = None
+    if args.data is not None:
+        batch = passages_batch(args.data, base, args.passages)
+        reference = last_hidden(base, batch)
+    extra = " last-hidden cosine |" if batch is not None else ""
+    head = "| checkpoint | embeddings | attention | FFN | all | added out-proj / SA out-proj |"
+    print(head + extra)
+    print("|---|---|---|---|---|---|" + ("---|" if extra else ""))
     for ckpt in args.checkpoints:
         d = drift(ckpt, base)
         cells = " | ".join(f"{100 * d[k]:.2f} %" for k in (*GROUPS, "all"))
         added = d["added_out_ratio"]
-        print(f"| {ckpt} | {cells} | {'—' if math.isnan(added) else f'{added:.3f}'} |")
+        row = f"| {ckpt} | {cells} | {'—' if math.isnan(added) else f'{added:.3f}'} |"
+        if batch is not None and reference is not None:
+            row += f" {representation_cosine(ckpt, base, batch, reference):.4f} |"
+        print(row)
     return 0
 
 
