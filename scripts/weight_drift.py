@@ -12,7 +12,8 @@ tensors): the embeddings; the sub-layers that came from the starting encoder, at
 (SA, or an NAA that took SA's weights) and FFN apart; all of those together. For sub-layers
 the stacking added, the output projection starts at zero, so their growth is given as the
 norm of that projection over the norm of the pretrained attention output projection of the
-same block (mean over blocks). The MLM head is left out: it is created at step 0.
+same block (mean over blocks). The MLM head is left out: it is created at step 0. With an
+extended vocabulary (``model.np_vocab``) the word embeddings are compared on their original rows.
 
 With ``--data FILE`` (any QA file the readers know), also how far the *function* moved: the
 mean cosine between the checkpoint's and the starting encoder's last hidden states, over the
@@ -68,6 +69,8 @@ def drift(checkpoint: Path, base: Path) -> dict[str, float]:
     for name, w0 in ref.items():
         w = state[name].float()
         w0 = w0.float()
+        if w.shape != w0.shape and w.shape[1:] == w0.shape[1:]:
+            w = w[: w0.shape[0]]  # an extended vocabulary (model.np_vocab): the original rows
         if name.startswith("embeddings."):
             group = "embeddings"
         elif name.startswith("layers."):

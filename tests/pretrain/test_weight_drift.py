@@ -1,0 +1,53 @@
+"""scripts/weight_drift.py: each arm is measured against its own converted step 0."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import torch
+
+from structqa.encoders.bert import BertEncoder
+from structqa.encoders.stacking import convert_stacking, save_encoder
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "weight_drift.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("weight_drift", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_step_zero_is_no_drift_and_a_changed_weight_is_measured(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    wd = _script()
+    converted = convert_stacking(BertEncoder.from_pretrained(tiny_checkpoint), ["sa", "sa", "ffn"])
+    save_encoder(converted, tmp_path / "zero")
+    d = wd.drift(tmp_path / "zero", tiny_checkpoint)
+    # the LayerNorm hand-off moved affines between sub-layers: not a change against step 0
+    assert all(d[k] < 1e-6 for k in ("embeddings", "attention", "ffn", "all")), d
+    assert d["added_out_ratio"] == 0.0  # the added output projection starts at zero
+
+    with torch.no_grad():
+        ffn = converted.layers[0].sublayers[2]
+        before = ffn.output.weight.clone()
+        ffn.output.weight.mul_(1.5)  # ||W - W0|| = 0.5 ||W0|| on this tensor
+        added = converted.layers[0].sublayers[1].attn.output.weight
+        kept = converted.layers[0].sublayers[0].attn.output.weight
+        added.copy_(0.25 * kept)
+    save_encoder(converted, tmp_path / "moved")
+    d = wd.drift(tmp_path / "moved", tiny_checkpoint)
+    assert d["attention"] < 1e-6 and d["embeddings"] < 1e-6
+    ffn_norms = [
+        float(p.pow(2).sum())
+        for name, p in BertEncoder.from_pretrained(tiny_checkpoint).state_dict().items()
+        if name.startswith("layers.") and ".sublayers.1." in name
+    ]
+    expected = 0.5 * float(before.norm()) / math.sqrt(sum(ffn_norms))
+    assert math.isclose(d["ffn"], expected, rel_tol=1e-4), (d["ffn"], expected)
+    layers = len(converted.layers)
+    assert math.isclose(d["added_out_ratio"], 0.25 / layers, rel_tol=1e-4)
