@@ -15,10 +15,13 @@ norm of that projection over the norm of the pretrained attention output project
 same block (mean over blocks). The MLM head is left out: it is created at step 0. With an
 extended vocabulary (``model.np_vocab``) the word embeddings are compared on their original rows.
 
-With ``--data FILE`` (any QA file the readers know), also how far the *function* moved: the
-mean cosine between the checkpoint's and the starting encoder's last hidden states, over the
-tokens of the first ``--passages`` distinct passages of FILE (each cut to 256 tokens). Prints
-one markdown row per checkpoint.
+With ``--data FILE`` (any QA file the readers know), also how far the *function* moved, over
+the tokens of the first ``--passages`` distinct passages of FILE (each cut to 256 tokens): the
+mean cosine between the checkpoint's and the starting encoder's last hidden states, and two
+measures of how spread out the last hidden states are (the starting encoder gets a row too):
+the mean cosine between two tokens of the same passage (1 = all alike) and the participation
+ratio of the token states' covariance spectrum, (sum s^2)^2 / sum s^4 (about the number of
+directions in use). Prints one markdown row per checkpoint.
 """
 
 from __future__ import annotations
@@ -101,13 +104,27 @@ def last_hidden(encoder_dir: Path, batch: dict[str, torch.Tensor]) -> torch.Tens
     return encoder(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
 
 
-def representation_cosine(
-    checkpoint: Path, base: Path, batch: dict[str, torch.Tensor], reference: torch.Tensor
-) -> float:
-    """Mean cosine between the checkpoint's and the starting encoder's last hidden states."""
+def spread(hidden: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """(mean within-passage token cosine, participation ratio) of last hidden states."""
+    within = []
+    for states, keep in zip(hidden, mask, strict=True):
+        x = torch.nn.functional.normalize(states[keep], dim=-1)
+        n = len(x)
+        if n > 1:
+            within.append(float(((x @ x.T).sum() - n) / (n * n - n)))
+    tokens = hidden[mask]
+    s = torch.linalg.svdvals(tokens - tokens.mean(0))
+    return statistics.mean(within), float(s.pow(2).sum() ** 2 / s.pow(4).sum())
+
+
+def representation(
+    checkpoint: Path, batch: dict[str, torch.Tensor], reference: torch.Tensor
+) -> tuple[float, float, float]:
+    """(cosine to the starting encoder's states, within-passage cosine, participation ratio)."""
     mask = batch["attention_mask"].bool()
     hidden = last_hidden(checkpoint, batch)
-    return float(torch.cosine_similarity(hidden[mask], reference[mask], dim=-1).mean())
+    to_start = float(torch.cosine_similarity(hidden[mask], reference[mask], dim=-1).mean())
+    return (to_start, *spread(hidden, mask))
 
 
 def passages_batch(data: Path, base: Path, n: int) -> dict[str, torch.Tensor]:
@@ -131,17 +148,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.data is not None:
         batch = passages_batch(args.data, base, args.passages)
         reference = last_hidden(base, batch)
-    extra = " last-hidden cosine |" if batch is not None else ""
+    extra = " cosine to start | within-passage cosine | participation ratio |" if batch else ""
     head = "| checkpoint | embeddings | attention | FFN | all | added out-proj / SA out-proj |"
     print(head + extra)
-    print("|---|---|---|---|---|---|" + ("---|" if extra else ""))
+    print("|---|---|---|---|---|---|" + ("---|---|---|" if extra else ""))
+    if batch is not None and reference is not None:
+        within, ratio = spread(reference, batch["attention_mask"].bool())
+        print(f"| {base} (start) | | | | | | 1 | {within:.3f} | {ratio:.1f} |")
     for ckpt in args.checkpoints:
         d = drift(ckpt, base)
         cells = " | ".join(f"{100 * d[k]:.2f} %" for k in (*GROUPS, "all"))
         added = d["added_out_ratio"]
         row = f"| {ckpt} | {cells} | {'—' if math.isnan(added) else f'{added:.3f}'} |"
         if batch is not None and reference is not None:
-            row += f" {representation_cosine(ckpt, base, batch, reference):.4f} |"
+            to_start, within, ratio = representation(ckpt, batch, reference)
+            row += f" {to_start:.4f} | {within:.3f} | {ratio:.1f} |"
         print(row)
     return 0
 
