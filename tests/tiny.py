@@ -166,3 +166,14 @@ def interrupt_at_batch(monkeypatch, n: int = 1):
 
     monkeypatch.setattr(loop, "collate", collate_then_interrupt)
     return real_collate
+
+
+def load_script(name: str):
+    """The module ``scripts/NAME.py`` (the scripts are not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

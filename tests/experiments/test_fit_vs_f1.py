@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 from scipy.stats import spearmanr
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fit_vs_f1.py"
+from tiny import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("fit_vs_f1", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fit_vs_f1")
 
 
 @pytest.mark.parametrize(

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import torch
+from tiny import load_script
 
 from structqa.encoders.bert import BertEncoder
 from structqa.encoders.stacking import convert_stacking, save_encoder
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "weight_drift.py"
-
 
 def _script():
-    spec = importlib.util.spec_from_file_location("weight_drift", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("weight_drift")
 
 
 def test_step_zero_is_no_drift_and_a_changed_weight_is_measured(

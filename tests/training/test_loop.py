@@ -216,23 +216,9 @@ def test_resume_refuses_changed_learning_rate_groups(tmp_path):
         _check_param_groups(tmp_path, saved, changed)
 
 
-def _interrupt_after(monkeypatch, n_batches: int) -> None:
-    """Send this process a real SIGINT while the loop builds batch ``n_batches``."""
-    calls = {"n": 0}
-    real_collate = loop.collate
-
-    def collate_then_interrupt(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] == n_batches:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_collate(*a, **kw)
-
-    monkeypatch.setattr(loop, "collate", collate_then_interrupt)
-
-
 def test_resume_refuses_a_changed_config(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
     args = ("train.max_steps=6", "train.lr=1e-3")
-    _interrupt_after(monkeypatch, 3)
+    interrupt_at_batch(monkeypatch, 3)
     loop.run(tiny_config(tmp_path / "r", tiny_checkpoint, shared_data, *args), progress=False)
     state = json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())
     assert state["global_step"] == 3 and not state["finished"]
@@ -264,7 +250,7 @@ def test_cli_train_exits_130_when_interrupted(tmp_path, tiny_checkpoint, shared_
 
     out = tmp_path / "cli"
     argv = [*mini_train_args("train", shared_data, tiny_checkpoint, out, MINI, steps=6)]
-    _interrupt_after(monkeypatch, 2)
+    interrupt_at_batch(monkeypatch, 2)
     assert main([*argv, "--no-progress"]) == 130
     monkeypatch.undo()
     assert main([*argv, "--no-progress", "--resume"]) == 0
