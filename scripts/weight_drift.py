@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from structqa.data import read_examples
+from structqa.encoders.bert import BertEncoder
 from structqa.encoders.stacking import (
     attention_options,
     convert_stacking,
@@ -49,10 +50,16 @@ from structqa.paths import default_encoder_path
 GROUPS = ("embeddings", "attention", "ffn")
 
 
-def step_zero(checkpoint: Path, base: Path) -> tuple[dict, dict, tuple]:
-    """(trained state, step-0 state, per-sub-layer source plan) of ``checkpoint``."""
-    trained = load_encoder(checkpoint)
-    start = load_encoder(base)
+def step_zero(
+    checkpoint: Path, base: Path | BertEncoder, trained: BertEncoder | None = None
+) -> tuple[dict, dict, tuple]:
+    """(trained state, step-0 state, per-sub-layer source plan) of ``checkpoint``.
+
+    ``base`` and ``trained`` may be given already loaded (``trained`` is ``checkpoint``'s
+    encoder) so that a caller measuring several things loads each directory once.
+    """
+    trained = trained if trained is not None else load_encoder(checkpoint)
+    start = base if isinstance(base, BertEncoder) else load_encoder(base)
     cfg_file = checkpoint / "structqa_pretrain_config.json"
     added_init = "copy"
     if cfg_file.exists():
@@ -63,9 +70,11 @@ def step_zero(checkpoint: Path, base: Path) -> tuple[dict, dict, tuple]:
     return trained.state_dict(), ref.state_dict(), tuple(zip(block, plan, strict=True))
 
 
-def drift(checkpoint: Path, base: Path) -> dict[str, float]:
+def drift(
+    checkpoint: Path, base: Path | BertEncoder, trained: BertEncoder | None = None
+) -> dict[str, float]:
     """Relative weight change per group, and the added sub-layers' output-projection ratio."""
-    state, ref, subs = step_zero(checkpoint, base)
+    state, ref, subs = step_zero(checkpoint, base, trained)
     diff = dict.fromkeys(GROUPS, 0.0)
     norm = dict.fromkeys(GROUPS, 0.0)
     ratios: list[float] = []
@@ -99,9 +108,12 @@ def drift(checkpoint: Path, base: Path) -> dict[str, float]:
 
 
 @torch.inference_mode()
-def last_hidden(encoder_dir: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    encoder = load_encoder(encoder_dir).eval()
-    return encoder(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+def last_hidden(encoder: BertEncoder, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    was_training = encoder.training
+    encoder.eval()
+    out = encoder(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    encoder.train(was_training)
+    return out
 
 
 def spread(hidden: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
@@ -118,11 +130,11 @@ def spread(hidden: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
 
 
 def representation(
-    checkpoint: Path, batch: dict[str, torch.Tensor], reference: torch.Tensor
+    encoder: BertEncoder, batch: dict[str, torch.Tensor], reference: torch.Tensor
 ) -> tuple[float, float, float]:
     """(cosine to the starting encoder's states, within-passage cosine, participation ratio)."""
     mask = batch["attention_mask"].bool()
-    hidden = last_hidden(checkpoint, batch)
+    hidden = last_hidden(encoder, batch)
     to_start = float(torch.cosine_similarity(hidden[mask], reference[mask], dim=-1).mean())
     return (to_start, *spread(hidden, mask))
 
@@ -144,10 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passages", type=int, default=32, help="distinct passages (with --data)")
     args = ap.parse_args(argv)
     base = args.base or default_encoder_path()
+    start = load_encoder(base)
     batch = reference = None
     if args.data is not None:
         batch = passages_batch(args.data, base, args.passages)
-        reference = last_hidden(base, batch)
+        reference = last_hidden(start, batch)
     extra = " cosine to start | within-passage cosine | participation ratio |" if batch else ""
     head = "| checkpoint | embeddings | attention | FFN | all | added out-proj / SA out-proj |"
     print(head + extra)
@@ -156,12 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         within, ratio = spread(reference, batch["attention_mask"].bool())
         print(f"| {base} (start) | | | | | | 1 | {within:.3f} | {ratio:.1f} |")
     for ckpt in args.checkpoints:
-        d = drift(ckpt, base)
+        trained = load_encoder(ckpt)  # once, for the weights and for the states
+        d = drift(ckpt, start, trained)
         cells = " | ".join(f"{100 * d[k]:.2f} %" for k in (*GROUPS, "all"))
         added = d["added_out_ratio"]
         row = f"| {ckpt} | {cells} | {'—' if math.isnan(added) else f'{added:.3f}'} |"
         if batch is not None and reference is not None:
-            to_start, within, ratio = representation(ckpt, batch, reference)
+            to_start, within, ratio = representation(trained, batch, reference)
             row += f" {to_start:.4f} | {within:.3f} | {ratio:.1f} |"
         print(row)
     return 0

@@ -46,3 +46,27 @@ def test_step_zero_is_no_drift_and_a_changed_weight_is_measured(
     assert math.isclose(d["ffn"], expected, rel_tol=1e-4), (d["ffn"], expected)
     layers = len(converted.layers)
     assert math.isclose(d["added_out_ratio"], 0.25 / layers, rel_tol=1e-4)
+
+
+def test_data_rows_measure_the_function_against_the_start(
+    tmp_path: Path, tiny_checkpoint: Path, shared_data: Path, capsys
+) -> None:
+    wd = _script()
+    converted = convert_stacking(BertEncoder.from_pretrained(tiny_checkpoint), ["sa", "sa", "ffn"])
+    save_encoder(converted, tmp_path / "zero")
+    with torch.no_grad():
+        for layer in converted.layers:
+            layer.sublayers[2].output.weight.mul_(3.0)
+    save_encoder(converted, tmp_path / "moved")
+    data = shared_data / "fixtures/squad-v1.1-mini.json"
+    argv = [str(tmp_path / "zero"), str(tmp_path / "moved"), "--base", str(tiny_checkpoint)]
+    assert wd.main([*argv, "--data", str(data), "--passages", "4"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 5  # header, rule, the start, two checkpoints
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    start, zero, moved = ([float(x) for x in row[-3:]] for row in cells)
+    assert start[0] == 1.0
+    # step 0 of the converted block computes the starting encoder's function (LayerNorm rounding)
+    assert zero[0] > 0.9999 and math.isclose(zero[1], start[1], abs_tol=1e-3)
+    assert math.isclose(zero[2], start[2], rel_tol=1e-2)
+    assert moved[0] < 0.999  # tripled FFN outputs moved the states
