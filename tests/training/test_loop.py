@@ -84,11 +84,19 @@ def test_overfits_tiny_set_to_em_100(tmp_path, tiny_checkpoint, shared_data):
     assert losses[-1] < losses[0] / 10
 
 
-def test_resume_continues_exactly(tmp_path, tiny_checkpoint, shared_data, monkeypatch, caplog):
+@pytest.mark.parametrize("block", [None, "[sa, naa, ffn]"], ids=["as-shipped", "converted"])
+def test_resume_continues_exactly(
+    tmp_path, tiny_checkpoint, shared_data, monkeypatch, caplog, block
+):
+    """Also with ``model.block`` converting the encoder: the resumed run rebuilds the converted
+    model from the original checkpoint and must land on the same weights."""
     args = ("train.max_steps=7", "train.lr=1e-3", "train.dropout=0.1")
+    if block is not None:
+        args = (*args, f"model.block={block}")
     straight = tiny_config(tmp_path / "a", tiny_checkpoint, shared_data, *args)
     loop.run(straight, progress=False)
     expected = load_file(str(tmp_path / "a" / "last" / "model.safetensors"))
+    assert any(".sublayers.2." in name for name in expected) == (block is not None)
 
     # interrupt run b with a real SIGINT in the middle of its second epoch (after batch 4)
     real_collate = interrupt_at_batch(monkeypatch, 5)
