@@ -179,7 +179,7 @@ def bench_head(name: str, features: list[Feature], batch_size: int, bf16_setting
     train_mb = peak_growth(lambda: train_step(batches[longest]), device)
 
     model.eval()
-    collector = SpanCollector(DecodeConfig(max_answer_length=cfg.decode.max_answer_length))
+    collector = SpanCollector(DecodeConfig.from_settings(cfg.decode))
 
     def infer(batch: Batch) -> None:
         with autocast(device, bf16):
@@ -231,7 +231,7 @@ def interleaved_inference(
         model, _ = build_model(cfg)
         models[name] = (
             model.to(device).eval(),
-            DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length),
+            DecodeConfig.from_settings(cfg.decode),
         )
     times: dict[str, list[float]] = {name: [] for name in names}
     with torch.inference_mode():

@@ -230,7 +230,7 @@ def structqa_evaluate(
     :func:`interleaved_inference`."""
     from structqa.inference import run_inference
 
-    decode = DecodeConfig(cfg.decode.n_best, cfg.decode.max_answer_length)
+    decode = DecodeConfig.from_settings(cfg.decode)
     bs = cfg.train.eval_batch_size
     # warm-up: one batch through the model and the decoder
     warm = features[: min(len(features), bs)]
