@@ -21,9 +21,15 @@ def _git(root: Path, *args: str) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+MAX_CHANGED = 20  # paths listed in ``changed``; the count is always exact
+
+
 def git_info(repo: Path | None = None) -> dict[str, Any]:
-    """HEAD commit and whether tracked files differ from it (docs/results excluded: the runner
-    writes there). Looks at the package's checkout, else the working directory."""
+    """HEAD commit, whether tracked files differ from it (docs/results excluded: the runner
+    writes there) and, when they do, which: ``changed`` lists up to :data:`MAX_CHANGED` of
+    their paths and ``n_changed`` counts them, so that a reader of a result can tell whether
+    the uncommitted edits could have touched it. Looks at the package's checkout, else the
+    working directory."""
     for root in (repo,) if repo else (_REPO_ROOT, Path.cwd()):
         head = _git(root, "rev-parse", "HEAD")
         if head is None:
@@ -37,7 +43,14 @@ def git_info(repo: Path | None = None) -> dict[str, Any]:
             ".",
             ":(exclude)docs/results",
         )
-        return {"commit": head.strip(), "dirty": bool(status and status.strip())}
+        # porcelain v1: "XY path", or "XY old -> new" for a staged rename
+        lines = (status or "").splitlines()
+        changed = sorted({ln[3:].split(" -> ")[-1] for ln in lines if ln.strip()})
+        info: dict[str, Any] = {"commit": head.strip(), "dirty": bool(changed)}
+        if changed:
+            info["n_changed"] = len(changed)
+            info["changed"] = changed[:MAX_CHANGED]
+        return info
     return {"commit": None, "dirty": None}
 
 

@@ -550,7 +550,9 @@ def test_result_json_has_config_provenance_and_metrics(tmp_path, tiny_checkpoint
     assert result["run"] == "seed=0" and result["seed"] == 0 and result["command"] == cmd
     assert result["config"]["train"]["output_dir"] == str(paths.output(run))
     assert result["config"]["model"]["encoder"] == str(tiny_checkpoint)
-    assert set(result["git"]) == {"commit", "dirty"}
+    # an edited checkout (as while developing) also names its changed files
+    dirty_keys = {"n_changed", "changed"} if result["git"]["dirty"] else set()
+    assert set(result["git"]) == {"commit", "dirty", *dirty_keys}
     assert {"cpu", "cores", "torch_threads", "torch", "gpu"} <= set(result["machine"])
     assert result["device"] in ("cpu", "cuda") and result["bf16"] is False
     assert result["wall_time_s"] > 0 and result["best_epoch"] >= 1
