@@ -89,3 +89,69 @@ def test_a_block_that_adds_sub_layers_keeps_the_encoders_function(tiny_checkpoin
     assert naa.encoder.config.block == ("naa", "ffn")
     w = naa.encoder.layers[0].sublayers[0].attn.query.weight
     torch.testing.assert_close(w, plain.encoder.layers[0].sublayers[0].attn.query.weight)
+
+
+@pytest.mark.parametrize("block", ["[sa, ffn]", "[sa, sa, ffn]", "[naa, ffn]"])
+def test_converting_the_block_leaves_the_seeded_head_and_rng_alone(
+    tiny_checkpoint: Path, block: str
+) -> None:
+    """Under one seed a converted build gets the head, and then the random stream (dropout),
+    of the plain build: the conversion's throwaway init consumes no global RNG, so runs that
+    differ only in ``model.block`` are paired on everything else. ``[sa, ffn]`` is the encoder's
+    own block, which converts nothing."""
+    import torch
+
+    def build(*extra: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        torch.manual_seed(0)
+        model, _ = build_model(load_config(overrides=[f"model.encoder={tiny_checkpoint}", *extra]))
+        return model.head.state_dict(), torch.rand(4)
+
+    head, after = build()
+    converted_head, converted_after = build(f"model.block={block}")
+    assert head.keys() == converted_head.keys() and head
+    for name, tensor in head.items():
+        assert torch.equal(tensor, converted_head[name]), name
+    assert torch.equal(after, converted_after)
+
+
+def test_a_converted_block_keeps_the_checkpoints_attention_variant(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    """A Table 8 checkpoint (relative keys) given another ``model.block`` keeps its variant
+    attention, and the added sub-layer keeps the checkpoint's function at step 0."""
+    import torch
+
+    from structqa.encoders.bert import BertEncoder
+    from structqa.encoders.stacking import (
+        AttentionOptions,
+        attention_options,
+        convert_stacking,
+        save_encoder,
+    )
+
+    options = AttentionOptions(relative_keys=True, max_distance=4)
+    rel = convert_stacking(BertEncoder.from_pretrained(tiny_checkpoint), ["sa", "ffn"], options)
+    touched = 0
+    with torch.no_grad():  # give the (zero-initialised) relative embeddings some weight
+        for name, p in rel.named_parameters():
+            if ".rel_keys." in name:
+                p.normal_(0.0, 0.5)
+                touched += 1
+    assert touched == len(rel.layers)
+    save_encoder(rel, tmp_path / "rel")
+    plain, _ = build_model(load_config(overrides=[f"model.encoder={tmp_path / 'rel'}"]))
+    model, _ = build_model(
+        load_config(overrides=[f"model.encoder={tmp_path / 'rel'}", "model.block=[sa, sa, ffn]"])
+    )
+    assert attention_options(plain.encoder) == options
+    assert attention_options(model.encoder) == options
+    ids = torch.randint(5, plain.encoder.config.vocab_size, (2, 13))
+    mask = torch.ones_like(ids)
+    plain.eval()
+    model.eval()
+    with torch.no_grad():
+        a = plain.encoder(ids, attention_mask=mask).last_hidden_state
+        b = model.encoder(ids, attention_mask=mask).last_hidden_state
+        without = BertEncoder.from_pretrained(tiny_checkpoint).eval()(ids, attention_mask=mask)
+    torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(a, without.last_hidden_state, atol=1e-3)  # the variant is live

@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from structqa.attention.module import MultiHeadAttention
@@ -96,8 +97,11 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     encoder = load_encoder(path)
     if cfg.model.block is not None and parse_stacking(cfg.model.block) != encoder.config.block:
         # as `structqa pretrain` does: kept sub-layers keep their weights, added ones start as
-        # the identity, so the fine-tune starts from the checkpoint's own function
-        encoder = convert_stacking(encoder, cfg.model.block)
+        # the identity, so the fine-tune starts from the checkpoint's own function. The new
+        # modules' throwaway init must not consume the global RNG: under one train.seed the
+        # head's init and the dropout stream are those of the unconverted build.
+        with torch.random.fork_rng(devices=[]):
+            encoder = convert_stacking(encoder, cfg.model.block)
     positions = encoder.config.max_position_embeddings
     if cfg.data.max_seq_len > positions:
         raise ValueError(
