@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
 
 
 def ranks(values: list[float]) -> list[float]:
-    """Ranks from 1, ties given their mean rank."""
+    """Ranks from 1, ties given their mean rank; NaN is not allowed (it has no order)."""
+    if any(math.isnan(v) for v in values):
+        raise ValueError("cannot rank NaN")
     order = sorted(range(len(values)), key=values.__getitem__)
     out = [0.0] * len(values)
     i = 0
@@ -33,7 +36,11 @@ def ranks(values: list[float]) -> list[float]:
 
 
 def spearman(x: list[float], y: list[float]) -> float:
-    return statistics.correlation(ranks(x), ranks(y))
+    """Spearman's rank correlation; a ValueError if either side is constant (undefined)."""
+    rx, ry = ranks(x), ranks(y)
+    if len(set(rx)) < 2 or len(set(ry)) < 2:
+        raise ValueError("rank correlation is undefined: one side is constant")
+    return statistics.correlation(rx, ry)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         if not losses:
             continue
         f1 = json.loads(result.read_text())["metrics"]["f1"]
-        rows.append((run.name, f1, statistics.mean(losses[-args.last :])))
+        loss = statistics.mean(losses[-args.last :])
+        if not math.isfinite(loss):  # a run that diverged fitted worst of all
+            print(f"{run.name}: non-finite training loss at the end, ranked as the worst fit")
+            loss = math.inf
+        rows.append((run.name, f1, loss))
     if len(rows) < 3:
         print(f"{len(rows)} finished runs with a training log: too few to correlate")
         return 1
@@ -62,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|")
     for name, f1, loss in rows:
         print(f"| {name} | {f1:.2f} | {loss:.2f} |")
-    rho = spearman([r[1] for r in rows], [r[2] for r in rows])
+    try:
+        rho = spearman([r[1] for r in rows], [r[2] for r in rows])
+    except ValueError as err:
+        print(f"\n{err}")
+        return 1
     print(f"\nSpearman rank correlation over {len(rows)} runs: {rho:.3f}")
     return 0
 

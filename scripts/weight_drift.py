@@ -12,8 +12,9 @@ tensors): the embeddings; the sub-layers that came from the starting encoder, at
 (SA, or an NAA that took SA's weights) and FFN apart; all of those together. For sub-layers
 the stacking added, the output projection starts at zero, so their growth is given as the
 norm of that projection over the norm of the pretrained attention output projection of the
-same block (mean over blocks). The MLM head is left out: it is created at step 0. With an
-extended vocabulary (``model.np_vocab``) the word embeddings are compared on their original rows.
+same block (mean over blocks; an added FFN sub-layer is refused). The MLM head is left out:
+it is created at step 0. With an extended vocabulary (``model.np_vocab``) the word embeddings
+are compared on their original rows.
 
 With ``--data FILE`` (any QA file the readers know), also how far the *function* moved, over
 the tokens of the first ``--passages`` distinct passages of FILE (each cut to 256 tokens): the
@@ -52,8 +53,8 @@ GROUPS = ("embeddings", "attention", "ffn")
 
 def step_zero(
     checkpoint: Path, base: Path | BertEncoder, trained: BertEncoder | None = None
-) -> tuple[dict, dict, tuple]:
-    """(trained state, step-0 state, per-sub-layer source plan) of ``checkpoint``.
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], tuple[tuple[str, int | None], ...]]:
+    """(trained state, step-0 state, per-sub-layer (kind, source index or None if added)).
 
     ``base`` and ``trained`` may be given already loaded (``trained`` is ``checkpoint``'s
     encoder) so that a caller measuring several things loads each directory once.
@@ -89,8 +90,12 @@ def drift(
             _, layer, _, j, *_ = name.split(".")
             kind, source = subs[int(j)]
             if source is None:  # added: grows from a zero output projection
+                if kind == "ffn":
+                    raise ValueError(f"{checkpoint}: added FFN sub-layers are not measured")
                 if name.endswith("attn.output.weight"):
                     kept = [i for i, (k, s) in enumerate(subs) if k != "ffn" and s is not None]
+                    if not kept:
+                        raise ValueError(f"{checkpoint}: no attention sub-layer kept to compare")
                     pre = state[f"layers.{layer}.sublayers.{kept[0]}.attn.output.weight"]
                     ratios.append(float(w.norm() / pre.float().norm()))
                 continue

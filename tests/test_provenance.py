@@ -48,6 +48,22 @@ def test_dirty_tree_names_the_changed_files(tmp_path: Path) -> None:
     assert info["n_changed"] == 2 and info["changed"] == ["f1.py", "g0.py"]
 
 
+def test_odd_paths_come_back_as_written(tmp_path: Path) -> None:
+    """Spaces, non-ASCII and an arrow in a name: no C-quoting, no split at " -> "."""
+    repo = _repo(tmp_path)
+    odd = ["sub dir/a b.py", "\u00e9t\u00e9.py", "x -> y.py"]
+    for name in odd:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text("1\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "odd names")
+    for name in odd:
+        (repo / name).write_text("2\n")
+    _git(repo, "mv", "x -> y.py", "renamed -> here.py")
+    info = git_info(repo)
+    assert info["changed"] == sorted(["sub dir/a b.py", "\u00e9t\u00e9.py", "renamed -> here.py"])
+
+
 def test_the_list_is_capped_but_the_count_is_exact(tmp_path: Path) -> None:
     n = MAX_CHANGED + 5
     repo = _repo(tmp_path, n_files=n)

@@ -12,6 +12,7 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -168,11 +169,13 @@ def interrupt_at_batch(monkeypatch, n: int = 1):
     return real_collate
 
 
-def load_script(name: str):
+def load_script(name: str) -> ModuleType:
     """The module ``scripts/NAME.py`` (the scripts are not a package)."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no script {path}")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -24,6 +24,24 @@ def _git(root: Path, *args: str) -> str | None:
 MAX_CHANGED = 20  # paths listed in ``changed``; the count is always exact
 
 
+def _changed_paths(status: str) -> set[str]:
+    """Paths of ``git status --porcelain -z`` output, unquoted. Entries are ``XY path``
+    separated by NULs; a rename or copy (``R``/``C`` in X or Y) is followed by its source
+    path as the next entry, which is not listed (the new path is what the tree holds)."""
+    entries = status.split("\0")
+    paths: set[str] = set()
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        paths.add(entry[3:])
+        if "R" in entry[:2] or "C" in entry[:2]:
+            i += 1  # skip the source path
+    return paths
+
+
 def git_info(repo: Path | None = None) -> dict[str, Any]:
     """HEAD commit, whether tracked files differ from it (docs/results excluded: the runner
     writes there) and, when they do, which: ``changed`` lists up to :data:`MAX_CHANGED` of
@@ -38,14 +56,15 @@ def git_info(repo: Path | None = None) -> dict[str, Any]:
             root,
             "status",
             "--porcelain",
+            "-z",
             "--untracked-files=no",
             "--",
             ".",
             ":(exclude)docs/results",
         )
-        # porcelain v1: "XY path", or "XY old -> new" for a staged rename
-        lines = (status or "").splitlines()
-        changed = sorted({ln[3:].split(" -> ")[-1] for ln in lines if ln.strip()})
+        if status is None:  # git ran for rev-parse but not for status: claim nothing
+            return {"commit": head.strip(), "dirty": None}
+        changed = sorted(_changed_paths(status))
         info: dict[str, Any] = {"commit": head.strip(), "dirty": bool(changed)}
         if changed:
             info["n_changed"] = len(changed)
