@@ -84,11 +84,8 @@ def experiment(ckpt: Path, corpus: Path, data: Path, **extra: Any):
     return experiment_from_dict(raw, source="configs/arms.yaml")
 
 
-def test_runner_pretrains_each_referenced_arm_once_and_fine_tunes_from_it(
-    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch
-):
-    exp = experiment(tiny_checkpoint, corpus, shared_data)
-    paths = Paths(tmp_path / "results", tmp_path / "runs")
+def spy_on_pretraining(monkeypatch) -> list[tuple[str, bool]]:
+    """Record (arm directory name, resumed?) for each pre-training the runner starts."""
     real, seen = pretrain_loop.run, []
 
     def spy(cfg, resume=False, progress=True):
@@ -96,6 +93,15 @@ def test_runner_pretrains_each_referenced_arm_once_and_fine_tunes_from_it(
         return real(cfg, resume=resume, progress=progress)
 
     monkeypatch.setattr(pretrain_loop, "run", spy)
+    return seen
+
+
+def test_runner_pretrains_each_referenced_arm_once_and_fine_tunes_from_it(
+    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    seen = spy_on_pretraining(monkeypatch)
     assert run_experiment(exp, paths, command="structqa experiment arms", progress=False) == 0
     # tok is pre-trained once for its two runs; naa is referenced by no run, so never trained
     assert seen == [("tok", False)]
@@ -117,6 +123,66 @@ def test_runner_pretrains_each_referenced_arm_once_and_fine_tunes_from_it(
     seen.clear()
     assert run_experiment(exp, paths, command="structqa experiment arms", progress=False) == 0
     assert seen == []
+
+
+def test_pretrain_only_trains_the_selected_runs_arms_and_fine_tunes_nothing(
+    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    seen = spy_on_pretraining(monkeypatch)
+    with pytest.raises(ConfigError, match="no run whose name contains 'plain' fine-tunes"):
+        command.pretrain_arms(exp, paths, command="x", only="plain", progress=False)
+    assert command.pretrain_arms(exp, paths, command="x", only="tok", progress=False) == 0
+    # tok-a and tok-b share one arm, trained once; naa is referenced by no run
+    assert seen == [("tok", False)]
+    assert pretrain_status(paths, "tok") == "done" and pretrain_status(paths, "naa") == "todo"
+    assert not any(paths.result(r).exists() for r in exp.runs())
+    assert json.loads(paths.pretrain_result("tok").read_text())["command"] == "x"
+    # again: the arm is done, nothing trains; the grid then fine-tunes from it untouched
+    assert command.pretrain_arms(exp, paths, command="x", progress=False) == 0
+    assert run_experiment(exp, paths, command="x", max_runs=1, progress=False) == 0
+    assert seen == [("tok", False)]
+
+
+def test_pretrain_only_from_the_command_line(tmp_path, tiny_checkpoint, corpus, shared_data):
+    import argparse
+
+    from structqa.experiments.command import add_parser
+
+    raw = {
+        "name": "arms",
+        "base": tiny_finetune_base("pretrain:tok", shared_data),
+        "pretrain": {"base": pretrain_base(tiny_checkpoint, corpus), "arms": {"tok": {}}},
+        "variants": [{"name": "tok-a", "model": {"encoder": "pretrain:tok"}}],
+    }
+    config = tmp_path / "arms.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    argv = ["experiment", str(config), "--pretrain-only", "--no-progress"]
+    argv += ["--results", str(paths.results), "--runs-dir", str(paths.runs)]
+    with pytest.raises(ConfigError, match="takes no --max-runs"):
+        args = parser.parse_args([*argv, "--max-runs", "1"])
+        args.func(args, [])
+    with pytest.raises(SystemExit):  # one mode at a time
+        parser.parse_args([*argv, "--dry-run"])
+    args = parser.parse_args(argv)
+    assert args.func(args, []) == 0
+    assert pretrain_status(paths, "tok") == "done"
+    assert not (paths.results / "runs").exists()  # nothing fine-tuned
+
+
+def test_pretrain_only_needs_a_pretrain_section(tmp_path, tiny_checkpoint, shared_data):
+    raw = {
+        "name": "plain",
+        "base": tiny_finetune_base(str(tiny_checkpoint), shared_data),
+        "grid": {"train.seed": [0]},
+    }
+    exp = experiment_from_dict(raw, source="configs/plain.yaml")
+    with pytest.raises(ConfigError, match="has no pretrain section"):
+        command.pretrain_arms(exp, Paths(tmp_path / "r", tmp_path / "o"), command="x")
 
 
 def test_an_arm_another_worker_is_pretraining_is_skipped_not_trained_twice(

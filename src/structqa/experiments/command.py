@@ -29,7 +29,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -324,7 +325,9 @@ def ensure_pretrained(
 ) -> Path | None:
     """Pre-train (or continue) one arm; its ``final/`` directory once finished, else None.
 
-    An arm whose recorded config differs from the experiment's (the YAML changed after it was
+    Runs under the arm's claim, so that two workers never train one arm: raises
+    :class:`RunBusy` naming the holder when another worker has it. An arm whose recorded
+    config differs from the experiment's (the YAML changed after it was
     trained) is an error: its checkpoint would silently stand for another recipe."""
     if experiment.pretrain is None or arm not in experiment.pretrain.arms:
         raise ConfigError(f"{experiment.name}: no pre-training arm {arm!r}")
@@ -343,8 +346,14 @@ def ensure_pretrained(
             f"delete {out} (and {paths.pretrain_result(arm)}) to retrain it, or give the new "
             "recipe a new arm name"
         )
-    if paths.pretrain_result(arm).exists() and _arm_finished(final):
-        return final
+    claim = try_claim(paths.runs, f"pretrain/{arm}")  # (the name _who reads too)
+    if claim is None:
+        raise RunBusy(
+            f"pre-training arm {arm!r} is being trained by {_who(paths, f'pretrain/{arm}')}"
+        )
+    with claim:
+        if paths.pretrain_result(arm).exists() and _arm_finished(final):
+            return final
     timing = _read_json(out / _TIME_FILE)
     if not _arm_finished(final):
         before = _read_json(out / "last" / "train_state.json")
@@ -402,20 +411,15 @@ def execute_run(
     cfg, split = resolve_config(experiment, run, paths, data_dir)
     arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
     if arm is not None:
-        claim = try_claim(paths.runs, f"pretrain/{arm}")  # (the name _who reads too)
-        if claim is None:
-            who = _who(paths, f"pretrain/{arm}")
-            raise RunBusy(f"pre-training arm {arm!r} is being trained by {who}")
-        with claim:
-            final = ensure_pretrained(
-                experiment,
-                arm,
-                paths,
-                command=command,
-                provenance=provenance,
-                data_dir=data_dir,
-                progress=progress,
-            )
+        final = ensure_pretrained(
+            experiment,
+            arm,
+            paths,
+            command=command,
+            provenance=provenance,
+            data_dir=data_dir,
+            progress=progress,
+        )
         if final is None:
             return False
         cfg.model.encoder = str(final)
@@ -708,6 +712,21 @@ def _raise_interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt inside (as SIGINT does), so a killed worker stops
+    resumably; outside the main thread signals are left to the trainer."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def display_path(path: str | Path) -> str:
     """A path relative to the working directory where it lies under it (for commands)."""
     try:
@@ -724,6 +743,81 @@ def selected(runs: Sequence[Run], only: str | None) -> list[Run]:
         names = ", ".join(r.name for r in runs[:3])
         raise ConfigError(f"--only {only!r} matches no run of the grid (runs look like {names})")
     return picked
+
+
+def pretrain_arms(
+    experiment: Experiment,
+    paths: Paths,
+    *,
+    command: str,
+    only: str | None = None,
+    data_dir: str | None = None,
+    progress: bool = True,
+) -> int:
+    """``--pretrain-only``: pre-train (or continue) every arm that a selected run fine-tunes
+    from, in plan order, and fine-tune nothing; 0 when done, 130 when interrupted. An arm
+    another worker holds is skipped, as the grid skips a claimed run."""
+    if experiment.pretrain is None:
+        raise ConfigError(
+            f"{experiment.name}: --pretrain-only, but the YAML has no pretrain section"
+        )
+    check_not_stale(experiment, paths, load_results(paths.results))
+    runs = selected(plan(experiment, load_results(paths.results)), only)
+    arms: list[str] = []
+    for run in runs:
+        cfg = resolve_config(experiment, run, paths, data_dir)[0]
+        arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
+        if arm is not None and arm not in arms:
+            arms.append(arm)
+    if not arms:
+        where = f" whose name contains {only!r}" if only else ""
+        raise ConfigError(
+            f"{experiment.name}: no run{where} fine-tunes from a pre-training arm "
+            f"(arms: {', '.join(experiment.pretrain.arms)})"
+        )
+    how: dict[str, Any] = {
+        "command": command,
+        "provenance": {"git": git_info(), "machine": machine_info()},
+        "data_dir": data_dir,
+        "progress": progress,
+    }
+    loop.StopFlag.received = None
+    done, skipped = 0, []
+    try:
+        with _sigterm_as_interrupt():
+            for arm in arms:
+                try:
+                    final = ensure_pretrained(experiment, arm, paths, **how)
+                except RunBusy as busy:
+                    log.info("%s; skipping it", busy)
+                    skipped.append(arm)
+                    continue
+                if final is None:
+                    log.warning(
+                        "pre-training arm %s stopped before finishing; run the same command "
+                        "to continue",
+                        arm,
+                    )
+                    return EXIT_INTERRUPTED
+                done += 1
+                if loop.StopFlag.received is not None:
+                    loop.StopFlag.received = None
+                    log.warning("pre-training arm %s finished; stopping as signalled", arm)
+                    return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        log.warning("interrupted; run the same command to continue")
+        return EXIT_INTERRUPTED
+    results = load_results(paths.results)
+    if results:  # table.md lists the arms' status
+        refresh(
+            experiment, plan(experiment, results), results, paths.results, _config_file(experiment)
+        )
+    log.info(
+        "%d pre-training arm(s) ready: %s", done, ", ".join(a for a in arms if a not in skipped)
+    )
+    if skipped:
+        log.info("skipped, held by another worker: %s", ", ".join(skipped))
+    return 0
 
 
 def run_experiment(
@@ -750,85 +844,87 @@ def run_experiment(
     skipped: list[str] = []
     tried: set[str] = set()
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    except ValueError:  # not the main thread: leave signals to the trainer
-        previous = None
-    try:
-        while True:
-            results = load_results(paths.results)
-            runs = plan(experiment, results)
-            todo = [
-                r for r in selected(runs, only) if r.name not in results and r.name not in tried
-            ]
-            if not todo:
-                break
-            if max_runs is not None and finished >= max_runs:
-                log.info("stopping after %d run(s) (--max-runs); %d left", finished, len(todo))
-                break
-            run = todo[0]
-            tried.add(run.name)
-            claim = try_claim(paths.runs, run.name)
-            if claim is None:
-                log.info("%s is being trained by %s; skipping it", run.name, _who(paths, run.name))
-                skipped.append(run.name)
-                continue
-            with claim:
-                if paths.result(run).exists():  # another worker finished it since the plan
-                    continue
-                source = (
-                    find_reusable(experiment, resolve_config(experiment, run, paths, data_dir)[0])
-                    if experiment.reuse
-                    else None
-                )
-                if source is not None:
-                    reuse_result(experiment, run, paths, *source)
-                    finished += 1
-                    results = load_results(paths.results)
-                    refresh(
-                        experiment, plan(experiment, results), results, paths.results, config_file
+        with _sigterm_as_interrupt():
+            while True:
+                results = load_results(paths.results)
+                runs = plan(experiment, results)
+                todo = [
+                    r for r in selected(runs, only) if r.name not in results and r.name not in tried
+                ]
+                if not todo:
+                    break
+                if max_runs is not None and finished >= max_runs:
+                    log.info("stopping after %d run(s) (--max-runs); %d left", finished, len(todo))
+                    break
+                run = todo[0]
+                tried.add(run.name)
+                claim = try_claim(paths.runs, run.name)
+                if claim is None:
+                    log.info(
+                        "%s is being trained by %s; skipping it", run.name, _who(paths, run.name)
                     )
-                    continue
-                left = len(todo)
-                log.info(
-                    "run %s (%s; %d left in this selection)",
-                    run.name,
-                    run_status(paths, run),
-                    left,
-                )
-                try:
-                    done = execute_run(
-                        experiment,
-                        run,
-                        paths,
-                        command=command,
-                        provenance=provenance,
-                        data_dir=data_dir,
-                        progress=progress,
-                    )
-                except RunBusy as busy:
-                    log.info("%s: %s; skipping it", run.name, busy)
                     skipped.append(run.name)
                     continue
-            if not done:
-                log.warning(
-                    "%s stopped before finishing; run the same command to continue", run.name
-                )
-                return EXIT_INTERRUPTED
-            finished += 1
-            results = load_results(paths.results)
-            refresh(experiment, plan(experiment, results), results, paths.results, config_file)
-            if loop.StopFlag.received is not None:
-                # the signal came during the run's last step or final evaluation: the run
-                # finished and its result is saved, but the grid stops here as asked
-                loop.StopFlag.received = None
-                log.warning("%s finished; stopping as signalled", run.name)
-                return EXIT_INTERRUPTED
+                with claim:
+                    if paths.result(run).exists():  # another worker finished it since the plan
+                        continue
+                    source = (
+                        find_reusable(
+                            experiment, resolve_config(experiment, run, paths, data_dir)[0]
+                        )
+                        if experiment.reuse
+                        else None
+                    )
+                    if source is not None:
+                        reuse_result(experiment, run, paths, *source)
+                        finished += 1
+                        results = load_results(paths.results)
+                        refresh(
+                            experiment,
+                            plan(experiment, results),
+                            results,
+                            paths.results,
+                            config_file,
+                        )
+                        continue
+                    left = len(todo)
+                    log.info(
+                        "run %s (%s; %d left in this selection)",
+                        run.name,
+                        run_status(paths, run),
+                        left,
+                    )
+                    try:
+                        done = execute_run(
+                            experiment,
+                            run,
+                            paths,
+                            command=command,
+                            provenance=provenance,
+                            data_dir=data_dir,
+                            progress=progress,
+                        )
+                    except RunBusy as busy:
+                        log.info("%s: %s; skipping it", run.name, busy)
+                        skipped.append(run.name)
+                        continue
+                if not done:
+                    log.warning(
+                        "%s stopped before finishing; run the same command to continue", run.name
+                    )
+                    return EXIT_INTERRUPTED
+                finished += 1
+                results = load_results(paths.results)
+                refresh(experiment, plan(experiment, results), results, paths.results, config_file)
+                if loop.StopFlag.received is not None:
+                    # the signal came during the run's last step or final evaluation: the run
+                    # finished and its result is saved, but the grid stops here as asked
+                    loop.StopFlag.received = None
+                    log.warning("%s finished; stopping as signalled", run.name)
+                    return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         log.warning("interrupted; run the same command to continue")
         return EXIT_INTERRUPTED
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     results = load_results(paths.results)
     if results and not finished:  # (after a finished run the tables are fresh already)
         refresh(experiment, plan(experiment, results), results, paths.results, config_file)
@@ -954,6 +1050,8 @@ def _flags(args: argparse.Namespace, threads: int | None = None) -> list[str]:
     ):
         if value is not None:
             parts += [flag, str(value)]
+    if getattr(args, "pretrain_only", False):
+        parts.append("--pretrain-only")
     return parts
 
 
@@ -1029,6 +1127,8 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
             raise ConfigError(f"{flag} reads every result there; it takes no --only/--max-runs")
     if args.resamples < 1:
         raise ConfigError("--resamples must be at least 1")
+    if args.pretrain_only and args.max_runs is not None:
+        raise ConfigError("--pretrain-only fine-tunes nothing; it takes no --max-runs")
     if args.dry_run:
         print_plan(experiment, paths, args.only)
         return 0
@@ -1066,6 +1166,15 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
         return 0
     if args.workers is not None and args.workers > 1:
         return run_workers(args, experiment, paths)
+    if args.pretrain_only:
+        return pretrain_arms(
+            experiment,
+            paths,
+            command=_command_line(args),
+            only=args.only,
+            data_dir=args.data,
+            progress=not args.no_progress,
+        )
     return run_experiment(
         experiment,
         paths,
@@ -1099,6 +1208,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="compare every table row with the baseline row by a paired bootstrap over the "
         "evaluation questions (reads the runs' saved answers); writes bootstrap.md/.json",
+    )
+    mode.add_argument(
+        "--pretrain-only",
+        action="store_true",
+        help="only pre-train (or continue) the pretrain: arms that the selected runs fine-tune "
+        "from, and fine-tune nothing (with --workers, one arm per worker at a time)",
     )
     p.add_argument(
         "--resamples", type=int, default=10_000, help="bootstrap resamples (with --bootstrap)"
