@@ -761,8 +761,9 @@ def pretrain_arms(
         raise ConfigError(
             f"{experiment.name}: --pretrain-only, but the YAML has no pretrain section"
         )
-    check_not_stale(experiment, paths, load_results(paths.results))
-    runs = selected(plan(experiment, load_results(paths.results)), only)
+    results = load_results(paths.results)
+    check_not_stale(experiment, paths, results)
+    runs = selected(plan(experiment, results), only)
     arms: list[str] = []
     for run in runs:
         cfg = resolve_config(experiment, run, paths, data_dir)[0]
