@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from structqa.provenance import MAX_CHANGED, git_info
+from structqa.provenance import COMMIT_ENV, MAX_CHANGED, git_info
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not on PATH")
 
@@ -75,3 +75,20 @@ def test_the_list_is_capped_but_the_count_is_exact(tmp_path: Path) -> None:
 
 def test_outside_a_repository_nothing_is_claimed(tmp_path: Path) -> None:
     assert git_info(tmp_path) == {"commit": None, "dirty": None}
+
+
+def test_outside_a_repository_the_stated_commit_is_recorded_as_stated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(COMMIT_ENV, " abc123 \n")
+    assert git_info(tmp_path) == {"commit": "abc123", "dirty": None, "source": COMMIT_ENV}
+    monkeypatch.setenv(COMMIT_ENV, "")
+    assert git_info(tmp_path) == {"commit": None, "dirty": None}
+
+
+def test_a_checkout_wins_over_the_stated_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = _repo(tmp_path)
+    monkeypatch.setenv(COMMIT_ENV, "not-this")
+    assert git_info(repo)["commit"] != "not-this"

@@ -21,6 +21,10 @@ def _git(root: Path, *args: str) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+#: Names the commit of a copied working tree that has no ``.git`` (a container image, a GPU
+#: machine the tree was sent to); read only when no git checkout answers.
+COMMIT_ENV = "STRUCTQA_GIT_COMMIT"
+
 MAX_CHANGED = 20  # paths listed in ``changed``; the count is always exact
 
 
@@ -70,6 +74,9 @@ def git_info(repo: Path | None = None) -> dict[str, Any]:
             info["n_changed"] = len(changed)
             info["changed"] = changed[:MAX_CHANGED]
         return info
+    stated = os.environ.get(COMMIT_ENV, "").strip()
+    if stated:  # a copy of a checkout without its .git: the commit its copier names
+        return {"commit": stated, "dirty": None, "source": COMMIT_ENV}
     return {"commit": None, "dirty": None}
 
 
