@@ -31,6 +31,7 @@ shift
 
 env_setup() {
   export PYTHONPATH=/tmp/site:$W/src STRUCTQA_DATA=/tmp/data PYTHONUNBUFFERED=1
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   export STRUCTQA_GIT_COMMIT
   STRUCTQA_GIT_COMMIT=$(cat $STAGE/commit)
 }

@@ -206,6 +206,28 @@ def test_an_arm_another_worker_is_pretraining_is_skipped_not_trained_twice(
     assert pretrain_status(paths, "tok") == "todo"
 
 
+def test_the_arms_claim_is_held_while_it_pretrains(
+    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch
+):
+    # (a claim released before training let 8 GPU workers all train the first arm at once)
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    free_during_run: list[bool] = []
+    real_run = pretrain_loop.run
+
+    def run_and_probe(cfg, **kw):
+        other = try_claim(paths.runs, "pretrain/tok")  # another worker's attempt
+        free_during_run.append(other is not None)
+        if other is not None:
+            other.release()
+        return real_run(cfg, **kw)
+
+    monkeypatch.setattr(pretrain_loop, "run", run_and_probe)
+    assert command.ensure_pretrained(exp, "tok", paths, command="x", provenance={}) is not None
+    assert free_during_run == [False]
+    assert try_claim(paths.runs, "pretrain/tok") is not None  # released once finished
+
+
 def test_interrupted_pretraining_stops_the_runner_and_resumes(
     tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch
 ):

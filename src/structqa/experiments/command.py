@@ -354,47 +354,47 @@ def ensure_pretrained(
     with claim:
         if paths.pretrain_result(arm).exists() and _arm_finished(final):
             return final
-    timing = _read_json(out / _TIME_FILE)
-    if not _arm_finished(final):
-        before = _read_json(out / "last" / "train_state.json")
-        resume = (out / "last").is_dir()
-        log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
-        timing = _timed_session(
-            out, lambda: pretrain_loop.run(cfg, resume=resume, progress=progress)
-        )
+        timing = _read_json(out / _TIME_FILE)
         if not _arm_finished(final):
-            state = _read_json(out / "last" / "train_state.json")
-            if resume and state.get("global_step") == before.get("global_step"):
-                raise RuntimeError(
-                    f"pre-training arm {arm!r}: resuming made no progress (step "
-                    f"{state.get('global_step')}); delete {out} to retrain it"
-                )
-            return None  # interrupted: last/ holds the state
-    state = _read_json(final / "train_state.json")
-    device, bf16 = _device_and_bf16(cfg)
-    write_json(
-        paths.pretrain_result(arm),
-        {
-            "experiment": experiment.name,
-            "arm": arm,
-            "overrides": experiment.pretrain.arms[arm],
-            # held-out MLM loss/accuracy ({} when the corpus left no held-out chunk)
-            "metrics": _read_json(final / "metrics.json"),
-            "steps": state.get("global_step"),
-            "seed": cfg.train.seed,
-            "wall_time_s": round(timing.get("wall_time_s", 0.0), 3),
-            "sessions": timing.get("sessions", 0),
-            "device": device,
-            "bf16": bf16,
-            **provenance,
-            "command": command,
-            "config_file": experiment.source,
-            "pretrain_base": experiment.pretrain.base_file,
-            "config": cfg.to_dict(),
-            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        },
-    )
-    return final
+            before = _read_json(out / "last" / "train_state.json")
+            resume = (out / "last").is_dir()
+            log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
+            timing = _timed_session(
+                out, lambda: pretrain_loop.run(cfg, resume=resume, progress=progress)
+            )
+            if not _arm_finished(final):
+                state = _read_json(out / "last" / "train_state.json")
+                if resume and state.get("global_step") == before.get("global_step"):
+                    raise RuntimeError(
+                        f"pre-training arm {arm!r}: resuming made no progress (step "
+                        f"{state.get('global_step')}); delete {out} to retrain it"
+                    )
+                return None  # interrupted: last/ holds the state
+        state = _read_json(final / "train_state.json")
+        device, bf16 = _device_and_bf16(cfg)
+        write_json(
+            paths.pretrain_result(arm),
+            {
+                "experiment": experiment.name,
+                "arm": arm,
+                "overrides": experiment.pretrain.arms[arm],
+                # held-out MLM loss/accuracy ({} when the corpus left no held-out chunk)
+                "metrics": _read_json(final / "metrics.json"),
+                "steps": state.get("global_step"),
+                "seed": cfg.train.seed,
+                "wall_time_s": round(timing.get("wall_time_s", 0.0), 3),
+                "sessions": timing.get("sessions", 0),
+                "device": device,
+                "bf16": bf16,
+                **provenance,
+                "command": command,
+                "config_file": experiment.source,
+                "pretrain_base": experiment.pretrain.base_file,
+                "config": cfg.to_dict(),
+                "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            },
+        )
+        return final
 
 
 def execute_run(
