@@ -97,7 +97,7 @@ PY
             python3 -m structqa experiment configs/anna/gpu.yaml --pretrain-only --workers 8 \
               --no-progress >> logs/pretrain.log 2>&1
           else
-            python3 -m structqa experiment configs/anna/$s.yaml --workers 12 --no-progress \
+            python3 -m structqa experiment configs/anna/$s.yaml --workers 14 --no-progress \
               >> logs/$s.log 2>&1
           fi
           rc=$?
