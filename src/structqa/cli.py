@@ -169,10 +169,11 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.evaluation import evaluate_model, write_outputs
     from structqa.features.squad import featurize
     from structqa.models.build import model_from_checkpoint
-    from structqa.runtime import use_bf16
+    from structqa.runtime import default_device, use_bf16
     from structqa.training.data import feature_config, load_eval_examples
 
     model, tokenizer, cfg = model_from_checkpoint(args.checkpoint)
+    model.to(default_device())  # a checkpoint loads on the CPU; score on the GPU if any
     from structqa.config import _apply  # reuse validation for the command-line overrides
 
     if args.data:

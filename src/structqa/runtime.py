@@ -34,5 +34,11 @@ def use_bf16(setting: str | bool, device: torch.device) -> bool:
     return device.type == "cpu" and cpu_has_native_bf16()
 
 
+def default_device() -> torch.device:
+    """Where inference runs unless told: the first GPU when there is one, else the CPU (the
+    training loops get the same from Accelerate)."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def autocast(device: torch.device, enabled: bool):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
