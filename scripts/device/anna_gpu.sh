@@ -43,6 +43,17 @@ collect() {
   nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader || true
 }
 
+prune() {
+  # a finished run's checkpoints (~355 MB each) are not needed once its result is written:
+  # 100 of them filled a first machine's 64 GB disk, and it was lost with its results
+  local f exp
+  for f in docs/results/anna-gpu*/runs/*.json; do
+    [ -e "$f" ] || continue
+    exp=$(basename "$(dirname "$(dirname "$f")")")
+    rm -rf "runs/$exp/$(basename "$f" .json)"
+  done
+}
+
 case $stage in
   stash)
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
@@ -109,6 +120,7 @@ PY
     end=$((SECONDS + budget))
     while [ $SECONDS -lt $end ] && ! grep -q "=== done" logs/queue.log 2>/dev/null; do
       sleep 15
+      prune
     done
     cat logs/queue.log
     for f in logs/*.log; do echo "--- $f"; tail -n 4 "$f"; done
