@@ -39,13 +39,15 @@ def main(argv: list[str] | None = None) -> None:
     from structqa.paths import default_encoder_path
 
     experiment = load_experiment(Path(args.config))
-    annotator = Annotator(cache_file=args.out)
+    annotator: Annotator | None = None
     tokenizer = AutoTokenizer.from_pretrained(str(default_encoder_path()))
     done: set[tuple[str, str, int]] = set()
     for run in experiment.runs():
         cfg = experiment.config_for(run)
         fc = feature_config(cfg)
         fc = type(fc)(**{**fc.__dict__, "token_tags": tuple(TOKEN_TAGS)})
+        if annotator is None:  # the config's spaCy model (all runs share the base's)
+            annotator = Annotator(fc.spacy_model, cache_file=args.out)
         key = (cfg.data.train, cfg.data.eval, cfg.train.seed)
         if key in done:
             continue
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         featurize(list(train), tokenizer, fc, training=True, annotator=annotator)
         featurize(load_eval_examples(cfg)[0], tokenizer, fc, annotator=annotator)
         log.info("%s seed %d: cache %d texts", cfg.data.train, cfg.train.seed, len(annotator))
+    assert annotator is not None, "the config has no runs"
     print(f"parsed {annotator.misses} new texts, {annotator.hits} served from the cache")
 
 

@@ -73,7 +73,10 @@ def test_the_list_is_capped_but_the_count_is_exact(tmp_path: Path) -> None:
     assert info["n_changed"] == n and len(info["changed"]) == MAX_CHANGED
 
 
-def test_outside_a_repository_nothing_is_claimed(tmp_path: Path) -> None:
+def test_outside_a_repository_nothing_is_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(COMMIT_ENV, raising=False)
     assert git_info(tmp_path) == {"commit": None, "dirty": None}
 
 

@@ -50,7 +50,9 @@ prune() {
   for f in docs/results/anna-gpu*/runs/*.json; do
     [ -e "$f" ] || continue
     exp=$(basename "$(dirname "$(dirname "$f")")")
-    rm -rf "runs/$exp/$(basename "$f" .json)"
+    case $(basename "$f" .json) in
+      *=*) rm -rf "runs/$exp/$(basename "$f" .json)" || true ;;  # run names are key=value,...
+    esac
   done
 }
 
@@ -101,6 +103,7 @@ PY
       steps=("$@")
       [ ${#steps[@]} -eq 0 ] && steps=(pretrain gpu gpu-fitted gpu-squad2)
       printf '%s\n' "${steps[@]}" > logs/queue.steps
+      [ -f logs/queue.log ] && mv logs/queue.log "logs/queue.$(date +%s).log"  # a new queue's "done"
       setsid bash -c '
         while read -r s; do
           echo "=== $(date -u +%FT%TZ) $s" >> logs/queue.log

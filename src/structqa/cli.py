@@ -195,7 +195,9 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     log.info("eval: %s", rep.summary())
     from structqa.decoding import DecodeConfig
 
-    bf16 = use_bf16(args.bf16, next(model.parameters()).device)
+    device = next(model.parameters()).device
+    bf16 = use_bf16(args.bf16, device)
+    log.info("scoring on %s, bf16 %s", device, "on" if bf16 else "off")
     t0 = time.perf_counter()
     result = evaluate_model(
         model,

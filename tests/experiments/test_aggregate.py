@@ -333,3 +333,13 @@ def test_baseline_with_several_row_keys_is_a_list():
     }
     text = render_table(exp, exp.runs(), results, "x.yaml")
     assert "| dyrex | 0.0001 | +3.00 ± n/a (1; 1 higher) |" in text
+
+
+def test_a_commit_nobody_checked_is_not_shown_as_clean():
+    from structqa.experiments.aggregate import _commit
+
+    stated = {"git": {"commit": "d23f4ef", "dirty": None, "source": "STRUCTQA_GIT_COMMIT"}}
+    assert _commit(stated) == ("`d23f4ef` (stated by STRUCTQA_GIT_COMMIT, not checked for edits)")
+    assert "not checked" in _commit({"git": {"commit": "abc", "dirty": None}})
+    assert _commit({"git": {"commit": "abc", "dirty": False}}) == "`abc` (clean)"
+    assert _commit({"git": {"commit": None}}) == "`unknown` (not a git checkout)"

@@ -328,3 +328,17 @@ def test_shipped_anna_config_loads_and_every_arm_validates():
         assert cfg.train.max_steps == 200 and cfg.train.batch_size == 32  # one budget
     used = {str(exp.config_for(r).model.encoder) for r in exp.runs()}
     assert {f"pretrain:{a}" for a in exp.pretrain.arms} <= used
+
+
+def test_a_finished_arm_is_used_while_another_worker_holds_its_claim(
+    tmp_path, tiny_checkpoint, corpus, shared_data
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    final = command.ensure_pretrained(exp, "tok", paths, command="x", provenance={})
+    busy = try_claim(paths.runs, "pretrain/tok")  # e.g. a worker checking it at this moment
+    assert busy is not None
+    try:
+        assert command.ensure_pretrained(exp, "tok", paths, command="x", provenance={}) == final
+    finally:
+        busy.release()

@@ -238,7 +238,10 @@ def _commit(result: Mapping[str, Any]) -> str:
     git = result.get("git") or {}
     if not git.get("commit"):
         return "`unknown` (not a git checkout)"
-    return f"`{git['commit'][:12]}` ({'dirty' if git.get('dirty') else 'clean'})"
+    if git.get("dirty") is None:  # e.g. a copy without .git whose commit was only stated
+        how = f"stated by {git['source']}" if git.get("source") else "not checked"
+        return f"`{git['commit'][:12]}` ({how}, not checked for edits)"
+    return f"`{git['commit'][:12]}` ({'dirty' if git['dirty'] else 'clean'})"
 
 
 PATH_FLAGS = ("--results", "--runs-dir", "--data")

@@ -346,6 +346,8 @@ def ensure_pretrained(
             f"delete {out} (and {paths.pretrain_result(arm)}) to retrain it, or give the new "
             "recipe a new arm name"
         )
+    if paths.pretrain_result(arm).exists() and _arm_finished(final):
+        return final  # finished: no claim needed (a worker training it holds it for minutes)
     claim = try_claim(paths.runs, f"pretrain/{arm}")  # (the name _who reads too)
     if claim is None:
         raise RunBusy(
