@@ -17,14 +17,19 @@ import argparse
 import logging
 from pathlib import Path
 
-from structqa.data import parse_train_size, train_subset
-from structqa.data.readers import read_extractive
 from structqa.experiments.grid import load_experiment
-from structqa.features.squad import TOKEN_TAGS, featurize
-from structqa.text.annotate import Annotator
-from structqa.training.data import data_path, feature_config, load_eval_examples
+from structqa.features.squad import TOKEN_TAGS
+from structqa.paths import default_encoder_path
+from structqa.training.data import prepare_data
 
 log = logging.getLogger("warm_annotations")
+
+
+def _lines(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,29 +41,23 @@ def main(argv: list[str] | None = None) -> None:
 
     from transformers import AutoTokenizer
 
-    from structqa.paths import default_encoder_path
-
     experiment = load_experiment(Path(args.config))
-    annotator: Annotator | None = None
     tokenizer = AutoTokenizer.from_pretrained(str(default_encoder_path()))
+    out = Path(args.out)
+    before = _lines(out)
     done: set[tuple[str, str, int]] = set()
     for run in experiment.runs():
         cfg = experiment.config_for(run)
-        fc = feature_config(cfg)
-        fc = type(fc)(**{**fc.__dict__, "token_tags": tuple(TOKEN_TAGS)})
-        if annotator is None:  # the config's spaCy model (all runs share the base's)
-            annotator = Annotator(fc.spacy_model, cache_file=args.out)
         key = (cfg.data.train, cfg.data.eval, cfg.train.seed)
         if key in done:
             continue
         done.add(key)
-        pool = read_extractive(data_path(cfg, cfg.data.train)).examples
-        train = train_subset(pool, parse_train_size(cfg.data.train_size), cfg.train.seed)
-        featurize(list(train), tokenizer, fc, training=True, annotator=annotator)
-        featurize(load_eval_examples(cfg)[0], tokenizer, fc, annotator=annotator)
-        log.info("%s seed %d: cache %d texts", cfg.data.train, cfg.train.seed, len(annotator))
-    assert annotator is not None, "the config has no runs"
-    print(f"parsed {annotator.misses} new texts, {annotator.hits} served from the cache")
+        # what `structqa train` featurizes, with both tags on and the cache as its annotator's
+        cfg.data.token_tags = list(TOKEN_TAGS)
+        cfg.data.annotation_cache = str(out)
+        prepare_data(cfg, tokenizer)
+        log.info("%s seed %d done", cfg.data.train, cfg.train.seed)
+    print(f"parsed {_lines(out) - before} new texts into {out}")
 
 
 if __name__ == "__main__":

@@ -173,7 +173,8 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.training.data import feature_config, load_eval_examples
 
     model, tokenizer, cfg = model_from_checkpoint(args.checkpoint)
-    model.to(default_device())  # a checkpoint loads on the CPU; score on the GPU if any
+    device = default_device()  # a checkpoint loads on the CPU; score on the GPU if any
+    model.to(device)
     from structqa.config import _apply  # reuse validation for the command-line overrides
 
     if args.data:
@@ -195,7 +196,6 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     log.info("eval: %s", rep.summary())
     from structqa.decoding import DecodeConfig
 
-    device = next(model.parameters()).device
     bf16 = use_bf16(args.bf16, device)
     log.info("scoring on %s, bf16 %s", device, "on" if bf16 else "off")
     t0 = time.perf_counter()

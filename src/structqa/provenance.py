@@ -99,6 +99,7 @@ def machine_info() -> dict[str, Any]:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count()
+    gpu = torch.cuda.is_available()
     return {
         "cpu": _cpu_model(),
         # the widest vector ISA torch's CPU kernels use (e.g. AVX512, AVX2) and whether the CPU
@@ -111,6 +112,6 @@ def machine_info() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "gpu": torch.cuda.get_device_name(0) if gpu else None,
+        "cuda": torch.version.cuda if gpu else None,
     }

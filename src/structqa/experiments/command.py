@@ -346,57 +346,78 @@ def ensure_pretrained(
             f"delete {out} (and {paths.pretrain_result(arm)}) to retrain it, or give the new "
             "recipe a new arm name"
         )
-    if paths.pretrain_result(arm).exists() and _arm_finished(final):
-        return final  # finished: no claim needed (a worker training it holds it for minutes)
+
+    def finished() -> bool:
+        return paths.pretrain_result(arm).exists() and _arm_finished(final)
+
+    if finished():
+        return final  # no claim needed (a worker training an arm holds it for minutes)
     claim = try_claim(paths.runs, f"pretrain/{arm}")  # (the name _who reads too)
     if claim is None:
         raise RunBusy(
             f"pre-training arm {arm!r} is being trained by {_who(paths, f'pretrain/{arm}')}"
         )
     with claim:
-        if paths.pretrain_result(arm).exists() and _arm_finished(final):
+        if finished():  # by another worker since the check above
             return final
-        timing = _read_json(out / _TIME_FILE)
-        if not _arm_finished(final):
-            before = _read_json(out / "last" / "train_state.json")
-            resume = (out / "last").is_dir()
-            log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
-            timing = _timed_session(
-                out, lambda: pretrain_loop.run(cfg, resume=resume, progress=progress)
-            )
-            if not _arm_finished(final):
-                state = _read_json(out / "last" / "train_state.json")
-                if resume and state.get("global_step") == before.get("global_step"):
-                    raise RuntimeError(
-                        f"pre-training arm {arm!r}: resuming made no progress (step "
-                        f"{state.get('global_step')}); delete {out} to retrain it"
-                    )
-                return None  # interrupted: last/ holds the state
-        state = _read_json(final / "train_state.json")
-        device, bf16 = _device_and_bf16(cfg)
-        write_json(
-            paths.pretrain_result(arm),
-            {
-                "experiment": experiment.name,
-                "arm": arm,
-                "overrides": experiment.pretrain.arms[arm],
-                # held-out MLM loss/accuracy ({} when the corpus left no held-out chunk)
-                "metrics": _read_json(final / "metrics.json"),
-                "steps": state.get("global_step"),
-                "seed": cfg.train.seed,
-                "wall_time_s": round(timing.get("wall_time_s", 0.0), 3),
-                "sessions": timing.get("sessions", 0),
-                "device": device,
-                "bf16": bf16,
-                **provenance,
-                "command": command,
-                "config_file": experiment.source,
-                "pretrain_base": experiment.pretrain.base_file,
-                "config": cfg.to_dict(),
-                "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            },
+        return _pretrain_and_record(experiment, arm, paths, cfg, command, provenance, progress)
+
+
+def _pretrain_and_record(
+    experiment: Experiment,
+    arm: str,
+    paths: Paths,
+    cfg: Any,
+    command: str,
+    provenance: Mapping[str, Any],
+    progress: bool,
+) -> Path | None:
+    """:func:`ensure_pretrained`'s work under the arm's claim: train (or resume) the arm into
+    ``cfg.train.output_dir`` and write its result JSON; ``final/``, or None if interrupted."""
+    assert experiment.pretrain is not None
+    out = Path(cfg.train.output_dir)
+    final = out / "final"
+    timing = _read_json(out / _TIME_FILE)
+    if not _arm_finished(final):
+        before = _read_json(out / "last" / "train_state.json")
+        resume = (out / "last").is_dir()
+        log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
+        timing = _timed_session(
+            out, lambda: pretrain_loop.run(cfg, resume=resume, progress=progress)
         )
-        return final
+        if not _arm_finished(final):
+            state = _read_json(out / "last" / "train_state.json")
+            if resume and state.get("global_step") == before.get("global_step"):
+                raise RuntimeError(
+                    f"pre-training arm {arm!r}: resuming made no progress (step "
+                    f"{state.get('global_step')}); delete {out} to retrain it"
+                )
+            return None  # interrupted: last/ holds the state
+    state = _read_json(final / "train_state.json")
+    device, bf16 = _device_and_bf16(cfg)
+    write_json(
+        paths.pretrain_result(arm),
+        {
+            "experiment": experiment.name,
+            "arm": arm,
+            "overrides": experiment.pretrain.arms[arm],
+            # held-out MLM loss/accuracy ({} when the corpus left no held-out chunk)
+            "metrics": _read_json(final / "metrics.json"),
+            "steps": state.get("global_step"),
+            "seed": cfg.train.seed,
+            "wall_time_s": round(timing.get("wall_time_s", 0.0), 3),
+            "sessions": timing.get("sessions", 0),
+            "device": device,
+            "bf16": bf16,
+            **provenance,
+            "command": command,
+            "config_file": experiment.source,
+            "pretrain_base": experiment.pretrain.base_file,
+            "config": cfg.to_dict(),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+    return final
 
 
 def execute_run(
