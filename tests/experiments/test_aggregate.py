@@ -295,6 +295,53 @@ def test_baseline_must_be_a_row():
         experiment_from_dict({**HEADS, "table": {**HEADS["table"], "baseline": "zzz"}})
 
 
+def test_contrasts_list_each_seed_pair_of_two_rows():
+    exp = experiment_from_dict(
+        {
+            "name": "arms",
+            "variants": [{"name": n} for n in ("none", "token", "anna")],
+            "grid": {"train.seed": [0, 1, 2]},
+            "table": {"rows": ["variant"], "baseline": "none", "contrasts": [["anna", "token"]]},
+        }
+    )
+    assert exp.table.contrasts == (("anna", "token"),)
+    f1 = {"none": [50.0, 51.0, 49.0], "token": [30.0, 40.0, 20.0], "anna": [35.0, 39.0, 45.0]}
+    results = {
+        f"variant={v},seed={s}": result(f"{v}{s}", x, 0.0)
+        for v, xs in f1.items()
+        for s, x in enumerate(xs)
+        if (v, s) != ("token", 1)  # seed 1 unpaired: left out
+    }
+    text = render_table(exp, exp.runs(), results, "x.yaml")
+    section = text.split("## F1 contrasts, paired by seed", 1)[1]
+    diffs = [35.0 - 30.0, 45.0 - 20.0]
+    mean, std = statistics.fmean(diffs), statistics.stdev(diffs)
+    assert f"| anna − token | {mean:+.2f} ± {std:.2f} (2; 2 higher) — 0: +5.00, 2: +25.00 |" in (
+        section
+    )
+    # the baseline section is still there, and a contrast names no baseline row
+    assert "## F1 minus none, paired by seed" in text and "none −" not in section
+
+
+def test_contrasts_must_name_two_different_rows():
+    base = {
+        "name": "arms",
+        "variants": [{"name": "token"}, {"name": "anna"}],
+        "grid": {"train.seed": [0]},
+    }
+    table = {"rows": ["variant"]}
+    with pytest.raises(
+        ConfigError, match=r"contrasts\[0\]: 'ana' is not a row.*did you mean 'anna'"
+    ):
+        experiment_from_dict({**base, "table": {**table, "contrasts": [["ana", "token"]]}})
+    with pytest.raises(ConfigError, match=r"contrasts\[0\]: expected \[row, row\]"):
+        experiment_from_dict({**base, "table": {**table, "contrasts": [["anna"]]}})
+    with pytest.raises(ConfigError, match="both sides are the row 'anna'"):
+        experiment_from_dict({**base, "table": {**table, "contrasts": [["anna", "anna"]]}})
+    with pytest.raises(ConfigError, match="expected a list of"):
+        experiment_from_dict({**base, "table": {**table, "contrasts": "anna - token"}})
+
+
 def test_baseline_is_read_as_its_row_keys_type_and_works_without_columns():
     exp = experiment_from_dict(
         {

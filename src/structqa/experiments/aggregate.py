@@ -408,6 +408,8 @@ def render_table(
         lines.append("")
     if spec.baseline is not None:
         lines += _baseline_section(experiment, cells, results)
+    if spec.contrasts:
+        lines += _contrast_section(experiment, cells, results)
     return "\n".join(lines)
 
 
@@ -420,6 +422,17 @@ def paired_difference(
     """Differences of ``metric`` between one cell's runs and the baseline's, in seed order, over
     the seeds both have a value for: the same seed trains on the same subset, so each
     difference compares two heads on identical data."""
+    return list(differences_by_seed(runs, baseline, results, metric).values())
+
+
+def differences_by_seed(
+    runs: Sequence[Run],
+    other: Sequence[Run],
+    results: Mapping[str, Mapping[str, Any]],
+    metric: str,
+) -> dict[int, float]:
+    """``{seed: this cell's metric - the other cell's}``, in seed order, over the seeds both
+    cells have a value for."""
 
     def by_seed(members: Sequence[Run]) -> dict[int, float]:
         out = {}
@@ -429,8 +442,8 @@ def paired_difference(
                 out[r.seed] = value
         return out
 
-    mine, base = by_seed(runs), by_seed(baseline)
-    return [mine[s] - base[s] for s in sorted(mine.keys() & base.keys())]
+    mine, theirs = by_seed(runs), by_seed(other)
+    return {s: mine[s] - theirs[s] for s in sorted(mine.keys() & theirs.keys())}
 
 
 def _format_difference(diffs: Sequence[float]) -> str:
@@ -480,6 +493,50 @@ def _baseline_section(
             else:
                 values.append("—")
         lines.append(_md_row([*row, *values]))
+    lines.append("")
+    return lines
+
+
+def _contrast_section(
+    experiment: Experiment,
+    cells: Mapping[tuple[str, ...], Sequence[Run]],
+    results: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    """Each ``table.contrasts`` pair (first row minus second), per column, paired by seed, with
+    every pair listed: a few seeds say more one by one than as a mean and std."""
+    spec = experiment.table
+    metric = spec.metrics[0]
+    rows, columns = _axis_values(cells, len(spec.rows))
+    by_label = {",".join(r): r for r in rows}
+    name = METRIC_NAMES.get(metric, metric)
+    lines = [
+        f"## {name} contrasts, paired by seed",
+        "",
+        f"Each cell: mean ± sample std of (first row's {name} − second row's) over the seeds both "
+        "have (same seed = same training subset), then (number of pairs; pairs where the first "
+        "row is higher), then each pair as seed: difference.",
+        "",
+    ]
+    head = ["contrast"]
+    if spec.columns:
+        head += [f"{_key_label(experiment, spec.columns)}={c[0]}" for c in columns]
+    else:
+        head.append(name)
+    lines += [_md_row(head), _md_row(["---"] * len(head))]
+    for first, second in spec.contrasts:
+        values = []
+        for col in columns:
+            a, b = by_label[first] + col, by_label[second] + col
+            diffs = (
+                differences_by_seed(cells[a], cells[b], results, metric)
+                if a in cells and b in cells
+                else {}
+            )
+            listed = ", ".join(f"{seed}: {d:+.2f}" for seed, d in diffs.items())
+            values.append(
+                _format_difference(list(diffs.values())) + (f" — {listed}" if listed else "")
+            )
+        lines.append(_md_row([f"{first} − {second}", *values]))
     lines.append("")
     return lines
 

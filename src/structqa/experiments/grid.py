@@ -78,7 +78,7 @@ TOP_KEYS = (
 )
 PRETRAIN_KEYS = ("base", "arms")
 PRETRAIN_PREFIX = "pretrain:"  # model.encoder=pretrain:NAME -> that arm's final/ checkpoint
-TABLE_KEYS = ("rows", "columns", "metrics", "summary", "title", "baseline")
+TABLE_KEYS = ("rows", "columns", "metrics", "summary", "title", "baseline", "contrasts")
 NOISY_KEYS = ("std_above", "seeds", "metric", "also", "pair_baseline")
 VALIDATION_KEYS = ("fraction", "seed")
 _UNSAFE_NAME_CHARS = ("/", "\\", "\x00")
@@ -204,6 +204,9 @@ class TableSpec:
     # a row label (several row keys: their labels joined by commas): table.md also shows
     # every other row's difference from it, paired by seed (same seed = same training subset)
     baseline: str | None = None
+    # (row, row) label pairs: table.md also shows the first row minus the second, paired by
+    # seed, each pair listed (comparisons between two non-baseline rows, e.g. anna - token-mlm)
+    contrasts: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -450,6 +453,7 @@ def _parse_table(
         if not rows:
             raise ConfigError(f"{where}.baseline: a baseline is a row; this table has no rows")
         baseline = _baseline_label(raw["baseline"], rows, f"{where}.baseline", cls)
+    contrasts = _parse_contrasts(raw.get("contrasts"), rows, f"{where}.contrasts", cls)
     return TableSpec(
         rows=tuple(rows),
         columns=columns,
@@ -457,7 +461,40 @@ def _parse_table(
         summary=bool(raw.get("summary", False)),
         title=str(raw.get("title", "")),
         baseline=baseline,
+        contrasts=contrasts,
     )
+
+
+def _parse_contrasts(
+    raw: Any, rows: Sequence[str], where: str, cls: type
+) -> tuple[tuple[str, str], ...]:
+    """``[[a, b], ...]``: each a pair of row labels, each label as a baseline is given."""
+    if raw is None:
+        return ()
+    if not rows:
+        raise ConfigError(f"{where}: a contrast compares two rows; this table has no rows")
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: expected a list of [row, row] pairs, got {raw!r}")
+    out = []
+    for i, pair in enumerate(raw):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ConfigError(
+                f"{where}[{i}]: expected [row, row] (first minus second), got {pair!r}"
+            )
+        first, second = (_baseline_label(side, rows, f"{where}[{i}]", cls) for side in pair)
+        if first == second:
+            raise ConfigError(f"{where}[{i}]: both sides are the row {first!r}")
+        out.append((first, second))
+    return tuple(out)
+
+
+def _check_row(label: str, row_labels: Sequence[str], where: str) -> None:
+    if label not in row_labels:
+        close = difflib.get_close_matches(label, row_labels, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"{where}: {label!r} is not a row; rows: {', '.join(map(repr, row_labels))}{hint}"
+        )
 
 
 def _baseline_label(raw: Any, rows: Sequence[str], where: str, cls: type) -> str:
@@ -656,17 +693,14 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: two runs would share a name; make the variant names unique")
     baseline = experiment.table.baseline
+    row_labels = list(dict.fromkeys(",".join(r.cell(experiment.table.rows)) for r in runs))
     if baseline is not None:
-        row_labels = list(dict.fromkeys(",".join(r.cell(experiment.table.rows)) for r in runs))
-        if baseline not in row_labels:
-            close = difflib.get_close_matches(baseline, row_labels, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(
-                f"{where}.table.baseline: {baseline!r} is not a row; rows: "
-                f"{', '.join(map(repr, row_labels))}{hint}"
-            )
+        _check_row(baseline, row_labels, f"{where}.table.baseline")
         if len(row_labels) < 2:
             raise ConfigError(f"{where}.table.baseline: the table has no other row to compare")
+    for i, pair in enumerate(experiment.table.contrasts):
+        for label in pair:
+            _check_row(label, row_labels, f"{where}.table.contrasts[{i}]")
     noisy = experiment.seeds_if_noisy
     if noisy is not None and noisy.pair_baseline and baseline is None:
         raise ConfigError(
