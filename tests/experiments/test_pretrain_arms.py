@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -185,25 +186,44 @@ def test_pretrain_only_needs_a_pretrain_section(tmp_path, tiny_checkpoint, share
         command.pretrain_arms(exp, Paths(tmp_path / "r", tmp_path / "o"), command="x")
 
 
-def test_an_arm_another_worker_is_pretraining_is_skipped_not_trained_twice(
+def test_a_run_whose_arm_another_worker_is_pretraining_waits_for_it_then_runs(
     tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch, caplog
 ):
+    # (these runs used to be skipped for the whole session, so a --workers grid started without
+    # --pretrain-only left an arm's fine-tunes to the one worker that pre-trained it)
     exp = experiment(tiny_checkpoint, corpus, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")
-    seen: list[str] = []
-    monkeypatch.setattr(pretrain_loop, "run", lambda cfg, **kw: seen.append("pretrain"))
-    busy = try_claim(paths.runs, "pretrain/tok")
+    monkeypatch.setattr(command, "ARM_WAIT_POLL_S", 0.05)
+    events: list[str] = []
+    real_run = pretrain_loop.run
+
+    def pretrain(cfg, **kw):
+        events.append("pretrain")
+        return real_run(cfg, **kw)
+
+    monkeypatch.setattr(pretrain_loop, "run", pretrain)
+    busy = try_claim(paths.runs, "pretrain/tok")  # another worker, training the arm
     assert busy is not None
+
+    def holder_stops():  # the holder stops before finishing: its claim goes with it
+        events.append("released")
+        busy.release()
+
+    timer = threading.Timer(1.0, holder_stops)
+    timer.start()
     try:
         with caplog.at_level(logging.INFO):
             assert run_experiment(exp, paths, command="x", progress=False) == 0
     finally:
+        timer.cancel()
         busy.release()
     assert f"is being trained by pid {os.getpid()}" in caplog.text  # the holder is named
-    # only the run that needs no pre-training was trained; the arm was left to its holder
-    assert seen == []
-    assert [paths.result(r).exists() for r in exp.runs()] == [False, False, True]
-    assert pretrain_status(paths, "tok") == "todo"
+    assert "waiting for pretrain/tok" in caplog.text
+    # nothing touched the arm while it was held; then this worker took it over, trained it
+    # once, and fine-tuned both of its runs
+    assert events == ["released", "pretrain"]
+    assert all(paths.result(r).exists() for r in exp.runs())
+    assert pretrain_status(paths, "tok") == "done"
 
 
 def test_the_arms_claim_is_held_while_it_pretrains(

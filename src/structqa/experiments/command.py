@@ -73,7 +73,15 @@ EXIT_INTERRUPTED = 130
 
 
 class RunBusy(Exception):
-    """Another worker holds something this run needs (its pre-training arm)."""
+    """Another worker holds something this run needs (its pre-training arm): ``claim``."""
+
+    def __init__(self, message: str, claim: str) -> None:
+        super().__init__(message)
+        self.claim = claim
+
+
+#: seconds between looks at a busy arm's claim, once a worker has nothing else to run
+ARM_WAIT_POLL_S = 10.0
 
 
 _TIME_FILE = "experiment_time.json"  # wall time summed over the sessions of one run
@@ -355,7 +363,8 @@ def ensure_pretrained(
     claim = try_claim(paths.runs, f"pretrain/{arm}")  # (the name _who reads too)
     if claim is None:
         raise RunBusy(
-            f"pre-training arm {arm!r} is being trained by {_who(paths, f'pretrain/{arm}')}"
+            f"pre-training arm {arm!r} is being trained by {_who(paths, f'pretrain/{arm}')}",
+            f"pretrain/{arm}",
         )
     with claim:
         if finished():  # by another worker since the check above
@@ -857,7 +866,10 @@ def run_experiment(
     """Run every unfinished run of the plan in order; 0 when done or stopped by --max-runs,
     130 when interrupted. The plan is recomputed after each run, so the extra seeds of a noisy
     cell join the queue as soon as that cell's grid seeds are in. A run claimed by another
-    worker (another ``structqa experiment`` on the same runs directory) is skipped."""
+    worker (another ``structqa experiment`` on the same runs directory) is skipped. A run whose
+    pre-training arm another worker is training is put off: once nothing else is left, the
+    worker waits for that arm's claim and then fine-tunes from it (or, if its holder stopped
+    before finishing, resumes the arm itself)."""
     check_not_stale(experiment, paths, load_results(paths.results))
     if note := selection_note(experiment):
         log.warning("%s", note)
@@ -867,6 +879,7 @@ def run_experiment(
     finished = 0
     skipped: list[str] = []
     tried: set[str] = set()
+    waiting: dict[str, list[str]] = {}  # a busy arm's claim -> the runs put off until it is free
     try:
         with _sigterm_as_interrupt():
             while True:
@@ -875,6 +888,11 @@ def run_experiment(
                 todo = [
                     r for r in selected(runs, only) if r.name not in results and r.name not in tried
                 ]
+                if not todo and waiting:
+                    _wait_for_claims(paths, waiting)
+                    tried.difference_update(*waiting.values())
+                    waiting.clear()
+                    continue
                 if not todo:
                     break
                 if max_runs is not None and finished >= max_runs:
@@ -929,8 +947,8 @@ def run_experiment(
                             progress=progress,
                         )
                     except RunBusy as busy:
-                        log.info("%s: %s; skipping it", run.name, busy)
-                        skipped.append(run.name)
+                        log.info("%s: %s; putting it off", run.name, busy)
+                        waiting.setdefault(busy.claim, []).append(run.name)
                         continue
                 if not done:
                     log.warning(
@@ -964,6 +982,22 @@ def run_experiment(
             ", ".join(skipped),
         )
     return 0
+
+
+def _wait_for_claims(paths: Paths, waiting: Mapping[str, Sequence[str]]) -> None:
+    """Block until no other worker holds any of ``waiting``'s claims (a worker holds an arm's
+    claim while it trains the arm; the claim goes with the worker if it dies)."""
+    for name, runs in waiting.items():
+        log.info(
+            "waiting for %s (held by %s) before its %d run(s): %s",
+            name,
+            _who(paths, name),
+            len(runs),
+            ", ".join(runs),
+        )
+        while (claim := try_claim(paths.runs, name)) is None:
+            time.sleep(ARM_WAIT_POLL_S)
+        claim.release()
 
 
 def _config_file(experiment: Experiment) -> str:
