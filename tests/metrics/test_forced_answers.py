@@ -1,0 +1,73 @@
+"""scripts/forced_answers.py: SQuAD 2.0 span quality with abstention taken out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tiny import load_script
+
+GOLD = {
+    "data": [
+        {
+            "paragraphs": [
+                {
+                    "context": "The Normans lived in Normandy in the 10th century.",
+                    "qas": [
+                        {
+                            "id": "a",
+                            "question": "Who?",
+                            "answers": [{"text": "The Normans", "answer_start": 0}],
+                        },
+                        {
+                            "id": "b",
+                            "question": "When?",
+                            "answers": [{"text": "10th century", "answer_start": 37}],
+                        },
+                        {"id": "c", "question": "Why?", "answers": [], "is_impossible": True},
+                    ],
+                }
+            ]
+        }
+    ]
+}
+
+
+def _run_dir(tmp_path: Path, nbest: dict, preds: dict) -> Path:
+    best = tmp_path / "variant=x,seed=0" / "best"
+    best.mkdir(parents=True)
+    (best / "nbest_predictions.json").write_text(json.dumps(nbest))
+    (best / "predictions.json").write_text(json.dumps(preds))
+    return best.parent
+
+
+def test_an_abstaining_run_is_scored_on_its_best_span(tmp_path, capsys):
+    script = load_script("forced_answers")
+    gold_file = tmp_path / "gold.json"
+    gold_file.write_text(json.dumps(GOLD))
+    # the null answer is first in every n-best list; the best non-empty span is what counts
+    nbest = {
+        "a": [{"text": ""}, {"text": "Normans"}, {"text": "Normandy"}],
+        "b": [{"text": ""}, {"text": "Normandy"}],
+        "c": [{"text": ""}, {"text": "Normans"}],
+    }
+    run = _run_dir(tmp_path, nbest, {"a": "", "b": "", "c": ""})
+    script.main([str(gold_file), str(run)])
+    row = capsys.readouterr().out.splitlines()[-1]
+    # a: "Normans" vs "The Normans" -> EM 1 after normalisation (articles dropped), F1 1;
+    # b: "Normandy" vs "10th century" -> 0; c is unanswerable, left out
+    assert row == "| variant=x,seed=0 | 50.00 | 50.00 | 100.0 % | 100.0 % |"
+
+
+def test_forced_scores_count_a_missing_span_as_zero_and_need_an_answerable_question():
+    script = load_script("forced_answers")
+    gold = {"a": ["The Normans"], "b": ["10th century"], "c": []}
+    scores = script.forced_scores(gold, {"a": [{"text": "the Normans"}]})
+    assert scores == {"forced_f1": pytest.approx(50.0), "forced_em": pytest.approx(50.0)}
+    assert script.abstentions(gold, {"a": "x", "b": "", "c": ""}) == {
+        "abstain_has_ans": pytest.approx(50.0),
+        "abstain_no_ans": pytest.approx(100.0),
+    }
+    with pytest.raises(ValueError, match="no answerable question"):
+        script.forced_scores({"c": []}, {})
