@@ -9,7 +9,10 @@ splits/squad2-heldout) with a HasAns F1 of 0, whatever it knows about spans. Thi
 forces an answer: for each answerable question it takes the run's best non-empty span from
 ``best/nbest_predictions.json`` and scores it against the gold texts with the official v2.0
 definitions (``f1_v2``, ``exact_match``; the maximum over gold answers). It also reports how
-often the saved ``best/predictions.json`` abstains, on answerable and unanswerable questions.
+often the saved ``best/predictions.json`` abstains, on answerable and unanswerable questions,
+and how well ``best/null_odds.json`` (the no-answer score minus the best span's) separates the
+two kinds whatever the threshold: the no-answer AUC, the chance that an unanswerable question
+gets higher odds than an answerable one (ties count half; 50 % = no separation).
 Prints one markdown row per run directory.
 """
 
@@ -53,25 +56,50 @@ def abstentions(gold: dict[str, list[str]], preds: dict[str, str]) -> dict[str, 
     }
 
 
+def no_answer_auc(gold: dict[str, list[str]], null_odds: dict[str, float]) -> float:
+    """Percent chance that an unanswerable question's null odds exceed an answerable one's
+    (Mann-Whitney, ties half), over the questions of ``gold``."""
+    has = [null_odds[q] for q, a in gold.items() if any(x.strip() for x in a)]
+    no = [null_odds[q] for q, a in gold.items() if not any(x.strip() for x in a)]
+    if not has or not no:
+        raise ValueError("the no-answer AUC needs answerable and unanswerable questions")
+    ranked = sorted([(v, 0) for v in has] + [(v, 1) for v in no])
+    rank_sum, i = 0.0, 0
+    while i < len(ranked):  # average ranks over ties (1-based)
+        j = i
+        while j < len(ranked) and ranked[j][0] == ranked[i][0]:
+            j += 1
+        mean_rank = (i + 1 + j) / 2
+        rank_sum += mean_rank * sum(kind for _, kind in ranked[i:j])
+        i = j
+    u = rank_sum - len(no) * (len(no) + 1) / 2
+    return 100 * u / (len(no) * len(has))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("gold", help="the SQuAD 2.0 file the runs were scored on")
     p.add_argument("runs", nargs="+", help="run directories (each with best/)")
     args = p.parse_args(argv)
     gold, _ = gold_from_squad_json(json.loads(Path(args.gold).read_text(encoding="utf-8")))
-    print("| run | forced F1 | forced EM | abstains, answerable | abstains, unanswerable |")
-    print("| --- | --- | --- | --- | --- |")
+    print(
+        "| run | forced F1 | forced EM | abstains, answerable | abstains, unanswerable "
+        "| no-answer AUC |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
     for run in map(Path, args.runs):
         best = run / "best"
         try:
             nbest = json.loads((best / "nbest_predictions.json").read_text(encoding="utf-8"))
             preds = json.loads((best / "predictions.json").read_text(encoding="utf-8"))
+            odds = json.loads((best / "null_odds.json").read_text(encoding="utf-8"))
         except FileNotFoundError as err:
             raise SystemExit(f"{run}: no saved answers ({err.filename})") from None
         s = {**forced_scores(gold, nbest), **abstentions(gold, preds)}
         print(
             f"| {run.name} | {s['forced_f1']:.2f} | {s['forced_em']:.2f} | "
-            f"{s['abstain_has_ans']:.1f} % | {s['abstain_no_ans']:.1f} % |"
+            f"{s['abstain_has_ans']:.1f} % | {s['abstain_no_ans']:.1f} % | "
+            f"{no_answer_auc(gold, odds):.1f} % |"
         )
 
 

@@ -34,11 +34,12 @@ GOLD = {
 }
 
 
-def _run_dir(tmp_path: Path, nbest: dict, preds: dict) -> Path:
+def _run_dir(tmp_path: Path, nbest: dict, preds: dict, odds: dict) -> Path:
     best = tmp_path / "variant=x,seed=0" / "best"
     best.mkdir(parents=True)
     (best / "nbest_predictions.json").write_text(json.dumps(nbest))
     (best / "predictions.json").write_text(json.dumps(preds))
+    (best / "null_odds.json").write_text(json.dumps(odds))
     return best.parent
 
 
@@ -52,12 +53,13 @@ def test_an_abstaining_run_is_scored_on_its_best_span(tmp_path, capsys):
         "b": [{"text": ""}, {"text": "Normandy"}],
         "c": [{"text": ""}, {"text": "Normans"}],
     }
-    run = _run_dir(tmp_path, nbest, {"a": "", "b": "", "c": ""})
+    # c (unanswerable) has higher null odds than a, lower than b: AUC 1/2
+    run = _run_dir(tmp_path, nbest, {"a": "", "b": "", "c": ""}, {"a": 1.0, "b": 3.0, "c": 2.0})
     script.main([str(gold_file), str(run)])
     row = capsys.readouterr().out.splitlines()[-1]
     # a: "Normans" vs "The Normans" -> EM 1 after normalisation (articles dropped), F1 1;
     # b: "Normandy" vs "10th century" -> 0; c is unanswerable, left out
-    assert row == "| variant=x,seed=0 | 50.00 | 50.00 | 100.0 % | 100.0 % |"
+    assert row == "| variant=x,seed=0 | 50.00 | 50.00 | 100.0 % | 100.0 % | 50.0 % |"
 
 
 def test_forced_scores_count_a_missing_span_as_zero_and_need_an_answerable_question():
@@ -71,3 +73,14 @@ def test_forced_scores_count_a_missing_span_as_zero_and_need_an_answerable_quest
     }
     with pytest.raises(ValueError, match="no answerable question"):
         script.forced_scores({"c": []}, {})
+
+
+def test_no_answer_auc_ranks_unanswerable_above_answerable_with_ties_half():
+    script = load_script("forced_answers")
+    gold = {"a": ["x"], "b": ["y"], "c": [], "d": []}
+    assert script.no_answer_auc(gold, {"a": 0.0, "b": 1.0, "c": 2.0, "d": 3.0}) == 100.0
+    assert script.no_answer_auc(gold, {"a": 2.0, "b": 3.0, "c": 0.0, "d": 1.0}) == 0.0
+    # c ties a (half), beats nothing else; d beats both: (0.5 + 0 + 1 + 1) / 4
+    assert script.no_answer_auc(gold, {"a": 1.0, "b": 2.0, "c": 1.0, "d": 5.0}) == 62.5
+    with pytest.raises(ValueError, match="answerable and unanswerable"):
+        script.no_answer_auc({"a": ["x"]}, {"a": 0.0})
