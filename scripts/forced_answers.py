@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"{run}: no saved answers ({err.filename})") from None
         s = {**forced_scores(gold, nbest), **abstentions(gold, preds)}
         print(
-            f"| {run.name} | {s['forced_f1']:.2f} | {s['forced_em']:.2f} | "
+            f"| {run.parent.name}/{run.name} | {s['forced_f1']:.2f} | {s['forced_em']:.2f} | "
             f"{s['abstain_has_ans']:.1f} % | {s['abstain_no_ans']:.1f} % | "
             f"{no_answer_auc(gold, odds):.1f} % |"
         )

@@ -35,7 +35,7 @@ GOLD = {
 
 
 def _run_dir(tmp_path: Path, nbest: dict, preds: dict, odds: dict) -> Path:
-    best = tmp_path / "variant=x,seed=0" / "best"
+    best = tmp_path / "exp" / "variant=x,seed=0" / "best"
     best.mkdir(parents=True)
     (best / "nbest_predictions.json").write_text(json.dumps(nbest))
     (best / "predictions.json").write_text(json.dumps(preds))
@@ -59,7 +59,7 @@ def test_an_abstaining_run_is_scored_on_its_best_span(tmp_path, capsys):
     row = capsys.readouterr().out.splitlines()[-1]
     # a: "Normans" vs "The Normans" -> EM 1 after normalisation (articles dropped), F1 1;
     # b: "Normandy" vs "10th century" -> 0; c is unanswerable, left out
-    assert row == "| variant=x,seed=0 | 50.00 | 50.00 | 100.0 % | 100.0 % | 50.0 % |"
+    assert row == "| exp/variant=x,seed=0 | 50.00 | 50.00 | 100.0 % | 100.0 % | 50.0 % |"
 
 
 def test_forced_scores_count_a_missing_span_as_zero_and_need_an_answerable_question():
