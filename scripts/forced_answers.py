@@ -59,6 +59,9 @@ def abstentions(gold: dict[str, list[str]], preds: dict[str, str]) -> dict[str, 
 def no_answer_auc(gold: dict[str, list[str]], null_odds: dict[str, float]) -> float:
     """Percent chance that an unanswerable question's null odds exceed an answerable one's
     (Mann-Whitney, ties half), over the questions of ``gold``."""
+    missing = [q for q in gold if q not in null_odds]
+    if missing:
+        raise ValueError(f"no null odds for {len(missing)} question(s), e.g. {missing[0]!r}")
     has = [null_odds[q] for q, a in gold.items() if any(x.strip() for x in a)]
     no = [null_odds[q] for q, a in gold.items() if not any(x.strip() for x in a)]
     if not has or not no:
@@ -95,11 +98,14 @@ def main(argv: list[str] | None = None) -> None:
             odds = json.loads((best / "null_odds.json").read_text(encoding="utf-8"))
         except FileNotFoundError as err:
             raise SystemExit(f"{run}: no saved answers ({err.filename})") from None
+        try:
+            auc = no_answer_auc(gold, odds)
+        except ValueError as err:
+            raise SystemExit(f"{best / 'null_odds.json'}: {err}") from None
         s = {**forced_scores(gold, nbest), **abstentions(gold, preds)}
         print(
             f"| {run.parent.name}/{run.name} | {s['forced_f1']:.2f} | {s['forced_em']:.2f} | "
-            f"{s['abstain_has_ans']:.1f} % | {s['abstain_no_ans']:.1f} % | "
-            f"{no_answer_auc(gold, odds):.1f} % |"
+            f"{s['abstain_has_ans']:.1f} % | {s['abstain_no_ans']:.1f} % | {auc:.1f} % |"
         )
 
 

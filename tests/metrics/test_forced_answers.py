@@ -84,3 +84,13 @@ def test_no_answer_auc_ranks_unanswerable_above_answerable_with_ties_half():
     assert script.no_answer_auc(gold, {"a": 1.0, "b": 2.0, "c": 1.0, "d": 5.0}) == 62.5
     with pytest.raises(ValueError, match="answerable and unanswerable"):
         script.no_answer_auc({"a": ["x"]}, {"a": 0.0})
+
+
+def test_null_odds_missing_a_question_name_the_file_and_the_question(tmp_path):
+    script = load_script("forced_answers")
+    gold_file = tmp_path / "gold.json"
+    gold_file.write_text(json.dumps(GOLD))
+    nbest = {q: [{"text": "Normans"}] for q in "abc"}
+    run = _run_dir(tmp_path, nbest, {"a": "", "b": "", "c": ""}, {"a": 1.0, "c": 2.0})
+    with pytest.raises(SystemExit, match=r"null_odds\.json: no null odds for 1 question.*'b'"):
+        script.main([str(gold_file), str(run)])
