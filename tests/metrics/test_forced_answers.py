@@ -65,25 +65,26 @@ def test_an_abstaining_run_is_scored_on_its_best_span(tmp_path, capsys):
 def test_forced_scores_count_a_missing_span_as_zero_and_need_an_answerable_question():
     script = load_script("forced_answers")
     gold = {"a": ["The Normans"], "b": ["10th century"], "c": []}
-    scores = script.forced_scores(gold, {"a": [{"text": "the Normans"}]})
+    has_ans = {q: bool(a) for q, a in gold.items()}
+    scores = script.forced_scores(gold, has_ans, {"a": [{"text": "the Normans"}]})
     assert scores == {"forced_f1": pytest.approx(50.0), "forced_em": pytest.approx(50.0)}
-    assert script.abstentions(gold, {"a": "x", "b": "", "c": ""}) == {
+    assert script.abstentions(has_ans, {"a": "x", "b": "", "c": ""}) == {
         "abstain_has_ans": pytest.approx(50.0),
         "abstain_no_ans": pytest.approx(100.0),
     }
     with pytest.raises(ValueError, match="no answerable question"):
-        script.forced_scores({"c": []}, {})
+        script.forced_scores({"c": []}, {"c": False}, {})
 
 
 def test_no_answer_auc_ranks_unanswerable_above_answerable_with_ties_half():
     script = load_script("forced_answers")
-    gold = {"a": ["x"], "b": ["y"], "c": [], "d": []}
+    gold = {"a": True, "b": True, "c": False, "d": False}  # answerable?
     assert script.no_answer_auc(gold, {"a": 0.0, "b": 1.0, "c": 2.0, "d": 3.0}) == 100.0
     assert script.no_answer_auc(gold, {"a": 2.0, "b": 3.0, "c": 0.0, "d": 1.0}) == 0.0
     # c ties a (half), beats nothing else; d beats both: (0.5 + 0 + 1 + 1) / 4
     assert script.no_answer_auc(gold, {"a": 1.0, "b": 2.0, "c": 1.0, "d": 5.0}) == 62.5
     with pytest.raises(ValueError, match="answerable and unanswerable"):
-        script.no_answer_auc({"a": ["x"]}, {"a": 0.0})
+        script.no_answer_auc({"a": True}, {"a": 0.0})
 
 
 def test_null_odds_missing_a_question_name_the_file_and_the_question(tmp_path):

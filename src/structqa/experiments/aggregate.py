@@ -413,18 +413,6 @@ def render_table(
     return "\n".join(lines)
 
 
-def paired_difference(
-    runs: Sequence[Run],
-    baseline: Sequence[Run],
-    results: Mapping[str, Mapping[str, Any]],
-    metric: str,
-) -> list[float]:
-    """Differences of ``metric`` between one cell's runs and the baseline's, in seed order, over
-    the seeds both have a value for: the same seed trains on the same subset, so each
-    difference compares two heads on identical data."""
-    return list(differences_by_seed(runs, baseline, results, metric).values())
-
-
 def differences_by_seed(
     runs: Sequence[Run],
     other: Sequence[Run],
@@ -432,7 +420,8 @@ def differences_by_seed(
     metric: str,
 ) -> dict[int, float]:
     """``{seed: this cell's metric - the other cell's}``, in seed order, over the seeds both
-    cells have a value for."""
+    cells have a value for: the same seed trains on the same subset, so each difference
+    compares two rows on identical data."""
 
     def by_seed(members: Sequence[Run]) -> dict[int, float]:
         out = {}
@@ -476,11 +465,7 @@ def _baseline_section(
         "this row is higher).",
         "",
     ]
-    head = [_key_label(experiment, k) for k in spec.rows]
-    if spec.columns:
-        head += [f"{_key_label(experiment, spec.columns)}={c[0]}" for c in columns]
-    else:
-        head.append(name)
+    head = [_key_label(experiment, k) for k in spec.rows] + _value_heads(experiment, columns)
     lines += [_md_row(head), _md_row(["---"] * len(head))]
     for row in rows:
         if row == base_row:
@@ -488,13 +473,23 @@ def _baseline_section(
         values = []
         for col in columns:
             if row + col in cells and base_row + col in cells:
-                diffs = paired_difference(cells[row + col], cells[base_row + col], results, metric)
-                values.append(_format_difference(diffs))
+                diffs = differences_by_seed(
+                    cells[row + col], cells[base_row + col], results, metric
+                )
+                values.append(_format_difference(list(diffs.values())))
             else:
                 values.append("—")
         lines.append(_md_row([*row, *values]))
     lines.append("")
     return lines
+
+
+def _value_heads(experiment: Experiment, columns: Sequence[tuple[str, ...]]) -> list[str]:
+    """A paired-difference table's value headers: one per column value, or the metric's name."""
+    spec = experiment.table
+    if spec.columns:
+        return [f"{_key_label(experiment, spec.columns)}={c[0]}" for c in columns]
+    return [METRIC_NAMES.get(spec.metrics[0], spec.metrics[0])]
 
 
 def _contrast_section(
@@ -517,11 +512,7 @@ def _contrast_section(
         "row is higher), then each pair as seed: difference.",
         "",
     ]
-    head = ["contrast"]
-    if spec.columns:
-        head += [f"{_key_label(experiment, spec.columns)}={c[0]}" for c in columns]
-    else:
-        head.append(name)
+    head = ["contrast", *_value_heads(experiment, columns)]
     lines += [_md_row(head), _md_row(["---"] * len(head))]
     for first, second in spec.contrasts:
         values = []
