@@ -13,6 +13,7 @@ from structqa.data.records import Example
 from structqa.decoding import Candidate, DecodeConfig
 from structqa.features.squad import QuestionTooLong, featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
+from structqa.io import read_json
 from structqa.models.build import model_from_checkpoint
 from structqa.runtime import default_device, use_bf16
 from structqa.training.data import feature_config
@@ -75,15 +76,13 @@ class Predictor:
         unless ``null_threshold`` is given. ``whole_words`` (default: the checkpoint's
         ``decode.whole_words``) widens answers that start or end inside a word to the word.
         ``device`` defaults to the first GPU when there is one, else the CPU."""
-        import json
-
         model, tokenizer, cfg = model_from_checkpoint(path)
         if whole_words is not None:
             cfg.decode.whole_words = whole_words
         model.to(torch.device(device) if device else default_device())
         metrics_file = Path(path) / "metrics.json"
         if null_threshold is None and metrics_file.exists():
-            null_threshold = json.loads(metrics_file.read_text()).get("null_threshold")
+            null_threshold = read_json(metrics_file).get("null_threshold")
         return cls(model, tokenizer, cfg, null_threshold, bf16)
 
     def predict(self, question: str, context: str) -> Answer:
