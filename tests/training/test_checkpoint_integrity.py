@@ -260,3 +260,23 @@ def test_a_resume_state_from_before_plain_rng_states_still_loads(tmp_path):
     state, extra = load_resume(tmp_path)
     assert state.global_step == 3
     assert np.array_equal(extra["rng"]["numpy"][1], legacy_rng["numpy"][1])
+
+
+def test_a_pretraining_checkpoint_is_sealed_and_checked_when_used_as_encoder(
+    tiny_checkpoint, tmp_path
+):
+    from structqa.encoders.stacking import load_encoder
+    from structqa.manifest import ManifestMismatch
+    from structqa.models.build import load_tokenizer
+    from structqa.pretrain.loop import save_pretrain_checkpoint
+    from structqa.pretrain.mlm_head import MaskedLM
+    from structqa.training.checkpoint import TrainState
+
+    model = MaskedLM.from_pretrained(tiny_checkpoint)
+    target = tmp_path / "final"
+    save_pretrain_checkpoint(target, model, load_tokenizer(tiny_checkpoint), {}, TrainState())
+    assert verify_manifest(target) is True
+    load_encoder(target)  # loads as it was saved
+    (target / "config.json").write_text((target / "config.json").read_text() + " ")
+    with pytest.raises(ManifestMismatch, match=r"config\.json: \d+ bytes where manifest"):
+        load_encoder(target)
