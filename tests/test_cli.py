@@ -8,6 +8,7 @@ import pytest
 from tiny import mini_train_args
 
 from structqa.cli import main
+from structqa.manifest import write_manifest
 from structqa.metrics.squad import squad_v2
 
 MINI = "fixtures/squad-v1.1-mini.json"
@@ -241,6 +242,7 @@ def test_evaluate_scores_the_whole_file_and_refuses_model_overrides(
         if f.is_file():
             (tmp_path / "ckpt" / f.name).write_bytes(f.read_bytes())
     (tmp_path / "ckpt" / "structqa_config.json").write_text(json.dumps(config))
+    write_manifest(tmp_path / "ckpt")  # the edit is deliberate: record it
     args = ["evaluate", str(tmp_path / "ckpt"), f"--data={shared_data}", "--bf16", "off"]
     assert main([*args, "--out", str(tmp_path / "ev")]) == 0
     assert len(json.loads((tmp_path / "ev" / "predictions.json").read_text())) == 5

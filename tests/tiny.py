@@ -180,3 +180,16 @@ def load_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def weights_sha256(directory: Path) -> str:
+    """The SHA-256 of ``directory``'s model.safetensors, after checking every file of the
+    directory against its manifest (so the hash is the one the checkpoint recorded)."""
+    from structqa.manifest import file_sha256, read_manifest, verify_manifest
+
+    assert verify_manifest(directory) is True
+    records = read_manifest(directory)
+    assert records is not None
+    recorded = records["model.safetensors"].sha256
+    assert recorded == file_sha256(directory / "model.safetensors")
+    return recorded

@@ -1,4 +1,5 @@
-"""Atomic file writes: write to a temporary sibling, then rename over the target."""
+"""Atomic file writes (write to a temporary sibling, then rename over the target), and the
+project's error for a file that cannot be read."""
 
 from __future__ import annotations
 
@@ -11,6 +12,34 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+
+class UnreadableFile(ValueError):
+    """A file that is missing, cut short, altered or not in its format. The message names the
+    file, what is wrong and what to do; the CLI prints it and exits with status 2."""
+
+    def __init__(self, path: str | Path, problem: str, remedy: str = "") -> None:
+        self.path, self.problem, self.remedy = str(path), problem, remedy
+        super().__init__(f"{path}: {problem}" + (f"; {remedy}" if remedy else ""))
+
+
+def read_json(path: str | Path, remedy: str = "") -> Any:
+    """Parse a JSON file, turning undecodable or invalid content (also nesting deeper than
+    the parser's recursion allows) into :class:`UnreadableFile`. A missing file stays a
+    ``FileNotFoundError`` (it names the path)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise UnreadableFile(
+            path, f"not UTF-8 text ({err.reason} at byte {err.start})", remedy
+        ) from None
+    except json.JSONDecodeError as err:
+        raise UnreadableFile(
+            path, f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}", remedy
+        ) from None
+    except RecursionError:
+        raise UnreadableFile(path, "JSON nested too deeply to parse", remedy) from None
 
 
 def _umask() -> int:
@@ -73,3 +102,18 @@ def append_jsonl(path: str | Path, obj: Any) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(obj) + "\n")
         f.flush()
+
+
+def read_safetensors(path: str | Path, remedy: str = "") -> dict[str, Any]:
+    """The tensors of a ``.safetensors`` file; a cut-short or corrupt one raises
+    :class:`UnreadableFile` (safetensors' own error is no ``OSError``/``ValueError``)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file" + (f"; {remedy}" if remedy else ""))
+    try:
+        return load_file(str(path))
+    except SafetensorError as err:
+        raise UnreadableFile(path, f"not a readable safetensors file ({err})", remedy) from None

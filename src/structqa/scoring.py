@@ -35,6 +35,8 @@ def _load_json(path: str | Path, what: str) -> Any:
         raise ValueError(f"{path}: the {what} file is not valid gzip ({e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: the {what} file is not valid JSON ({e})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: the {what} file's JSON is nested too deeply to parse") from None
 
 
 def score_file(

@@ -139,6 +139,8 @@ def test_a_converted_block_keeps_the_checkpoints_attention_variant(
                 touched += 1
     assert touched == len(rel.layers)
     save_encoder(rel, tmp_path / "rel")
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):  # its tokenizer
+        shutil.copy(tiny_checkpoint / name, tmp_path / "rel" / name)
     plain, _ = build_model(load_config(overrides=[f"model.encoder={tmp_path / 'rel'}"]))
     model, _ = build_model(
         load_config(overrides=[f"model.encoder={tmp_path / 'rel'}", "model.block=[sa, sa, ffn]"])

@@ -148,6 +148,23 @@ def test_missing_or_invalid_init_is_a_clear_error(tmp_path, tiny_checkpoint, sha
         load_drop_config(overrides=["model.init= "])
 
 
+def test_a_damaged_drop_checkpoint_is_refused_by_init_and_by_prediction(
+    tmp_path, tiny_checkpoint, shared_data, pretrained
+):
+    import shutil
+
+    from structqa.manifest import ManifestMismatch
+
+    ckpt = Path(shutil.copytree(pretrained, tmp_path / "best"))
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])  # a cut-short copy
+    args = tiny_args(tiny_checkpoint, shared_data, tmp_path / "x", f"model.init={ckpt}")
+    with pytest.raises(ManifestMismatch, match=r"model\.safetensors: \d+ bytes where manifest"):
+        loop.build_genbert(load_drop_config(overrides=args))
+    with pytest.raises(ManifestMismatch, match=r"model\.safetensors: \d+ bytes where manifest"):
+        loop.load_genbert(ckpt)
+
+
 def test_checkpoint_tensors_the_model_lacks_or_misshapes_are_errors(
     tmp_path, tiny_checkpoint, shared_data, pretrained
 ):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny import weights_sha256
 
 from structqa.cli import main
 from structqa.config import ConfigError
@@ -134,6 +135,8 @@ def test_resume_after_sigint_is_exact(
     assert expected.keys() == resumed.keys()
     for name, tensor in expected.items():
         assert torch.equal(tensor, resumed[name]), name
+    # the same weights hash, as each checkpoint's manifest records it
+    assert weights_sha256(tmp_path / "a" / "last") == weights_sha256(tmp_path / "b" / "last")
 
 
 def test_unknown_key_names_the_closest(capsys):

@@ -216,3 +216,12 @@ def test_save_and_load_keep_vocabulary_and_ids(tiny_checkpoint, tmp_path):
     # a bare encoder loads from the same directory too
     encoder, _ = load_extended(tmp_path / "ckpt", mlm=False)
     assert isinstance(encoder, BertEncoder) and encoder.config.vocab_size == len(new)
+    # the directory carries its manifest: an altered weights file is refused at loading
+    from structqa.manifest import ManifestMismatch
+
+    weights = tmp_path / "ckpt" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ManifestMismatch, match=r"model\.safetensors: its SHA-256"):
+        load_extended(tmp_path / "ckpt")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny import mini_train_args
+from tiny import mini_train_args, weights_sha256
 
 from structqa.cli import main
 from structqa.config import ConfigError, load_config
@@ -185,6 +185,8 @@ def test_resume_after_sigint_is_exact(tmp_path, tiny_checkpoint, corpus_file, mo
     assert expected.keys() == resumed.keys()
     for name, tensor in expected.items():
         assert torch.equal(tensor, resumed[name]), name
+    # the same weights hash, as each checkpoint's manifest records it
+    assert weights_sha256(tmp_path / "a" / "final") == weights_sha256(tmp_path / "b" / "final")
     steps = [x["step"] for x in read_log(tmp_path / "b") if "loss" in x]
     assert steps == [1, 2, 3, 4, 5, 6, 7]
     # each session's provenance: the interrupted one, then the resumed one

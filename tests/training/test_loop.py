@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny import interrupt_at_batch
+from tiny import interrupt_at_batch, weights_sha256
 
 from structqa.cli import main
 from structqa.config import load_config
@@ -121,6 +121,8 @@ def test_resume_continues_exactly(
     assert json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())["finished"]
     for name, tensor in expected.items():
         assert torch.equal(tensor, resumed[name]), name
+    # the same weights hash, as each checkpoint's manifest records it
+    assert weights_sha256(tmp_path / "a" / "last") == weights_sha256(tmp_path / "b" / "last")
 
 
 def test_two_process_gloo_training(tmp_path, tiny_checkpoint, shared_data):

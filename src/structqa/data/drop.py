@@ -29,6 +29,7 @@ from typing import Any
 
 from structqa.data.records import DataError, ReadReport
 from structqa.data.squad import (
+    check_clean_text,
     check_type,
     get_field,
     load_json,
@@ -126,6 +127,7 @@ def read_drop(path: str | Path) -> DropDataset:
         where = f"passage {passage_id}"
         check_type(entry, dict, path=name, record=where, field_name=passage_id)
         passage = get_field(entry, "passage", str, path=name, record=where)
+        check_clean_text(passage, path=name, record=where, field_name="passage")
         qa_pairs = get_field(entry, "qa_pairs", list, path=name, record=where)
         for k, qa in enumerate(qa_pairs):
             check_type(qa, dict, path=name, record=where, field_name=f"qa_pairs[{k}]")
@@ -158,6 +160,7 @@ def _read_question(
         )
     seen[qid] = passage_id
     question = get_field(qa, "question", str, path=name, record=rec)
+    check_clean_text(question, path=name, record=rec, field_name="question")
     inner_id = qa.get("passage_id")
     if inner_id is not None and inner_id != passage_id:
         note_warning(

@@ -7,13 +7,13 @@ the text taken from the context, so they always match it; ``answers`` are the go
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
 from structqa.data.squad import (
+    check_clean_text,
     check_type,
     check_unique_id,
     finish,
@@ -23,6 +23,7 @@ from structqa.data.squad import (
     note_warning,
     numbered_lines,
     open_text,
+    parse_json,
 )
 
 
@@ -39,12 +40,7 @@ def read_mrqa(path: str | Path) -> Dataset:
             if not line.strip():
                 continue
             where = f"line {lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(
-                    name, where, "(json)", f"invalid JSON at column {err.colno}: {err.msg}"
-                ) from None
+            record = parse_json(line, name, lineno)
             check_type(record, dict, path=name, record=where, field_name="(line)")
             if first and "header" in record:
                 first = False
@@ -74,6 +70,7 @@ def _read_context(
     name = report.path
     where = f"line {lineno}"
     context = get_field(record, "context", str, path=name, record=where)
+    check_clean_text(context, path=name, record=where, field_name="context")
     qas = get_field(record, "qas", list, path=name, record=where)
     examples: list[Example] = []
     for k, qa in enumerate(qas):
@@ -83,6 +80,7 @@ def _read_context(
         rec = f"{qid} ({where})"
         check_unique_id(seen, qid, path=name, record=rec)
         question = get_field(qa, "question", str, path=name, record=rec)
+        check_clean_text(question, path=name, record=rec, field_name="question")
         if not context.strip():
             note_skip(report, "empty_context", f"question {qid!r} ({where}): empty context")
             continue

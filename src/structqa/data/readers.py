@@ -9,8 +9,8 @@ from pathlib import Path
 
 from structqa.data.drop import DropDataset, read_drop
 from structqa.data.mrqa import read_mrqa
-from structqa.data.records import Dataset
-from structqa.data.squad import open_text, read_squad
+from structqa.data.records import DataError, Dataset
+from structqa.data.squad import UNREADABLE, open_text, read_squad, unreadable
 
 # DROP's records differ from the SQuAD family's (numbers, dates, several spans).
 Reader = Callable[[str | Path], Dataset | DropDataset]
@@ -53,6 +53,8 @@ def detect_format(path: str | Path) -> str:
             head = handle.read(_SNIFF_CHARS)
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text ({err})") from None
+    except UNREADABLE as err:  # a corrupt or cut-short .gz
+        raise DataError(str(path), "(file)", "(encoding)", unreadable(err)) from None
     if not head.strip():
         raise ValueError(f"{path}: the file is empty")
     first_line = head.split("\n", 1)[0]
@@ -72,8 +74,8 @@ def detect_format(path: str | Path) -> str:
 def _is_mrqa_header(line: str) -> bool:
     try:
         first = json.loads(line)
-    except json.JSONDecodeError:
-        return False
+    except (json.JSONDecodeError, RecursionError):
+        return False  # (the reader reports it, naming the line)
     return isinstance(first, dict) and "header" in first
 
 

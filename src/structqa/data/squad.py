@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from structqa.data.hygiene import text_problem
 from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
 
 # One logger for every reader's reports and problems, so they are filtered together.
@@ -28,7 +29,7 @@ REPAIR_WINDOW = 20
 _LOGGED_PER_REASON = 5
 
 # Failures of decompression or decoding that mean the file itself is unreadable.
-_UNREADABLE = (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error)
+UNREADABLE = (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error)
 
 
 def open_text(path: Path) -> IO[str]:
@@ -44,17 +45,42 @@ def load_json(path: Path) -> Any:
     try:
         with open_text(path) as handle:
             text = handle.read()
-    except _UNREADABLE as err:
-        raise DataError(str(path), "(file)", "(encoding)", f"unreadable file: {err}") from None
+    except UNREADABLE as err:
+        raise DataError(str(path), "(file)", "(encoding)", unreadable(err)) from None
+    return parse_json(text, str(path), None)
+
+
+def unreadable(err: BaseException, what: str = "file") -> str:
+    """The problem text of a decompression or decoding failure (``UNREADABLE``)."""
+    if isinstance(err, EOFError):
+        return f"unreadable {what}: compressed data cut short ({err}); copy the file again"
+    return f"unreadable {what}: {err}"
+
+
+def parse_json(text: str, path: str, lineno: int | None) -> Any:
+    """Parse ``text`` (a whole file, or its line ``lineno``), raising DataError on invalid JSON
+    and on nesting deeper than Python's parser recurses (a RecursionError otherwise)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
+        line = err.lineno if lineno is None else lineno
         raise DataError(
-            str(path),
-            f"line {err.lineno}",
-            "(json)",
-            f"invalid JSON at column {err.colno}: {err.msg}",
+            path, f"line {line}", "(json)", f"invalid JSON at column {err.colno}: {err.msg}"
         ) from None
+    except RecursionError:
+        where = "(file)" if lineno is None else f"line {lineno}"
+        raise DataError(
+            path, where, "(json)", "JSON nested too deeply to parse (a damaged or hostile file)"
+        ) from None
+
+
+def check_clean_text(text: str, *, path: str, record: str, field_name: str) -> str:
+    """Return ``text`` if it is valid Unicode without NUL (:mod:`structqa.data.hygiene`), else
+    raise DataError naming the record and field."""
+    problem = text_problem(text)
+    if problem is not None:
+        raise DataError(path, record, field_name, f"contains {problem}; fix the file's text")
+    return text
 
 
 def numbered_lines(handle: Iterable[str], path: str) -> Iterator[tuple[int, str]]:
@@ -63,8 +89,8 @@ def numbered_lines(handle: Iterable[str], path: str) -> Iterator[tuple[int, str]
     try:
         for lineno, line in enumerate(handle, start=1):
             yield lineno, line
-    except _UNREADABLE as err:
-        raise DataError(path, f"line {lineno + 1}", "(file)", f"unreadable data: {err}") from None
+    except UNREADABLE as err:
+        raise DataError(path, f"line {lineno + 1}", "(file)", unreadable(err, "data")) from None
 
 
 def _type_name(kind: type | tuple[type, ...]) -> str:
@@ -179,6 +205,26 @@ def locate_answer(context: str, text: str, start: int) -> int | None:
     return best
 
 
+_KNOWN_VERSIONS = ("1.0", "1.1", "2.0")
+
+
+def _warn_unknown_version(doc: dict[str, Any], version: str, report: ReadReport) -> None:
+    """A declared ``version`` this reader does not know is read anyway, with a warning that
+    names it and how the file was read."""
+    if "version" not in doc:
+        return
+    declared = str(doc["version"])
+    if declared.lstrip("vV") in _KNOWN_VERSIONS:
+        return
+    how = "its questions carry is_impossible" if version == "2.0" else "no is_impossible fields"
+    note_warning(
+        report,
+        "unknown_version",
+        f"declares version {declared!r}, which this reader does not know (known: 1.1, 2.0); "
+        f"read as SQuAD v{version} ({how})",
+    )
+
+
 def _squad_version(doc: dict[str, Any], saw_is_impossible: bool) -> str:
     # Content wins over the declared version: v2.0 questions carry is_impossible.
     if saw_is_impossible:
@@ -214,6 +260,7 @@ def read_squad(path: str | Path) -> Dataset:
             where = f"data[{i}].paragraphs[{j}]"
             check_type(paragraph, dict, path=name, record=where, field_name="paragraphs")
             context = get_field(paragraph, "context", str, path=name, record=where)
+            check_clean_text(context, path=name, record=where, field_name="context")
             qas = get_field(paragraph, "qas", list, path=name, record=where)
             for k, qa in enumerate(qas):
                 check_type(qa, dict, path=name, record=f"{where}.qas[{k}]", field_name="qas")
@@ -223,7 +270,9 @@ def read_squad(path: str | Path) -> Dataset:
                 )
                 if example is not None:
                     examples.append(example)
-    return finish(report, examples, _squad_version(doc, saw_is_impossible))
+    version = _squad_version(doc, saw_is_impossible)
+    _warn_unknown_version(doc, version, report)
+    return finish(report, examples, version)
 
 
 def _read_question(
@@ -241,6 +290,7 @@ def _read_question(
         raise DataError(name, where, "id", "empty question id")
     check_unique_id(seen, qid, path=name, record=qid)
     question = get_field(qa, "question", str, path=name, record=qid)
+    check_clean_text(question, path=name, record=qid, field_name="question")
     if not context.strip():
         note_skip(report, "empty_context", f"question {qid!r}: empty context")
         return None

@@ -12,8 +12,8 @@ Dimension letters: B batch, N tokens, P inserted prefix vectors, H heads, D widt
 
 from __future__ import annotations
 
-import json
 import logging
+import pickle
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from structqa.attention.masks import MaskMod, and_masks, key_padding, materialize, no_self
 from structqa.attention.module import MultiHeadAttention
+from structqa.io import UnreadableFile, read_json, read_safetensors
 
 log = logging.getLogger(__name__)
 
@@ -355,7 +356,7 @@ class BertEncoder(nn.Module):
         cfg_file = path / "config.json"
         if not cfg_file.exists():
             raise FileNotFoundError(f"{path}: no config.json; is this an HF BERT checkpoint dir?")
-        cfg = EncoderConfig.from_hf(json.loads(cfg_file.read_text()))
+        cfg = EncoderConfig.from_hf(read_json(cfg_file))
         if block is not None:
             cfg = replace(cfg, block=tuple(block))  # re-runs the validation
         model = cls(cfg)
@@ -385,12 +386,17 @@ def load_state_dict(path: Path) -> dict[str, Tensor]:
     """Read model.safetensors or pytorch_model.bin from an HF checkpoint directory."""
     st = path / "model.safetensors"
     if st.exists():
-        from safetensors.torch import load_file
-
-        return load_file(str(st))
+        return read_safetensors(st, "copy the checkpoint again from its source")
     pt = path / "pytorch_model.bin"
     if pt.exists():
-        return torch.load(pt, map_location="cpu", weights_only=True)
+        try:
+            return torch.load(pt, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
+            raise UnreadableFile(
+                pt,
+                f"not a readable weights-only PyTorch file ({str(err).splitlines()[0]})",
+                "copy the checkpoint again from its source, or convert it to model.safetensors",
+            ) from None
     raise FileNotFoundError(f"{path}: neither model.safetensors nor pytorch_model.bin found")
 
 

@@ -67,7 +67,6 @@ Dimension letters: B batch, N tokens, H heads, Q queries, K keys, D width, E hea
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -85,7 +84,8 @@ from structqa.encoders.bert import (
     EncoderConfig,
     load_state_dict,
 )
-from structqa.io import write_json
+from structqa.io import read_json, write_json
+from structqa.manifest import verify_manifest
 
 log = logging.getLogger(__name__)
 
@@ -477,7 +477,8 @@ def load_encoder(path: str | Path, block: Sequence[str] | None = None) -> BertEn
     ``hf_to_structqa_key``, no function-preserving conversion: see :func:`convert_stacking`).
     """
     path = Path(path)
-    hf = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    verify_manifest(path)  # structqa's own saves carry one; an HF download has none
+    hf = read_json(path / "config.json")
     options = AttentionOptions(**hf.get(_ATTENTION_KEY, {}))
     cfg = EncoderConfig.from_hf(hf)
     if block is not None:

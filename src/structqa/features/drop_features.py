@@ -322,6 +322,14 @@ def featurize_drop_examples(
         qa, pa = annotations[i] if annotations is not None else (None, None)
         features.append(featurize_drop(ex, tokenizer, cfg, i, report, qa, pa))
     log.info("%s", report.summary())
+    if report.truncated_questions:
+        log.warning(
+            "%d of %d questions are longer than max_question_len = %d tokens and were cut "
+            "(see the summary above); raise data.max_question_len to keep them whole",
+            report.truncated_questions,
+            report.examples,
+            cfg.max_question_len,
+        )
     return features, report
 
 

@@ -75,6 +75,18 @@ class Feature:
         return len(self.input_ids)
 
 
+class QuestionTooLong(ValueError):
+    """A question longer than the model reads (``data.max_query_len`` tokens), where cutting it
+    silently would answer another question (prediction, serving)."""
+
+    def __init__(self, index: int, length: int, limit: int) -> None:
+        self.index, self.length, self.limit = index, length, limit
+        super().__init__(
+            f"the question has {length} tokens, more than the {limit} this model reads "
+            "(data.max_query_len); shorten it"
+        )
+
+
 @dataclass
 class FeatureReport:
     examples: int = 0
@@ -82,6 +94,7 @@ class FeatureReport:
     windows_without_answer: int = 0
     skipped_no_target: int = 0
     truncated_questions: int = 0
+    truncated_ids: list[str] = field(default_factory=list)  # the first few, for the warning
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -93,17 +106,41 @@ class FeatureReport:
         )
 
 
+# how many truncated question ids the warning names
+_NAMED_TRUNCATIONS = 5
+
+
 def _truncate_questions(
-    questions: Sequence[str], tokenizer, max_query_len: int
-) -> tuple[list[str], int]:
+    questions: Sequence[str], tokenizer, max_query_len: int, cut: bool = True
+) -> tuple[list[str], list[int]]:
+    """The questions cut to ``max_query_len`` tokens and the indices of those cut; with
+    ``cut`` False the first over-long one raises :class:`QuestionTooLong` instead."""
     enc = tokenizer(list(questions), add_special_tokens=False, return_offsets_mapping=True)
-    out, n = [], 0
-    for q, offs in zip(questions, enc["offset_mapping"], strict=True):
+    out, cut_at = [], []
+    for i, (q, offs) in enumerate(zip(questions, enc["offset_mapping"], strict=True)):
         if len(offs) > max_query_len:
+            if not cut:
+                raise QuestionTooLong(i, len(offs), max_query_len)
             q = q[: offs[max_query_len - 1][1]]
-            n += 1
+            cut_at.append(i)
         out.append(q)
-    return out, n
+    return out, cut_at
+
+
+def _warn_truncated(report: FeatureReport, total: int, limit: int) -> None:
+    if not report.truncated_questions:
+        return
+    more = report.truncated_questions - len(report.truncated_ids)
+    log.warning(
+        "%d of %d questions are longer than data.max_query_len = %d tokens and were cut to "
+        "their first %d tokens (%s%s); raise data.max_query_len to keep them whole",
+        report.truncated_questions,
+        total,
+        limit,
+        limit,
+        ", ".join(repr(i) for i in report.truncated_ids),
+        f" and {more} more" if more else "",
+    )
 
 
 def check_windows(max_seq_len: int, doc_stride: int, max_query_len: int) -> None:
@@ -126,9 +163,14 @@ def featurize(
     cfg: FeatureConfig = FeatureConfig(),
     training: bool = False,
     annotator: Annotator | None = None,
+    cut_long_questions: bool = True,
 ) -> tuple[list[Feature], FeatureReport]:
     """Tokenize examples into windows. With ``training``, answerable examples without a
     located answer are skipped (they have no target) and counted in the report.
+
+    A question longer than ``cfg.max_query_len`` tokens is cut to them, counted in the report
+    and warned about (files); with ``cut_long_questions`` False it raises
+    :class:`QuestionTooLong` instead (a user's question, which cutting would change).
 
     With ``cfg.token_tags`` questions and contexts are annotated by ``annotator`` (default: a
     new one for ``cfg.spacy_model``; pass one to reuse its parses across calls)."""
@@ -141,9 +183,12 @@ def featurize(
     if not keep:
         return [], report
     full_questions = [examples[i].question.lstrip() for i in keep]
-    questions, report.truncated_questions = _truncate_questions(
-        full_questions, tokenizer, cfg.max_query_len
+    questions, cut_at = _truncate_questions(
+        full_questions, tokenizer, cfg.max_query_len, cut_long_questions
     )
+    report.truncated_questions = len(cut_at)
+    report.truncated_ids = [examples[keep[i]].id for i in cut_at[:_NAMED_TRUNCATIONS]]
+    _warn_truncated(report, len(keep), cfg.max_query_len)
     enc = tokenizer(
         questions,
         [examples[i].context for i in keep],

@@ -8,7 +8,6 @@ featurization: ``data.token_tags`` is resolved from the encoder (:func:`resolve_
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -27,6 +26,8 @@ from structqa.encoders.stacking import (
 )
 from structqa.features.squad import TOKEN_TAGS
 from structqa.heads import build_head
+from structqa.io import UnreadableFile, read_json, read_safetensors
+from structqa.manifest import MANIFEST, verify_manifest
 from structqa.models.extractive import ExtractiveQAModel
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,28 @@ def resolve_encoder_path(name: str) -> Path:
 
 
 def load_tokenizer(path: str | Path):
+    """The fast tokenizer saved in ``path``. Its vocabulary file must be there: without
+    ``tokenizer.json`` (or ``vocab.txt``) transformers builds a tokenizer with an empty
+    vocabulary from ``tokenizer_config.json`` alone, and every answer would be wrong."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(path), use_fast=True)
+    path = Path(path)
+    if not (path / "tokenizer.json").is_file() and not (path / "vocab.txt").is_file():
+        raise UnreadableFile(
+            path / "tokenizer.json",
+            "missing (and no vocab.txt): the directory holds no tokenizer vocabulary",
+            "copy the directory again from its source, with its tokenizer files",
+        )
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), use_fast=True)
+    except (OSError, ValueError):
+        raise
+    except Exception as err:  # the tokenizers library's parse errors are bare Exceptions
+        raise UnreadableFile(
+            path,
+            f"the tokenizer files cannot be read ({type(err).__name__}: {err})",
+            "copy the directory again from its source",
+        ) from None
     if not tok.is_fast:
         raise ValueError(f"{path}: a fast tokenizer (tokenizer.json or vocab.txt) is required")
     return tok
@@ -142,16 +162,16 @@ def not_a_checkpoint(path: Path) -> str:
 
 
 def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, Config]:
-    """Rebuild the exact model saved by the trainer (weights, config, tokenizer)."""
-    from safetensors.torch import load_file
-
+    """Rebuild the exact model saved by the trainer (weights, config, tokenizer), after checking
+    its files against its manifest (:func:`structqa.manifest.verify_manifest`)."""
     from structqa.config import config_from_dict
 
     path = Path(path)
-    if not (path / "model.safetensors").exists():
+    if not (path / "model.safetensors").exists() and not (path / MANIFEST).exists():
         raise FileNotFoundError(not_a_checkpoint(path))
-    cfg = config_from_dict(json.loads((path / "structqa_config.json").read_text()))
-    encoder = encoder_from_config_dict(json.loads((path / "encoder_config.json").read_text()))
+    verify_manifest(path)
+    cfg = config_from_dict(read_json(path / "structqa_config.json"))
+    encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
     resolve_token_tags(cfg, encoder)  # null in checkpoints from before token tags
     head = build_head(
         cfg.model.head,
@@ -163,6 +183,19 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
         query_init_std=cfg.model.query_init_std,
     )
     model = ExtractiveQAModel(encoder, head)
-    model.load_state_dict(load_file(str(path / "model.safetensors")))
+    model.load_state_dict(read_safetensors(path / "model.safetensors"))
     model.eval()
-    return model, load_tokenizer(path), cfg
+    tokenizer = load_tokenizer(path)
+    check_vocabulary(path, tokenizer, encoder.config.vocab_size)
+    return model, tokenizer, cfg
+
+
+def check_vocabulary(path: Path, tokenizer, rows: int) -> None:
+    """Refuse a tokenizer whose ids run past the model's embedding rows (another model's)."""
+    if len(tokenizer) > rows:
+        raise UnreadableFile(
+            path,
+            f"the tokenizer has {len(tokenizer)} ids, the model's embeddings {rows} rows: the "
+            "tokenizer files belong to another model",
+            "copy the checkpoint again from its source",
+        )

@@ -51,7 +51,8 @@ from structqa.features.drop_features import (
     collate_drop,
     featurize_drop_examples,
 )
-from structqa.io import append_jsonl, write_json
+from structqa.io import append_jsonl, read_json, read_safetensors, write_json
+from structqa.manifest import MANIFEST, verify_manifest
 from structqa.metrics.drop import GoldAnswer, drop_score, gold_from_drop_json
 from structqa.models.build import (
     load_tokenizer,
@@ -180,7 +181,6 @@ def init_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
     training: synthetic pre-training, then DROP fine-tuning). The encoder's architecture and
     the tokenizer are the checkpoint's (``model.encoder`` is not read); modules the checkpoint
     lacks are initialized as :func:`build_genbert` would (seeded by ``train.seed``)."""
-    from safetensors.torch import load_file
 
     path = Path(str(cfg.model.init)).expanduser()
     lacking = [name for name in _CHECKPOINT_FILES if not (path / name).is_file()]
@@ -190,12 +190,13 @@ def init_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
             f"model.init {str(cfg.model.init)!r}: {what}; expected a drop-train checkpoint "
             "directory such as runs/ncbert/pretrain-synthetic/best"
         )
+    verify_manifest(path)
     # (its weights come from the checkpoint)
-    encoder = encoder_from_config_dict(json.loads((path / "encoder_config.json").read_text()))
+    encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
         model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
-    warm_start(model, load_file(str(path / "model.safetensors")), str(path))
+    warm_start(model, read_safetensors(path / "model.safetensors"), str(path))
     set_dropout(model, cfg.model.dropout, None)
     return model, load_tokenizer(path)
 
@@ -246,15 +247,14 @@ def _modules(keys: Sequence[str]) -> list[str]:
 
 def load_genbert(path: str | Path) -> tuple[GenBERT, Any, DropConfig]:
     """Rebuild the exact GenBERT saved by :func:`train` (weights, config, tokenizer)."""
-    from safetensors.torch import load_file
-
     path = Path(path)
-    if not (path / "model.safetensors").exists():
+    if not (path / "model.safetensors").exists() and not (path / MANIFEST).exists():
         raise FileNotFoundError(not_a_checkpoint(path))
-    cfg = validate(config_from_dict(json.loads((path / CONFIG_FILE).read_text()), cls=DropConfig))
-    encoder = encoder_from_config_dict(json.loads((path / "encoder_config.json").read_text()))
+    verify_manifest(path)
+    cfg = validate(config_from_dict(read_json(path / CONFIG_FILE), cls=DropConfig))
+    encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
     model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
-    model.load_state_dict(load_file(str(path / "model.safetensors")))
+    model.load_state_dict(read_safetensors(path / "model.safetensors"))
     model.eval()
     return model, load_tokenizer(path), cfg
 

@@ -47,7 +47,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from structqa.data.squad import open_text
+from structqa.data.records import DataError
+from structqa.data.squad import numbered_lines, open_text, parse_json
 from structqa.io import write_json, write_text
 from structqa.text.annotate import DEFAULT_MODEL, Annotation, Annotator, text_key
 
@@ -169,11 +170,8 @@ def source_format(path: str | Path) -> str:
         return "text"
     if last == ".jsonl":
         with open_text(path) as handle:
-            first = handle.readline()
-        try:
-            record = json.loads(first)
-        except json.JSONDecodeError:
-            raise ValueError(f"{path}: first line is not JSON") from None
+            first = next((line for _, line in numbered_lines(handle, str(path))), "")
+        record = parse_json(first, str(path), 1)
         if isinstance(record, dict) and "header" in record:
             return "qa"  # MRQA
         if isinstance(record, dict) and "text" in record:
@@ -194,20 +192,23 @@ def read_documents(path: str | Path, config: CorpusConfig) -> tuple[str, list[Do
     name = path.name
     if kind == "text":
         with open_text(path) as handle:
-            raw = handle.read()
+            raw = "".join(line for _, line in numbered_lines(handle, str(path)))
         blocks = raw.split("\n") if config.lines else re.split(r"\n\s*\n", raw)
         texts = [b.strip() for b in blocks if b.strip()]
         return kind, [Document(f"{name}:{i}", name, (t,)) for i, t in enumerate(texts)]
     if kind == "jsonl":
         docs = []
         with open_text(path) as handle:
-            for i, line in enumerate(handle):
+            for i, line in numbered_lines(handle, str(path)):
                 if not line.strip():
                     continue
-                record = json.loads(line)
+                record = parse_json(line, str(path), i)
+                if not isinstance(record, dict):
+                    raise DataError(str(path), f"line {i}", "(line)", "expected a JSON object")
                 text = str(record.get("text", "")).strip()
                 if text:
-                    docs.append(Document(f"{name}:{record.get('id', i)}", name, (text,)))
+                    # (ids count lines from 0, as they always did)
+                    docs.append(Document(f"{name}:{record.get('id', i - 1)}", name, (text,)))
         return kind, docs
     return _read_qa(path, config)
 

@@ -96,13 +96,15 @@ def _open_text(path: Path):
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, record); an unreadable line (e.g. the last one of a killed writer) is
     skipped with a warning."""
+    from structqa.data.squad import numbered_lines
+
     with _open_text(path) as f:
-        for i, line in enumerate(f, 1):
+        for i, line in numbered_lines(f, str(path)):  # a corrupt .gz: DataError
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 log.warning("%s:%d: unreadable line skipped", path, i)
                 continue
             yield i, record

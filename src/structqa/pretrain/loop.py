@@ -40,7 +40,7 @@ from structqa.encoders.stacking import (
     load_encoder,
 )
 from structqa.features.batching import length_grouped_batches, sorted_batches
-from structqa.io import append_jsonl, replace_dir, write_json
+from structqa.io import append_jsonl, write_json
 from structqa.models.build import load_tokenizer, resolve_encoder_path, set_dropout
 from structqa.pretrain.config import SCRATCH, PretrainConfig, validate
 from structqa.pretrain.data import (
@@ -56,7 +56,13 @@ from structqa.pretrain.np_tokenizer import collect_np_words, extend_embeddings, 
 from structqa.provenance import git_info, machine_info
 from structqa.runtime import autocast
 from structqa.text.annotate import NUM_POS_IDS
-from structqa.training.checkpoint import TrainState, resume_from, save_resume_state, start_log
+from structqa.training.checkpoint import (
+    TrainState,
+    resume_from,
+    save_resume_state,
+    seal_checkpoint,
+    start_log,
+)
 from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
@@ -217,7 +223,8 @@ def save_pretrain_checkpoint(
     scheduler: Any = None,
     metrics: dict[str, Any] | None = None,
 ) -> None:
-    """An HF BertForMaskedLM directory (+ resume state), written aside and swapped in."""
+    """An HF BertForMaskedLM directory (+ resume state), written aside, sealed with its
+    manifest and swapped in."""
     tmp = target.with_name(target.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -229,7 +236,7 @@ def save_pretrain_checkpoint(
         write_json(tmp / "metrics.json", metrics)
     if optimizer is not None:
         save_resume_state(tmp, optimizer, scheduler)
-    replace_dir(tmp, target)
+    seal_checkpoint(tmp, target)
 
 
 def _load_weights(model: MaskedLM, path: Path) -> None:

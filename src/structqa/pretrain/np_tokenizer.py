@@ -228,8 +228,9 @@ def extend_embeddings(model: nn.Module, tokenizer, new_words: Iterable[str], old
 
 def save_extended(model: nn.Module, tokenizer, path: str | Path) -> Path:
     """Write the model (``save_pretrained``: a ``MaskedLM``, or a bare encoder) and the
-    extended tokenizer to one checkpoint directory."""
+    extended tokenizer to one checkpoint directory, with its manifest."""
     from structqa.encoders.stacking import save_encoder
+    from structqa.manifest import write_manifest
 
     path = Path(path)
     if isinstance(model, BertEncoder):
@@ -237,6 +238,7 @@ def save_extended(model: nn.Module, tokenizer, path: str | Path) -> Path:
     else:
         model.save_pretrained(path)
     tokenizer.save_pretrained(str(path))
+    write_manifest(path)  # last: it records the files above
     return path
 
 

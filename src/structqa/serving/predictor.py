@@ -8,13 +8,18 @@ from pathlib import Path
 
 import torch
 
+from structqa.data.hygiene import InvalidText, check_text
 from structqa.data.records import Example
 from structqa.decoding import Candidate, DecodeConfig
-from structqa.features.squad import featurize, tag_annotator
+from structqa.features.squad import QuestionTooLong, featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
+from structqa.io import read_json
 from structqa.models.build import model_from_checkpoint
 from structqa.runtime import default_device, use_bf16
 from structqa.training.data import feature_config
+
+# the errors a caller maps to its own (the HTTP service: 422), besides ValueError's others
+__all__ = ["Answer", "InvalidText", "Predictor", "QuestionTooLong"]
 
 
 @dataclass(frozen=True)
@@ -71,32 +76,46 @@ class Predictor:
         unless ``null_threshold`` is given. ``whole_words`` (default: the checkpoint's
         ``decode.whole_words``) widens answers that start or end inside a word to the word.
         ``device`` defaults to the first GPU when there is one, else the CPU."""
-        import json
-
         model, tokenizer, cfg = model_from_checkpoint(path)
         if whole_words is not None:
             cfg.decode.whole_words = whole_words
         model.to(torch.device(device) if device else default_device())
         metrics_file = Path(path) / "metrics.json"
         if null_threshold is None and metrics_file.exists():
-            null_threshold = json.loads(metrics_file.read_text()).get("null_threshold")
+            null_threshold = read_json(metrics_file).get("null_threshold")
         return cls(model, tokenizer, cfg, null_threshold, bf16)
 
     def predict(self, question: str, context: str) -> Answer:
         return self.predict_batch([(question, context)])[0]
 
     def predict_batch(self, pairs: Sequence[tuple[str, str]]) -> list[Answer]:
-        """Answer many (question, context) pairs in dynamically padded batches."""
+        """Answer many (question, context) pairs in dynamically padded batches.
+
+        Raises :class:`InvalidText` for text with a NUL or a lone surrogate
+        (:mod:`structqa.data.hygiene`) and :class:`QuestionTooLong` for a question longer than
+        ``data.max_query_len`` tokens (its ``index`` is the pair's); both are ValueErrors."""
         examples = [Example(id=str(i), question=q, context=c) for i, (q, c) in enumerate(pairs)]
+        prefix = (lambda ex: f"pair {ex.id}: ") if len(examples) > 1 else (lambda ex: "")
         for ex in examples:
             if not ex.question.strip() or not ex.context.strip():
-                raise ValueError(f"pair {ex.id}: question and context must be non-empty")
-        predictions = self.predict_examples(examples)  # keyed by id; order is not the input's
+                raise ValueError(f"{prefix(ex)}question and context must be non-empty")
+            check_text(ex.question, f"{prefix(ex)}the question")
+            check_text(ex.context, f"{prefix(ex)}the context")
+        # keyed by id; order is not the input's
+        predictions = self.predict_examples(examples, cut_long_questions=False)
         return [self._answer(predictions[ex.id]) for ex in examples]
 
-    def predict_examples(self, examples: Sequence[Example]):
-        """Raw predictions (``structqa.decoding.Prediction``) keyed by example id."""
-        features, _ = featurize(examples, self.tokenizer, self.features, annotator=self.annotator)
+    def predict_examples(self, examples: Sequence[Example], cut_long_questions: bool = True):
+        """Raw predictions (``structqa.decoding.Prediction``) keyed by example id. Questions
+        longer than ``data.max_query_len`` tokens are cut and counted (a warning, as for any
+        file), or with ``cut_long_questions`` False refused (:class:`QuestionTooLong`)."""
+        features, _ = featurize(
+            examples,
+            self.tokenizer,
+            self.features,
+            annotator=self.annotator,
+            cut_long_questions=cut_long_questions,
+        )
         collector = run_inference(
             self.model, features, self.decode, self.batch_size, self.bf16, self.device
         )

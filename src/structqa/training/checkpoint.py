@@ -1,14 +1,20 @@
 """Checkpoints: model weights (safetensors), resolved config, tokenizer, and resume state.
 
-Every checkpoint is written into a temporary directory and swapped into place, so an
-interruption mid-write never leaves a half checkpoint behind.
+Every checkpoint is written into a temporary directory, sealed with a ``manifest.json`` of its
+files' sizes and hashes (:mod:`structqa.manifest`) and swapped into place, so an interruption
+mid-write never leaves a half checkpoint behind and a file changed later is refused at loading.
+
+``resume.pt`` holds tensors and plain Python data only (the RNG states converted), so it loads
+with ``torch.load(weights_only=True)``: resuming a run directory from elsewhere cannot run code.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import pickle
 import random
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -21,7 +27,16 @@ from safetensors.torch import save_file
 
 from structqa.config import config_changes
 from structqa.encoders.stacking import encoder_config_dict
-from structqa.io import recover_dir, replace_dir, write_json, write_text
+from structqa.io import (
+    UnreadableFile,
+    read_json,
+    read_safetensors,
+    recover_dir,
+    replace_dir,
+    write_json,
+    write_text,
+)
+from structqa.manifest import verify_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +90,12 @@ def save_checkpoint(
         write_json(tmp / "metrics.json", metrics)
     if optimizer is not None:
         save_resume_state(tmp, optimizer, scheduler)
+    seal_checkpoint(tmp, target)
+
+
+def seal_checkpoint(tmp: Path, target: Path) -> None:
+    """Record the fully written ``tmp``'s files in its manifest, then swap it in as ``target``."""
+    write_manifest(tmp)
     replace_dir(tmp, target)
 
 
@@ -91,23 +112,91 @@ def save_resume_state(directory: Path, optimizer: torch.optim.Optimizer, schedul
 
 
 def load_resume(path: Path) -> tuple[TrainState, dict[str, Any]]:
-    state = TrainState(**json.loads((path / "train_state.json").read_text()))
-    extra = torch.load(path / "resume.pt", map_location="cpu", weights_only=False)
+    """The train state and ``resume.pt`` of ``path``, read without unpickling code: a
+    ``resume.pt`` holding anything but tensors and plain data is refused
+    (:class:`UnreadableFile`)."""
+    remedy = "start the run afresh in a new output_dir"
+    try:
+        state = TrainState(**read_json(path / "train_state.json", remedy))
+    except TypeError as err:  # fields that are not TrainState's
+        raise UnreadableFile(
+            path / "train_state.json", f"not a train state ({err})", remedy
+        ) from None
+    resume = path / "resume.pt"
+    try:
+        with torch.serialization.safe_globals(_LEGACY_NUMPY_GLOBALS):
+            extra = torch.load(resume, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UnreadableFile(
+            resume,
+            "holds Python objects besides tensors and plain data, which are not unpickled "
+            f"since that could run code ({_refused_global(str(err))})",
+            "resume only runs saved by structqa; otherwise start the run afresh in a new "
+            "output_dir",
+        ) from None
+    except (RuntimeError, EOFError) as err:  # torch's zip reader on a cut-short file
+        raise UnreadableFile(resume, f"not a readable resume state ({err})", remedy) from None
+    if not isinstance(extra, dict) or not {"optimizer", "scheduler", "rng"} <= set(extra):
+        raise UnreadableFile(resume, "not a structqa resume state", remedy)
     return state, extra
 
 
+def _refused_global(message: str) -> str:
+    """The line of torch's weights-only error that names the refused global."""
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", message)
+    return f"it refers to {found.group(1)}" if found else message.splitlines()[0]
+
+
+def _legacy_numpy_globals() -> list[Any]:
+    """What a ``resume.pt`` from before plain RNG states needs beyond tensors: numpy's RNG
+    state was saved as a uint32 array. Rebuilding arrays runs no code, so these are allowed
+    (torch's documented allow-list for numpy arrays)."""
+    from numpy.dtypes import UInt32DType
+
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
+    return [
+        _reconstruct,
+        (_reconstruct, "numpy.core.multiarray._reconstruct"),
+        np.ndarray,
+        np.dtype,
+        UInt32DType,
+    ]
+
+
+_LEGACY_NUMPY_GLOBALS = _legacy_numpy_globals()
+
+
 def rng_state() -> dict[str, Any]:
+    """Every RNG's state as tensors and plain data (``torch.load(weights_only=True)`` reads
+    it back): Python's Mersenne Twister words as a list of ints, numpy's as an int64 tensor."""
+    version, words, gauss = random.getstate()
+    _, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "python": {"version": version, "state": list(words), "gauss": gauss},
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
 
 
 def set_rng_state(s: dict[str, Any]) -> None:
-    random.setstate(s["python"])
-    np.random.set_state(s["numpy"])
+    """Restore :func:`rng_state`'s states (also the raw tuples older checkpoints saved)."""
+    py, npy = s["python"], s["numpy"]
+    if isinstance(py, dict):
+        py = (py["version"], tuple(py["state"]), py["gauss"])
+    random.setstate(tuple(py))
+    if isinstance(npy, dict):
+        keys = npy["keys"].numpy().astype(np.uint32)
+        npy = ("MT19937", keys, npy["pos"], npy["has_gauss"], npy["cached_gaussian"])
+    np.random.set_state(npy)
     torch.set_rng_state(s["torch"])
     if s.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(s["cuda"])
@@ -140,7 +229,7 @@ def resume_from(
     if resume and resumable(last_dir):
         saved = last_dir / config_file
         if config is not None and saved.is_file():
-            check_same_config(last_dir, json.loads(saved.read_text()), config)
+            check_same_config(last_dir, read_json(saved), config)
         return restore(last_dir, load_weights, optimizer, scheduler)
     out = last_dir.parent
     if not resume:
@@ -205,6 +294,7 @@ def restore(
 
     ``load_weights`` loads the model's weights from the directory (each loop knows its own
     file layout)."""
+    verify_manifest(last_dir)
     state, extra = load_resume(last_dir)
     _check_param_groups(last_dir, extra["optimizer"]["param_groups"], optimizer.param_groups)
     load_weights(last_dir)
@@ -244,8 +334,6 @@ def safetensors_loader(model: torch.nn.Module) -> Callable[[Path], None]:
     """Weights saved by :func:`save_checkpoint` (model.safetensors, structqa names)."""
 
     def load(path: Path) -> None:
-        from safetensors.torch import load_file
-
-        model.load_state_dict(load_file(str(path / "model.safetensors")))
+        model.load_state_dict(read_safetensors(path / "model.safetensors"))
 
     return load

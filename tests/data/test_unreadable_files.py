@@ -1,0 +1,132 @@
+"""Damaged dataset files end in a DataError naming file, record and field, never a traceback:
+corrupt or cut-short gzip, JSON nested past the parser's recursion, invalid Unicode (lone
+surrogates, NUL); an unknown declared version is read with a warning."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from structqa.data.drop import read_drop
+from structqa.data.hygiene import InvalidText, check_text, text_problem
+from structqa.data.mrqa import read_mrqa
+from structqa.data.readers import read_examples
+from structqa.data.records import DataError
+from structqa.data.squad import read_squad
+
+CONTEXT = "The cat sat on the mat."
+DEEP = 100_000  # far past Python's recursion limit (1000)
+
+
+def squad_doc(question: str = "Who sat?", context: str = CONTEXT, **top) -> dict:
+    qa = {"id": "q1", "question": question, "answers": [{"text": "The cat", "answer_start": 0}]}
+    return {"data": [{"title": "T", "paragraphs": [{"context": context, "qas": [qa]}]}], **top}
+
+
+def mrqa_lines(question: str = "Who sat?", context: str = CONTEXT) -> str:
+    qa = {
+        "qid": "q1",
+        "question": question,
+        "answers": ["The cat"],
+        "detected_answers": [{"text": "The cat", "char_spans": [[0, 6]]}],
+    }
+    header = {"header": {"dataset": "T", "split": "dev"}}
+    return "\n".join(json.dumps(x) for x in (header, {"context": context, "qas": [qa]})) + "\n"
+
+
+def cut_gzip(path: Path, payload: bytes) -> Path:
+    whole = gzip.compress(payload)
+    path.write_bytes(whole[: len(whole) // 2])
+    return path
+
+
+@pytest.mark.parametrize("name", ["cut.json.gz", "cut.jsonl.gz"])
+def test_a_cut_short_gzip_is_a_data_error(tmp_path, name):
+    payload = (json.dumps(squad_doc()) if name.endswith(".json.gz") else mrqa_lines()) * 200
+    path = cut_gzip(tmp_path / name, payload.encode())
+    with pytest.raises(DataError, match=r"cut\.jsonl?\.gz.*compressed data cut short"):
+        read_examples(path)
+
+
+def test_a_gzip_that_is_not_gzip_is_a_data_error(tmp_path):
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(b"this is not gzip at all")
+    with pytest.raises(DataError, match=r"bad\.json\.gz.*unreadable file"):
+        read_examples(path)
+
+
+def test_json_nested_past_the_recursion_limit_is_a_data_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"data": ' + "[" * DEEP + "]" * DEEP + "}")
+    with pytest.raises(DataError, match=r"deep\.json.*nested too deeply"):
+        read_squad(path)
+    with pytest.raises(DataError, match="nested too deeply"):
+        read_drop(path)
+    lines = tmp_path / "deep.jsonl"
+    lines.write_text(mrqa_lines() + '{"context": ' + "[" * DEEP + "]" * DEEP + "}\n")
+    with pytest.raises(DataError, match=r"record 'line 3'.*nested too deeply"):
+        read_mrqa(lines)
+
+
+@pytest.mark.parametrize(
+    ("question", "context", "squad_record", "mrqa_record", "field"),
+    [
+        ("Who \ud800 sat?", CONTEXT, "q1", r"q1 \(line 2\)", "question"),
+        (
+            "Who sat?",
+            "The cat sat\x00 on the mat.",
+            r"data\[0\]\.paragraphs\[0\]",
+            "line 2",
+            "context",
+        ),
+    ],
+)
+def test_invalid_unicode_in_a_record_is_a_data_error_naming_it(
+    tmp_path, question, context, squad_record, mrqa_record, field
+):
+    # json.dumps writes a lone surrogate as the escape \ud800, as a damaged file would hold it
+    squad = tmp_path / "bad.json"
+    squad.write_text(json.dumps(squad_doc(question, context)))
+    with pytest.raises(DataError, match=rf"record '{squad_record}', field '{field}': contains a"):
+        read_squad(squad)
+    mrqa = tmp_path / "bad.jsonl"
+    mrqa.write_text(mrqa_lines(question, context))
+    with pytest.raises(DataError, match=rf"record '{mrqa_record}', field '{field}': contains a"):
+        read_mrqa(mrqa)
+
+
+def test_invalid_unicode_in_drop_is_a_data_error_naming_the_record(tmp_path):
+    qa = {"query_id": "d1", "question": "How many?\ud83d", "answer": {"number": "2"}}
+    path = tmp_path / "drop.json"
+    path.write_text(json.dumps({"p1": {"passage": "Two cats.", "qa_pairs": [qa]}}))
+    with pytest.raises(DataError, match=r"'d1 \(passage p1\)', field 'question'.*U\+D83D"):
+        read_drop(path)
+
+
+def test_the_text_rule():
+    assert text_problem("naïve café, 東京 😀") is None  # real non-ASCII text is fine
+    assert "lone surrogate U+DC80 at offset 2" in text_problem("ab\udc80")
+    assert "NUL character (U+0000) at offset 0" in text_problem("\x00x")
+    with pytest.raises(InvalidText, match="the question contains a lone surrogate"):
+        check_text("\ud800", "the question")
+
+
+def test_an_unknown_version_is_read_with_a_warning_naming_it(tmp_path, caplog):
+    path = tmp_path / "v73.json"
+    path.write_text(json.dumps(squad_doc(version="7.3")))
+    with caplog.at_level(logging.WARNING, logger="structqa.data"):
+        ds = read_squad(path)
+    assert len(ds) == 1 and ds.version == "1.1"
+    assert ds.report.warnings["unknown_version"] == 1
+    assert "declares version '7.3'" in caplog.text
+    assert "read as SQuAD v1.1 (no is_impossible fields)" in caplog.text
+    caplog.clear()
+    for known in ("1.1", "v2.0"):
+        path.write_text(json.dumps(squad_doc(version=known)))
+        with caplog.at_level(logging.WARNING, logger="structqa.data"):
+            read_squad(path)
+        assert "declares version" not in caplog.text
