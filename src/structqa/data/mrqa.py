@@ -14,8 +14,8 @@ from typing import Any
 
 from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
 from structqa.data.squad import (
+    QuestionIds,
     check_type,
-    check_unique_id,
     finish,
     get_field,
     make_example,
@@ -26,12 +26,13 @@ from structqa.data.squad import (
 )
 
 
-def read_mrqa(path: str | Path) -> Dataset:
-    """Read an MRQA jsonl(.gz) file into examples (version ``"mrqa"``)."""
+def read_mrqa(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
+    """Read an MRQA jsonl(.gz) file into examples (version ``"mrqa"``); ``dedupe_ids``: see
+    :class:`~structqa.data.squad.QuestionIds`."""
     path = Path(path)
     name = str(path)
     report = ReadReport(path=name)
-    seen: set[str] = set()
+    seen = QuestionIds(report, dedupe_ids)
     examples: list[Example] = []
     first = True
     with open_text(path) as handle:
@@ -69,7 +70,7 @@ def _question_id(qa: dict[str, Any], *, path: str, where: str) -> str:
 
 
 def _read_context(
-    record: dict[str, Any], lineno: int, *, seen: set[str], report: ReadReport
+    record: dict[str, Any], lineno: int, *, seen: QuestionIds, report: ReadReport
 ) -> list[Example]:
     name = report.path
     where = f"line {lineno}"
@@ -80,8 +81,8 @@ def _read_context(
         qa_where = f"line {lineno} qas[{k}]"
         check_type(qa, dict, path=name, record=qa_where, field_name="qas")
         qid = _question_id(qa, path=name, where=qa_where)
+        qid = seen.claim(qid, f"{qid} ({where})")
         rec = f"{qid} ({where})"
-        check_unique_id(seen, qid, path=name, record=rec)
         question = get_field(qa, "question", str, path=name, record=rec)
         if not context.strip():
             note_skip(report, "empty_context", f"question {qid!r} ({where}): empty context")
