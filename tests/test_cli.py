@@ -128,9 +128,14 @@ def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_dat
     assert json.loads(out_file.read_text()) == preds
 
 
-def test_quickstart_trains_dyrex_and_answers(tmp_path, tiny_checkpoint, shared_data, capsys):
-    """The quickstart's own path (config, training, scores, the example answer), shrunk to a
-    tiny encoder and 3 steps by the same overrides a user can pass."""
+def test_quickstart_trains_dyrex_and_shows_answers_by_a_fixed_rule(
+    tmp_path, tiny_checkpoint, shared_data, capsys
+):
+    """The quickstart's own path (config, training, choosing on validation, one test score,
+    the shown answers), shrunk to a tiny encoder and 3 steps by the same overrides a user can
+    pass."""
+    from structqa.commands.quickstart import shown_indices
+
     out = tmp_path / "qs"
     args = [
         *mini_train_args("quickstart", shared_data, tiny_checkpoint, out, MINI, steps=3),
@@ -140,10 +145,24 @@ def test_quickstart_trains_dyrex_and_answers(tmp_path, tiny_checkpoint, shared_d
     config = json.loads((out / "config.json").read_text())
     # the quickstart's own choices survive the user's overrides of other keys
     assert config["model"]["head"] == "dyrex" and config["train"]["head_lr"] == 1e-3
-    assert config["train"]["seed"] == 0
+    assert config["train"]["seed"] == 0 and config["data"]["validation"] == "0.05"
     printed = capsys.readouterr().out
-    assert "held-out EM" in printed and "Q: Which NFL team represented the AFC" in printed
-    assert "\nA: " in printed and "checkpoint:" in printed and (out / "best").is_dir()
+    metrics = json.loads((out / "best" / "eval" / "metrics.json").read_text())
+    assert f"held-out EM {metrics['exact_match']:.2f}  F1 {metrics['f1']:.2f}" in printed
+    # the shown questions: every k-th of the test file, each with gold and model answers
+    data = json.loads((shared_data / MINI).read_text())
+    qas = [qa for art in data["data"] for p in art["paragraphs"] for qa in p["qas"]]
+    answers = json.loads((out / "best" / "eval" / "predictions.json").read_text())
+    picked = shown_indices(len(qas))
+    assert picked == [0, 1, 2, 3, 4]  # 5 questions: all of them
+    assert shown_indices(2177) == [0, 435, 870, 1305, 1740]
+    assert "not chosen for being right" in printed
+    for i in picked:
+        qa = qas[i]
+        assert f"[{i + 1}] Q: {qa['question']}" in printed
+        assert f"gold: {qa['answers'][0]['text']}" in printed
+        assert f"model: {answers[qa['id']] or '(no answer)'} (probability" in printed
+    assert "Next:" in printed and "structqa evaluate" in printed and (out / "best").is_dir()
     # and a user's override of one of them wins
     assert main([*args, "--model.head=independent", f"--train.output_dir={tmp_path / 'q2'}"]) == 0
     assert json.loads((tmp_path / "q2" / "config.json").read_text())["model"]["head"] == (

@@ -122,6 +122,7 @@ def tiny_finetune_base(encoder: str | Path, data: Path) -> dict[str, Any]:
             "dir": str(data),
             "train": MINI_SQUAD,
             "eval": MINI_SQUAD,
+            "validation": None,  # best/ on data.eval, as the shipped experiment configs
             "train_size": "all",
             "max_seq_len": 128,
             "doc_stride": 32,

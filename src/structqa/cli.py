@@ -1,4 +1,7 @@
-"""`structqa`: one command with subcommands (train, evaluate, predict, score, quickstart)."""
+"""`structqa`: one command with subcommands (train, evaluate, predict, score, quickstart, ...).
+
+Subcommands with modules of their own (structqa.commands.*, structqa.experiments.command)
+register themselves with ``add_parser(subparsers)``."""
 
 from __future__ import annotations
 
@@ -6,29 +9,14 @@ import argparse
 import json
 import logging
 import sys
-import time
 from pathlib import Path
 
-log = logging.getLogger("structqa")
+from structqa.commands.common import INTERRUPTED
+from structqa.commands.common import config_from_args as _config
+from structqa.commands.common import stopped as _stopped
+from structqa.commands.settings import sections_epilog
 
-# The quickstart trains the head that was most accurate with a few hundred questions in the
-# low-data grid (docs/results/lowdata: DyREx +5.0 F1 over Independent at 512 questions, with
-# its new parameters at 10x the encoder's learning rate, as in that grid's recipe).
-QUICKSTART_OVERRIDES = [
-    "model.head=dyrex",
-    "train.head_lr=1e-3",
-    "data.train_size=512",
-    "train.seed=0",
-    "train.output_dir=runs/quickstart",
-    "train.eval_every_epoch=false",
-]
-QUICKSTART_QUESTION = (
-    "Which NFL team represented the AFC at Super Bowl 50?",
-    "Super Bowl 50 was an American football game to determine the champion of the National "
-    "Football League (NFL) for the 2015 season. The American Football Conference (AFC) champion "
-    "Denver Broncos defeated the National Football Conference (NFC) champion Carolina Panthers "
-    "24-10 to earn their third Super Bowl title.",
-)
+log = logging.getLogger("structqa")
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -43,34 +31,6 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _config(args: argparse.Namespace, extra: list[str], base: list[str] | None = None):
-    from structqa.config import load_config
-
-    overrides = list(base or []) + list(extra)
-    if getattr(args, "data", None):
-        overrides.append(f"data.dir={args.data}")
-    return load_config(getattr(args, "config", None), overrides)
-
-
-# exit status of a run stopped by SIGINT/SIGTERM (the shell's 128 + SIGINT): the stop is
-# clean and resumable, but `train ... && evaluate ...` must not go on as if it had finished
-INTERRUPTED = 130
-
-
-def _stopped(output_dir: str | Path) -> bool:
-    """Whether the run in ``output_dir`` stopped before finishing (its last/ says so)."""
-    state = Path(output_dir) / "last" / "train_state.json"
-    if not state.is_file():
-        return False
-    if json.loads(state.read_text()).get("finished"):
-        return False
-    print(
-        f"structqa: the run in {output_dir} stopped before finishing; continue it with --resume",
-        file=sys.stderr,
-    )
-    return True
-
-
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.training.loop import run
 
@@ -79,6 +39,9 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     if _stopped(cfg.train.output_dir):
         return INTERRUPTED
     if result is not None:
+        tested = cfg.data.validation is not None and cfg.data.eval
+        what = f"the test file {cfg.data.eval}" if tested else "the data that chose it"
+        print(f"best/ ({Path(cfg.train.output_dir) / 'best'}) on {what}:")
         print(json.dumps(result.metrics, indent=2))
     return 0
 
@@ -118,103 +81,6 @@ def cmd_drop_predict(args: argparse.Namespace, extra: list[str]) -> int:
         raise SystemExit(f"drop-predict takes no config overrides: {' '.join(extra)}")
     metrics = predict_file(args.checkpoint, args.drop_file, args.out, args.bf16)
     print(json.dumps({k: metrics[k] for k in ("global_em", "global_f1", "total")}))
-    return 0
-
-
-def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
-    from rich.console import Console
-
-    from structqa.serving.predictor import Predictor
-    from structqa.training.checkpoint import RunExists
-    from structqa.training.loop import run
-
-    console = Console()
-    cfg = _config(args, extra, QUICKSTART_OVERRIDES)
-    console.rule("[bold]structqa quickstart")
-    console.print(
-        f"Fine-tuning {cfg.model.encoder} encoder + {cfg.model.head} head on "
-        f"{cfg.data.train_size} questions of {cfg.data.train} (seed {cfg.train.seed}), "
-        f"evaluating on {cfg.data.eval}"
-    )
-    t0 = time.perf_counter()
-    try:
-        result = run(cfg, resume=args.resume, progress=True)
-    except RunExists as err:
-        raise ValueError(
-            f"{err}. `structqa quickstart --resume` shows that run's result again"
-        ) from None
-    if _stopped(cfg.train.output_dir):
-        return INTERRUPTED
-    best = Path(cfg.train.output_dir) / "best"
-    if result is None:
-        result_metrics = json.loads((best / "metrics.json").read_text())
-    else:
-        result_metrics = result.metrics
-    em = result_metrics.get("exact_match", result_metrics.get("exact", 0.0))
-    console.print(
-        f"[bold green]held-out EM {em:.2f}  F1 {result_metrics.get('f1', 0.0):.2f}[/]  "
-        f"({time.perf_counter() - t0:.0f} s)"
-    )
-    predictor = Predictor.from_checkpoint(best)
-    q, c = QUICKSTART_QUESTION
-    ans = predictor.predict(q, c)
-    console.print(
-        f"Q: {q}\nA: [bold]{ans.text}[/] (chars {ans.start}-{ans.end}, score {ans.score:.2f})"
-    )
-    console.print(f"checkpoint: {best}")
-    return 0
-
-
-def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
-    from structqa.evaluation import evaluate_model, write_outputs
-    from structqa.features.squad import featurize
-    from structqa.models.build import model_from_checkpoint
-    from structqa.runtime import default_device, use_bf16
-    from structqa.training.data import feature_config, load_eval_examples
-
-    model, tokenizer, cfg = model_from_checkpoint(args.checkpoint)
-    device = default_device()  # a checkpoint loads on the CPU; score on the GPU if any
-    model.to(device)
-    from structqa.config import _apply  # reuse validation for the command-line overrides
-
-    if args.data:
-        cfg.data.dir = args.data
-    # the whole file unless --eval-size says otherwise (the checkpoint's data.eval_size was
-    # a training-time setting)
-    cfg.data.eval_size = args.eval_size
-    for item in extra:
-        k, _, v = item.lstrip("-").partition("=")
-        section, _, key = k.partition(".")
-        if section not in ("data", "decode") and k != "train.eval_batch_size":
-            raise ValueError(
-                f"--{k} cannot change a trained model; only data.*, decode.* and "
-                "train.eval_batch_size overrides apply here"
-            )
-        _apply(cfg, {section: {key: v}}, "")
-    examples, v2 = load_eval_examples(cfg, args.eval)
-    features, rep = featurize(examples, tokenizer, feature_config(cfg))
-    log.info("eval: %s", rep.summary())
-    from structqa.decoding import DecodeConfig
-
-    bf16 = use_bf16(args.bf16, device)
-    log.info("scoring on %s, bf16 %s", device, "on" if bf16 else "off")
-    t0 = time.perf_counter()
-    result = evaluate_model(
-        model,
-        examples,
-        features,
-        DecodeConfig.from_settings(cfg.decode),
-        v2,
-        cfg.train.eval_batch_size,
-        bf16,
-    )
-    log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
-    out = Path(args.out or Path(args.checkpoint) / "eval")
-    write_outputs(result, out)
-    print(json.dumps(result.metrics, indent=2))
-    log.info(
-        "wrote predictions.json, nbest_predictions.json, null_odds.json, metrics.json to %s", out
-    )
     return 0
 
 
@@ -466,21 +332,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="fine-tune a span-extraction model")
+    t = sub.add_parser(
+        "train",
+        help="fine-tune a span-extraction model",
+        description="Fine-tunes on data.train, chooses best/ on data.validation (by default "
+        "10% of data.train, split by context) and, when data.eval is given, scores best/ once "
+        "on that test file (best/eval/).",
+        epilog=sections_epilog("train"),
+    )
     t.add_argument("config", nargs="?", help="YAML config (defaults if omitted)")
     t.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
     t.add_argument("--resume", action="store_true", help="continue an interrupted run")
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
 
-    pt = sub.add_parser("pretrain", help="continue masked-LM pre-training of an encoder")
+    pt = sub.add_parser(
+        "pretrain",
+        help="continue masked-LM pre-training of an encoder",
+        epilog=sections_epilog("pretrain"),
+    )
     pt.add_argument("config", nargs="?", help="YAML config (defaults if omitted)")
     pt.add_argument("--data", help="data directory for a relative corpus path")
     pt.add_argument("--resume", action="store_true", help="continue an interrupted run")
     pt.add_argument("--no-progress", action="store_true")
     pt.set_defaults(func=cmd_pretrain)
 
-    dt = sub.add_parser("drop-train", help="train GenBERT / NC-BERT on DROP files")
+    dt = sub.add_parser(
+        "drop-train",
+        help="train GenBERT / NC-BERT on DROP files",
+        epilog=sections_epilog("drop-train"),
+    )
     dt.add_argument("config", nargs="?", help="YAML config, e.g. configs/ncbert/ncbert.yaml")
     dt.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
     dt.add_argument("--resume", action="store_true", help="continue an interrupted run")
@@ -493,20 +374,6 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--out", default="predictions.json", help="query id -> answer (JSON)")
     dp.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
     dp.set_defaults(func=cmd_drop_predict)
-
-    q = sub.add_parser("quickstart", help="train on 512 SQuAD questions, evaluate, answer one")
-    q.add_argument("--data")
-    q.add_argument("--resume", action="store_true")
-    q.set_defaults(func=cmd_quickstart, config=None)
-
-    e = sub.add_parser("evaluate", help="evaluate a checkpoint on a dataset")
-    e.add_argument("checkpoint")
-    e.add_argument("--eval", help="dataset file (default: the checkpoint config's data.eval)")
-    e.add_argument("--data")
-    e.add_argument("--eval-size", type=int)
-    e.add_argument("--out", help="output directory (default CHECKPOINT/eval)")
-    e.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    e.set_defaults(func=cmd_evaluate)
 
     pr = sub.add_parser("predict", help="answer one question, or every question of a file")
     pr.add_argument("checkpoint")
@@ -578,8 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--no-progress", action="store_true")
     co.set_defaults(func=cmd_corpus)
 
+    from structqa.commands import evaluate, quickstart, settings
     from structqa.experiments.command import add_parser as add_experiment_parser
 
+    for module in (quickstart, evaluate, settings):
+        module.add_parser(sub)
     add_experiment_parser(sub)
 
     cp = sub.add_parser(

@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,93 +20,176 @@ import yaml
 from structqa.text.annotate import DEFAULT_MODEL
 
 
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    factory: Callable[[], Any] | None = None,
+) -> Any:
+    """A config field with its one-line help, the text ``structqa config`` prints and
+    ``structqa config --yaml`` writes as a comment (``metadata["help"]``)."""
+    if not help:
+        raise ValueError("every setting needs a one-line help text")
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class ModelConfig:
-    encoder: str = "default"  # "default" (all-MiniLM-L6-v2 from PyPI) or a local HF BERT dir
-    head: str = "independent"
-    block: list[str] | None = None  # encoder sub-layer stacking, e.g. [sa, naa, ffn]
+    encoder: str = setting(
+        "default", "encoder: 'default' (all-MiniLM-L6-v2 from PyPI) or a local HF BERT directory"
+    )
+    head: str = setting(
+        "independent",
+        "span head: independent | joint | dyrex | dyref | dyrex+joint | dyref+joint",
+    )
+    block: list[str] | None = setting(
+        None,
+        "encoder sub-layer stacking, e.g. [sa, naa, ffn]; added sub-layers start as the "
+        "identity; null: the checkpoint's",
+    )
     # span-head options (see structqa.heads): attention between the start/end queries
     # (DyREx: bidirectional | causal | independent; DyReF also full), DyREx decoder layers,
     # and how the joint scorers score spans (band: up to decode.max_answer_length tokens,
     # linear memory; full: every span, quadratic memory)
-    query_mask: str = "bidirectional"
-    dyrex_layers: int = 3
-    joint_mode: str = "band"
+    query_mask: str = setting(
+        "bidirectional",
+        "how the start/end queries see each other: bidirectional | causal | independent | "
+        "full (DyReF only)",
+    )
+    dyrex_layers: int = setting(3, "DyREx: transformer decoder layers that update the queries")
+    joint_mode: str = setting(
+        "band",
+        "joint heads: band (spans up to decode.max_answer_length, linear memory) | full",
+    )
     # std of the normal init of the learned queries Q0; null: each head's own (static
     # queries and DyREx 0.02, BERT's initializer range; DyReF 1.0, the scale of the layer-normed
     # embeddings it sits beside). A static q of norm 0.4 gives logits q.h of a few units;
     # DyREx's and DyReF's queries reach norm ~20 (docs/results/lowdata-recipe-query-scale/)
-    query_init_std: float | None = None
+    query_init_std: float | None = setting(
+        None, "std of the learned queries' normal init; null: the head's own (0.02, DyReF 1.0)"
+    )
 
 
 @dataclass
 class DataConfig:
-    dir: str | None = None  # data root; else $STRUCTQA_DATA or ../shared/data
-    train: str = "splits/squad1-train.mrqa.jsonl.gz"
-    eval: str = "splits/squad1-heldout.mrqa.jsonl.gz"
-    train_size: str = "512"  # a number of questions or "all"
-    eval_size: int | None = None  # evaluate on the first N questions only (quick checks)
-    max_seq_len: int = 384
-    doc_stride: int = 128
-    max_query_len: int = 64
+    dir: str | None = setting(
+        None, "data root for relative paths; null: $STRUCTQA_DATA, else ../shared/data"
+    )
+    train: str = setting(
+        "splits/squad1-train.mrqa.jsonl.gz",
+        "training file: SQuAD v1.1/v2.0 JSON or MRQA .jsonl[.gz]",
+    )
+    # where best/ is chosen: never the test file (data.eval) unless validation is none
+    validation: str | None = setting(
+        "0.1",
+        "where best/ is chosen: a FRACTION of data.train split off by context, a FILE, or "
+        "none (choose on data.eval, scored every epoch)",
+    )
+    validation_seed: int = setting(
+        0, "seed of the contexts a validation FRACTION takes from data.train"
+    )
+    eval: str | None = setting(
+        None,
+        "test file: scored once with best/ after training (best/eval/); null: no test "
+        "(run `structqa evaluate CHECKPOINT --eval FILE` later)",
+    )
+    train_size: str = setting(
+        "512", "training questions drawn by train.seed from data.train (after validation), or all"
+    )
+    eval_size: int | None = setting(
+        None, "score only the first N questions of the validation/test file (quick checks)"
+    )
+    dedupe_ids: bool = setting(
+        False,
+        "rename repeated question ids (ID, ID#2, ID#3, ...) instead of stopping with an error",
+    )
+    max_seq_len: int = setting(384, "tokens per window (question + context + special tokens)")
+    doc_stride: int = setting(128, "context tokens shared by consecutive windows of a long context")
+    max_query_len: int = setting(64, "question tokens kept (longer questions are cut)")
     # spaCy tags given with every question and context token, as the encoder reads them:
     # pos (a POS-tag input embedding), entities (entity-aware attention). null: the ones the
     # encoder needs, resolved when the model is built and saved with the checkpoint's config
-    token_tags: list[str] | None = None
-    spacy_model: str = DEFAULT_MODEL  # the annotator of the token tags
-    annotation_cache: str | None = None  # JSONL cache of its parses (per text, reused)
+    token_tags: list[str] | None = setting(
+        None, "spaCy tags fed to the encoder: [pos, entities]; null: those the encoder needs"
+    )
+    spacy_model: str = setting(DEFAULT_MODEL, "spaCy pipeline that computes the token tags")
+    annotation_cache: str | None = setting(
+        None, "JSONL cache of the spaCy parses (per text, reused across runs)"
+    )
 
 
 @dataclass
 class TrainConfig:
-    output_dir: str = "runs/default"
-    seed: int = 0
-    lr: float = 1e-4
-    head_lr: float | None = None  # learning rate of head parameters (default: lr)
-    # globs of head parameter names that train at lr even when head_lr is set, e.g.
-    # ["head.scorer.W"]: Joint's bilinear form, which a 1e-3 rate inflates until its span prior
-    # swamps the question (docs/results/lowdata-recipe-joint/README.md)
-    head_lr_exclude: list[str] = field(default_factory=list)
-    # {glob: lr}: parameters (encoder or head) whose name matches a glob train at that rate,
-    # the first matching glob in file order winning over lr, head_lr and head_lr_exclude; e.g.
+    output_dir: str = setting("runs/default", "run directory: best/, last/, metrics.jsonl")
+    seed: int = setting(0, "seed of the initialisation, batch order and training subset")
+    lr: float = setting(1e-4, "peak learning rate (AdamW, linear warm-up then decay)")
+    head_lr: float | None = setting(
+        None, "learning rate of the head's parameters; null: lr (1e-3 suits DyREx and DyReF)"
+    )
+    # e.g. ["head.scorer.W"]: Joint's bilinear form, which a 1e-3 rate inflates until its span
+    # prior swamps the question (docs/results/lowdata-recipe-joint/README.md)
+    head_lr_exclude: list[str] = setting(
+        help="globs of head parameters that keep lr when head_lr is set, e.g. [head.scorer.W]",
+        factory=list,
+    )
+    # the first matching glob in file order wins over lr, head_lr and head_lr_exclude; e.g.
     # {"head.scorer.W": 1.0e-5}, or 0.0 to freeze (AdamW's decay also scales with the rate).
     # On the command line: train.param_lr=head.scorer.W:1e-5,encoder.embeddings.*:0
-    param_lr: dict[str, float] = field(default_factory=dict)
-    weight_decay: float = 0.01
-    batch_size: int = 12
+    param_lr: dict[str, float] = setting(
+        help="{glob: lr} per-parameter learning rates, first match wins, 0 freezes "
+        "(command line: GLOB:LR,GLOB:LR)",
+        factory=dict,
+    )
+    weight_decay: float = setting(0.01, "AdamW weight decay")
+    batch_size: int = setting(12, "training windows per step (per process)")
     # CPU inference is fastest in small batches (cache): 16 gave 48-54 windows/s, 64 gave 36-41
     # (bf16, all-MiniLM-L6-v2, 2 cores); raise it on a GPU
-    eval_batch_size: int = 16
-    grad_accum: int = 1
-    epochs: float = 10.0
-    max_steps: int | None = None  # overrides epochs when set
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    bf16: str = "auto"  # auto (use it where the hardware runs it natively) | on | off
-    eval_every_epoch: bool = True
-    save_every_steps: int | None = None  # extra resumable checkpoints inside an epoch
-    log_every_steps: int = 10
-    dropout: float | None = None  # override the encoder's hidden dropout
+    eval_batch_size: int = setting(16, "windows per forward pass when scoring (raise on a GPU)")
+    grad_accum: int = setting(1, "micro-batches accumulated per optimizer step")
+    epochs: float = setting(10.0, "passes over the training questions (fractions allowed)")
+    max_steps: int | None = setting(None, "optimizer steps; overrides epochs when set")
+    warmup_ratio: float = setting(0.1, "share of the steps with a linearly rising learning rate")
+    max_grad_norm: float = setting(1.0, "gradient-norm clipping (0: off)")
+    bf16: str = setting(
+        "auto", "bf16 autocast: auto (where the hardware runs it natively) | on | off"
+    )
+    eval_every_epoch: bool = setting(
+        True, "score the validation set after every epoch (false: after the last one only)"
+    )
+    save_every_steps: int | None = setting(
+        None, "also save the resumable last/ checkpoint every N steps inside an epoch"
+    )
+    log_every_steps: int = setting(10, "steps between lines of metrics.jsonl")
+    dropout: float | None = setting(None, "hidden dropout; null: the encoder's own")
     # Attention-probability dropout forces PyTorch's unfused attention on CPU and halves
     # training throughput there (measured: 6.2 -> 12.0 features/s); fine-tuning default off.
-    attention_dropout: float | None = 0.0
+    attention_dropout: float | None = setting(
+        0.0, "attention-probability dropout (0 keeps the fast fused attention on CPU)"
+    )
 
 
 @dataclass
 class DecodeSettings:
-    n_best: int = 20
-    max_answer_length: int = 30
-    version_2: bool | None = None  # None: decide from the data (any unanswerable question)
-    # widen answers that start or end inside a word (WordPiece) to whole words
-    whole_words: bool = False
+    n_best: int = setting(20, "candidate answers kept per question")
+    max_answer_length: int = setting(30, "longest answer, in tokens")
+    version_2: bool | None = setting(
+        None, "allow no-answer (SQuAD 2.0); null: decide from the data (any unanswerable question)"
+    )
+    whole_words: bool = setting(
+        False, "widen answers that start or end inside a word (WordPiece) to whole words"
+    )
 
 
 @dataclass
 class Config:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    decode: DecodeSettings = field(default_factory=DecodeSettings)
+    model: ModelConfig = setting(help="the encoder and the span head", factory=ModelConfig)
+    data: DataConfig = setting(
+        help="training, validation and test files; windows", factory=DataConfig
+    )
+    train: TrainConfig = setting(help="optimisation, checkpoints, precision", factory=TrainConfig)
+    decode: DecodeSettings = setting(help="from scores to answers", factory=DecodeSettings)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -226,6 +310,23 @@ def load_config(
     return cfg
 
 
+def validation_fraction(value: str | None) -> float | None:
+    """``data.validation`` as a fraction of the training file, or None when it names a file
+    (or is none). A number outside (0, 1) is a ConfigError."""
+    if value is None:
+        return None
+    try:
+        fraction = float(value)
+    except ValueError:
+        return None  # a file name
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(
+            f"data.validation: a number is a fraction of data.train and must be between 0 "
+            f"and 1, got {value}; or give a FILE, or none"
+        )
+    return fraction
+
+
 def validate(cfg: Config) -> Config:
     """Check what the type coercion cannot (ranges, names) before any model or data is loaded:
     a bad value fails in a second, not after the data has been read and featurized."""
@@ -259,6 +360,12 @@ def validate(cfg: Config) -> Config:
     for name, value in at_least_one.items():
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
+    validation_fraction(d.validation)  # a number must be a fraction in (0, 1)
+    if d.validation is None and not d.eval:
+        raise ConfigError(
+            "data.validation is none, which chooses best/ on data.eval, but data.eval is not "
+            "set: give data.eval=FILE, or data.validation=FRACTION or FILE"
+        )
     if t.max_steps is None and not t.epochs > 0:
         raise ConfigError(f"train.epochs must be > 0 (or set train.max_steps), got {t.epochs}")
     if not 0.0 <= t.warmup_ratio <= 1.0:

@@ -216,6 +216,14 @@ def test_duplicate_id_across_lines_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="duplicate question id 'dup'") as err:
         read_mrqa(path)
     assert err.value.record == "dup (line 3)"
+    assert "first at dup (line 2)" in str(err.value)
+
+
+def test_dedupe_ids_renames_repeated_ids_across_lines(tmp_path: Path) -> None:
+    path = write_mrqa(tmp_path, [record(mrqa_qa("dup")), record(mrqa_qa("dup"))])
+    data = read_mrqa(path, dedupe_ids=True)
+    assert [e.id for e in data.examples] == ["dup", "dup#2"]
+    assert data.report.warnings == {"duplicate_id_renamed": 1}
 
 
 def test_empty_question_and_context_are_skipped(tmp_path: Path) -> None:

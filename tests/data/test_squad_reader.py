@@ -208,11 +208,41 @@ def test_wrong_type_is_an_error(tmp_path: Path) -> None:
     assert err.value.field_name == "answers[0].answer_start"
 
 
-def test_duplicate_id_is_an_error(tmp_path: Path) -> None:
+def test_duplicate_id_is_an_error_naming_both_places(tmp_path: Path) -> None:
     path = write_squad(tmp_path, [qa("same"), qa("other"), qa("same")])
     with pytest.raises(DataError, match="duplicate question id 'same'") as err:
         read_squad(path)
     assert err.value.field_name == "id"
+    assert err.value.record == "data[0].paragraphs[0].qas[2]"
+    assert "first at data[0].paragraphs[0].qas[0]" in str(err.value)
+    assert "--data.dedupe_ids" in str(err.value)
+
+
+def test_dedupe_ids_renames_repeats_in_file_order_and_counts_them(tmp_path: Path) -> None:
+    # "same#2" already exists, so the second repeat of "same" skips to "same#3"
+    qas = [qa("same"), qa("same#2"), qa("same"), qa("same"), qa("other")]
+    data = read_squad(write_squad(tmp_path, qas), dedupe_ids=True)
+    assert [e.id for e in data.examples] == ["same", "same#2", "same#3", "same#4", "other"]
+    assert data.report.warnings == {"duplicate_id_renamed": 2}
+    assert "duplicate_id_renamed" in data.report.summary()
+    # the same file gives the same names every time
+    again = read_squad(write_squad(tmp_path, qas, name="again.json"), dedupe_ids=True)
+    assert [e.id for e in again.examples] == [e.id for e in data.examples]
+
+
+def test_a_file_without_a_version_key_is_read_and_says_so(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="structqa.data")
+    plain = read_squad(write_squad(tmp_path, [qa("q1")], name="plain.json"))
+    assert plain.version == "1.1" and len(plain) == 1
+    assert "no 'version' key; read as SQuAD v1.1" in caplog.text
+    caplog.clear()
+    unanswerable = qa("q2", answers=[], is_impossible=True)
+    v2 = read_squad(write_squad(tmp_path, [qa("q1"), unanswerable], name="v2.json"))
+    assert v2.version == "2.0" and v2.examples[1].is_impossible
+    assert "no 'version' key; read as SQuAD v2.0" in caplog.text
+    caplog.clear()
+    read_squad(write_squad(tmp_path, [qa("q1")], name="declared.json", version="1.1"))
+    assert "no 'version' key" not in caplog.text
 
 
 def test_impossible_with_answers_is_an_error(tmp_path: Path) -> None:

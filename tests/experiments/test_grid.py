@@ -307,8 +307,9 @@ def test_pair_baseline_gives_the_baseline_row_the_extra_seeds_of_its_column():
 
 
 def test_a_grid_that_picks_best_on_the_file_it_reports_gets_a_note(capsys, tmp_path):
-    def grid(train: dict[str, Any], **extra: Any):
-        base = {"data": {"eval": "splits/squad1-heldout.mrqa.jsonl.gz"}, "train": train}
+    def grid(train: dict[str, Any], validation: str | None = None, **extra: Any):
+        data = {"eval": "splits/squad1-heldout.mrqa.jsonl.gz", "validation": validation}
+        base = {"data": data, "train": train}
         return experiment_from_dict(
             {"name": "t", "base": base, "grid": {"train.seed": [0, 1]}, **extra}, source="t.yaml"
         )
@@ -316,6 +317,8 @@ def test_a_grid_that_picks_best_on_the_file_it_reports_gets_a_note(capsys, tmp_p
     note = command.selection_note(grid({"epochs": 3}))
     assert note is not None and "squad1-heldout" in note and "eval_every_epoch: false" in note
     assert command.selection_note(grid({"epochs": 3, "eval_every_epoch": False})) is None
+    # best/ chosen on a validation slice of the training file: data.eval is only the test
+    assert command.selection_note(grid({"epochs": 3}, validation="0.1")) is None
     assert command.selection_note(grid({"epochs": 1})) is None  # one epoch: nothing is picked
     assert command.selection_note(grid({"epochs": 1, "max_steps": 500})) is not None
     last_only = grid({"epochs": 3}, table={"metrics": ["last_f1", "last_em"]})
@@ -474,10 +477,13 @@ def test_runs_identical_to_another_experiments_finished_runs_reuse_their_results
     source = tiny_experiment(tiny_checkpoint, shared_data)  # seeds 0, 1
     src_paths = Paths(tmp_path / "src-results", tmp_path / "src-runs")
     assert run_experiment(source, src_paths, command="x", progress=False) == 0
-    # as if written before train.param_lr existed: a missing key counts as its default
+    # as if written before train.param_lr existed: a missing key counts as its default; and
+    # before data.validation existed: a missing key means best/ was chosen on data.eval,
+    # which the shipped configs now say with `validation: none`
     first = src_paths.result(source.runs()[0])
     record = json.loads(first.read_text())
     del record["config"]["train"]["param_lr"]
+    del record["config"]["data"]["validation"]
     first.write_text(json.dumps(record))
 
     base = tiny_finetune_base(tiny_checkpoint, shared_data)

@@ -13,9 +13,9 @@ from typing import Any
 
 from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
 from structqa.data.squad import (
+    QuestionIds,
     check_clean_text,
     check_type,
-    check_unique_id,
     finish,
     get_field,
     make_example,
@@ -27,12 +27,13 @@ from structqa.data.squad import (
 )
 
 
-def read_mrqa(path: str | Path) -> Dataset:
-    """Read an MRQA jsonl(.gz) file into examples (version ``"mrqa"``)."""
+def read_mrqa(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
+    """Read an MRQA jsonl(.gz) file into examples (version ``"mrqa"``); ``dedupe_ids``: see
+    :class:`~structqa.data.squad.QuestionIds`."""
     path = Path(path)
     name = str(path)
     report = ReadReport(path=name)
-    seen: set[str] = set()
+    seen = QuestionIds(report, dedupe_ids)
     examples: list[Example] = []
     first = True
     with open_text(path) as handle:
@@ -65,7 +66,7 @@ def _question_id(qa: dict[str, Any], *, path: str, where: str) -> str:
 
 
 def _read_context(
-    record: dict[str, Any], lineno: int, *, seen: set[str], report: ReadReport
+    record: dict[str, Any], lineno: int, *, seen: QuestionIds, report: ReadReport
 ) -> list[Example]:
     name = report.path
     where = f"line {lineno}"
@@ -77,8 +78,8 @@ def _read_context(
         qa_where = f"line {lineno} qas[{k}]"
         check_type(qa, dict, path=name, record=qa_where, field_name="qas")
         qid = _question_id(qa, path=name, where=qa_where)
+        qid = seen.claim(qid, f"{qid} ({where})")
         rec = f"{qid} ({where})"
-        check_unique_id(seen, qid, path=name, record=rec)
         question = get_field(qa, "question", str, path=name, record=rec)
         check_clean_text(question, path=name, record=rec, field_name="question")
         if not context.strip():

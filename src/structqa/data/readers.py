@@ -12,8 +12,9 @@ from structqa.data.mrqa import read_mrqa
 from structqa.data.records import DataError, Dataset
 from structqa.data.squad import UNREADABLE, open_text, read_squad, unreadable
 
-# DROP's records differ from the SQuAD family's (numbers, dates, several spans).
-Reader = Callable[[str | Path], Dataset | DropDataset]
+# DROP's records differ from the SQuAD family's (numbers, dates, several spans). The SQuAD
+# family's readers also take ``dedupe_ids=True``.
+Reader = Callable[..., Dataset | DropDataset]
 
 #: Format name -> reader. Other modules may add entries (e.g. ``READERS["drop"] = read_drop``).
 READERS: dict[str, Reader] = {
@@ -79,11 +80,18 @@ def _is_mrqa_header(line: str) -> bool:
     return isinstance(first, dict) and "header" in first
 
 
-def read_examples(path: str | Path, format: str | None = None) -> Dataset | DropDataset:
-    """Read ``path`` with the reader for ``format``, detected from the file when None."""
+def read_examples(
+    path: str | Path, format: str | None = None, *, dedupe_ids: bool = False
+) -> Dataset | DropDataset:
+    """Read ``path`` with the reader for ``format``, detected from the file when None;
+    ``dedupe_ids`` renames repeated question ids instead of failing (SQuAD and MRQA)."""
+    name = format or detect_format(path)
+    if dedupe_ids:
+        if name not in ("squad", "mrqa"):
+            raise ValueError(f"{path}: dedupe_ids applies to SQuAD and MRQA files, not {name!r}")
+        return get_reader(name)(path, dedupe_ids=True)
     if format is not None:
         return get_reader(format)(path)
-    name = detect_format(path)
     if name not in READERS:
         known = ", ".join(sorted(READERS))
         raise ValueError(
@@ -93,9 +101,11 @@ def read_examples(path: str | Path, format: str | None = None) -> Dataset | Drop
     return READERS[name](path)
 
 
-def read_extractive(path: str | Path, format: str | None = None) -> Dataset:
+def read_extractive(
+    path: str | Path, format: str | None = None, *, dedupe_ids: bool = False
+) -> Dataset:
     """Read a file of extractive QA examples (SQuAD / MRQA); other formats are a clear error."""
-    ds = read_examples(path, format)
+    ds = read_examples(path, format, dedupe_ids=dedupe_ids)
     if not isinstance(ds, Dataset):
         raise ValueError(
             f"{path}: a {ds.version!r} file, but this command needs extractive QA data "

@@ -128,11 +128,40 @@ def get_field(
     return check_type(obj[key], kind, path=path, record=record, field_name=name)
 
 
-def check_unique_id(seen: set[str], qid: str, *, path: str, record: str) -> None:
-    """Record ``qid`` in ``seen``; a repeat is an error because scorers key predictions by id."""
-    if qid in seen:
-        raise DataError(path, record, "id", f"duplicate question id {qid!r}")
-    seen.add(qid)
+class QuestionIds:
+    """The question ids of one file, each with where it was first read. A repeat is an
+    error naming the id and both places (scorers key predictions by id), or, with
+    ``dedupe``, is renamed ``ID#2``, ``ID#3``, ... in file order and counted in the report
+    (``duplicate_id_renamed``), e.g. for published contrast sets that reuse ids."""
+
+    def __init__(self, report: ReadReport, dedupe: bool = False) -> None:
+        self.report, self.dedupe = report, dedupe
+        self.first: dict[str, str] = {}
+
+    def claim(self, qid: str, where: str, field_name: str = "id") -> str:
+        """``qid``, or its new name when it repeats and ``dedupe`` is on."""
+        if qid not in self.first:
+            self.first[qid] = where
+            return qid
+        if not self.dedupe:
+            raise DataError(
+                self.report.path,
+                where,
+                field_name,
+                f"duplicate question id {qid!r}, first at {self.first[qid]}; rename one, or "
+                "pass --data.dedupe_ids=true to rename repeats (ID#2, ID#3, ...)",
+            )
+        n = 2
+        while f"{qid}#{n}" in self.first:
+            n += 1
+        renamed = f"{qid}#{n}"
+        self.first[renamed] = where
+        note_warning(
+            self.report,
+            "duplicate_id_renamed",
+            f"question {qid!r} at {where} (first at {self.first[qid]}) renamed {renamed!r}",
+        )
+        return renamed
 
 
 def note_skip(report: ReadReport, reason: str, detail: str) -> None:
@@ -233,11 +262,13 @@ def _squad_version(doc: dict[str, Any], saw_is_impossible: bool) -> str:
     return "2.0" if declared.startswith("2") else "1.1"
 
 
-def read_squad(path: str | Path) -> Dataset:
+def read_squad(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
     """Read a SQuAD v1.1 or v2.0 JSON file (optionally ``.gz``) into examples.
 
     v2.0 unanswerable questions get ``is_impossible=True`` and no answers; their
-    ``plausible_answers`` are not gold and are ignored.
+    ``plausible_answers`` are not gold and are ignored. A file without a ``version`` key
+    (as hand-made files often are) is read all the same: its questions decide (any
+    ``is_impossible`` makes it v2.0). ``dedupe_ids``: see :class:`QuestionIds`.
     """
     path = Path(path)
     name = str(path)
@@ -246,7 +277,7 @@ def read_squad(path: str | Path) -> Dataset:
     top = "(top level)"
     check_type(doc, dict, path=name, record=top, field_name="data")
     articles = get_field(doc, "data", list, path=name, record=top)
-    seen: set[str] = set()
+    seen = QuestionIds(report, dedupe_ids)
     examples: list[Example] = []
     saw_is_impossible = False
     for i, article in enumerate(articles):
@@ -272,6 +303,13 @@ def read_squad(path: str | Path) -> Dataset:
                     examples.append(example)
     version = _squad_version(doc, saw_is_impossible)
     _warn_unknown_version(doc, version, report)
+    if "version" not in doc:
+        logger.info(
+            "%s: no 'version' key; read as SQuAD v%s (%s)",
+            name,
+            version,
+            "questions with is_impossible" if saw_is_impossible else "no is_impossible field",
+        )
     return finish(report, examples, version)
 
 
@@ -281,14 +319,14 @@ def _read_question(
     title: str,
     *,
     where: str,
-    seen: set[str],
+    seen: QuestionIds,
     report: ReadReport,
 ) -> Example | None:
     name = report.path
     qid = get_field(qa, "id", str, path=name, record=where)
     if not qid:
         raise DataError(name, where, "id", "empty question id")
-    check_unique_id(seen, qid, path=name, record=qid)
+    qid = seen.claim(qid, where)
     question = get_field(qa, "question", str, path=name, record=qid)
     check_clean_text(question, path=name, record=qid, field_name="question")
     if not context.strip():

@@ -285,6 +285,7 @@ def resolve_config(
             cfg, experiment.validation, paths.runs / "_validation"
         )
         cfg.data.train, cfg.data.eval = str(train_file), str(val_file)
+        cfg.data.validation = None  # best/ on the split's validation file, now data.eval
     return cfg, split
 
 
@@ -548,12 +549,16 @@ def _who(paths: Paths, name: str) -> str:
 _NOT_COMPARED = frozenset(RUNNER_KEYS) | {"data.token_tags"}
 # settings added after results were recorded whose default is how those results were made
 _DEFAULT_WHEN_MISSING = frozenset({"decode.whole_words"})
+# settings added after results were recorded, with the value those results were made with
+# where it is not the new default (before data.validation, best/ was chosen on data.eval)
+_VALUE_WHEN_MISSING: dict[str, Any] = {"data.validation": None}
 
 
 def _comparable(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
     """A config flattened for comparison: runner paths and derived values dropped, and keys a
     recorded config lacks (fields added to structqa after it was written) at their defaults."""
     flat = _flatten(json.loads(json.dumps(config)))
+    defaults = {**defaults, **{k: v for k, v in _VALUE_WHEN_MISSING.items() if k in defaults}}
     return {k: flat.get(k, v) for k, v in defaults.items() if k not in _NOT_COMPARED} | {
         k: v for k, v in flat.items() if k not in _NOT_COMPARED
     }
@@ -572,7 +577,7 @@ def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> l
     if pretrain_arm(str(getattr(cfg.model, "encoder", ""))) is not None:
         skip.add("model.encoder")
     if experiment.validation is not None:  # the runner's split files stand in for these
-        skip |= {"data.train", "data.eval"}
+        skip |= {"data.train", "data.eval", "data.validation"}
     # A setting the recorded config lacks did not exist when it ran, and is not compared
     # (e.g. train.head_lr_exclude, a no-op for heads without the parameter it names); except
     # those in _DEFAULT_WHEN_MISSING, which changed every run's scores when set: a run from
@@ -582,6 +587,8 @@ def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> l
     defaults = _flatten(json.loads(json.dumps(type(cfg)().to_dict())))
     for key in _DEFAULT_WHEN_MISSING & (now.keys() - recorded.keys()):
         recorded[key] = defaults[key]
+    for key in _VALUE_WHEN_MISSING.keys() & (now.keys() - recorded.keys()):
+        recorded[key] = _VALUE_WHEN_MISSING[key]
     skip |= _NOT_COMPARED
     return sorted(
         k for k in recorded.keys() & now.keys() if k not in skip and recorded[k] != now[k]
@@ -601,7 +608,8 @@ def selection_note(experiment: Experiment) -> str | None:
     for run in experiment.runs():
         cfg = experiment.config_for(run)
         several = cfg.train.epochs > 1 or cfg.train.max_steps  # (steps may span epochs)
-        if cfg.train.eval_every_epoch and several and cfg.data.eval:
+        chosen_on_eval = cfg.data.validation is None
+        if cfg.train.eval_every_epoch and several and cfg.data.eval and chosen_on_eval:
             picked.append(cfg.data.eval)
     if not picked:
         return None
@@ -610,8 +618,9 @@ def selection_note(experiment: Experiment) -> str | None:
         f"{_config_file(experiment)}: best/ is the epoch with the best F1 on data.eval ({files}) "
         "when a run trains more than one epoch, and the table scores best/ on that same file. "
         "If it is your test split, set "
-        "train.eval_every_epoch: false (score once, after the last epoch) or add a "
-        "`validation:` section to choose on a slice of the training pool"
+        "train.eval_every_epoch: false (score once, after the last epoch), or choose on a "
+        "slice of the training pool: data.validation: FRACTION (the default) or a "
+        "`validation:` section"
     )
 
 

@@ -10,14 +10,14 @@ resolved config is saved in every checkpoint (``structqa_config.json``), which i
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from structqa.attention.nc_masks import NCMaskConfig
-from structqa.config import ConfigError, load_config
+from structqa.config import ConfigError, load_config, setting
 from structqa.features.drop_features import DropFeatureConfig
 from structqa.models.genbert import GenBERTConfig
 from structqa.runtime import use_bf16
@@ -26,29 +26,37 @@ from structqa.text.annotate import DEFAULT_MODEL
 
 @dataclass
 class DropModelConfig:
-    encoder: str = "default"  # "default" (bundled all-MiniLM-L6-v2) or a local HF BERT dir
+    encoder: str = setting("default", "'default' (all-MiniLM-L6-v2) or a local HF BERT directory")
     # a drop-train checkpoint directory (e.g. RUN/best) to start from instead of `encoder`:
     # its encoder, cross-attention, ffn_enc/ffn_dec and heads, and its tokenizer; modules the
     # checkpoint lacks (the NC layer of NC-BERT fine-tuned from a synthetic-data GenBERT) are
     # freshly initialized (see structqa.ncbert.loop.warm_start)
-    init: str | None = None
-    xa_init: str = "random"  # decoder cross-attention init: random | zero
-    nc_layer: bool = False  # extra encoder layer N+1 with the NC-Mask (NC-BERT Sec. 3.3.1)
-    nc_heads: list[int] = field(default_factory=list)  # heads of that layer that get the mask
+    init: str | None = setting(
+        None, "a drop-train checkpoint (e.g. RUN/best) to start from instead of encoder"
+    )
+    xa_init: str = setting("random", "decoder cross-attention init: random | zero")
+    nc_layer: bool = setting(False, "add an encoder layer with the NC-Mask (NC-BERT Sec. 3.3.1)")
+    nc_heads: list[int] = setting(help="heads of that layer that get the NC-Mask", factory=list)
     # or the NC-Mask on heads of the pretrained layers (Table 4): all_layers | last_all |
     # last_single | last_odd | last_even (structqa.models.genbert.replaced_heads)
-    nc_replace: str | None = None
-    entity_channel: bool = True  # entity-number channel (needs entity tables; see features)
-    type_channel: bool = True  # type-number channel
-    type_words: int = 4  # m: words a number may attend to (type-number channel)
-    type_window: int = 6  # k: how far to look for them
-    decoder_number_mask: bool = False  # cross-attention keys: numbers and question only
-    dice_weight: float = 0.0  # L = L_ans + dice_weight * L_DICE (Eq. 7); 0 switches it off
-    dice_pairs: int = 4
-    lsdf: bool = False  # numbers in decoder targets least significant digit first
-    max_decode_len: int = 12
-    max_span_len: int = 30
-    dropout: float | None = None  # override the encoder's hidden dropout (None: checkpoint's)
+    nc_replace: str | None = setting(
+        None,
+        "or the NC-Mask on pretrained heads: all_layers | last_all | last_single | last_odd | "
+        "last_even",
+    )
+    entity_channel: bool = setting(True, "NC-Mask entity-number channel (needs spaCy entities)")
+    type_channel: bool = setting(True, "NC-Mask type-number channel")
+    type_words: int = setting(4, "type-number channel: words a number may attend to (m)")
+    type_window: int = setting(6, "type-number channel: how far to look for them (k)")
+    decoder_number_mask: bool = setting(
+        False, "decoder cross-attention sees numbers and the question only"
+    )
+    dice_weight: float = setting(0.0, "weight of the DICE loss (Eq. 7); 0: off")
+    dice_pairs: int = setting(4, "number pairs per example for DICE")
+    lsdf: bool = setting(False, "numbers in decoder targets least significant digit first")
+    max_decode_len: int = setting(12, "longest generated answer, in tokens")
+    max_span_len: int = setting(30, "longest extracted span answer, in tokens")
+    dropout: float | None = setting(None, "hidden dropout; null: the checkpoint's")
 
     @property
     def needs_annotations(self) -> bool:
@@ -79,21 +87,28 @@ class DropModelConfig:
 
 @dataclass
 class DropDataConfig:
-    dir: str | None = None  # data root; else $STRUCTQA_DATA or ../shared/data
+    dir: str | None = setting(
+        None, "data root for relative paths; null: $STRUCTQA_DATA, else ../shared/data"
+    )
     # DROP JSON files, read in order and concatenated; a path that exists as given (e.g. a
     # `structqa synth` file) is used as is, any other is looked up under the data root
-    train: list[str] = field(
-        default_factory=lambda: ["drop/drop-train-sample.json", "drop/drop-mini.json"]
+    train: list[str] = setting(
+        help="DROP JSON files, read in order and concatenated",
+        factory=lambda: ["drop/drop-train-sample.json", "drop/drop-mini.json"],
     )
-    eval: str = "drop/drop-dev-sample.json"  # model selection (global F1 at epoch ends)
-    test: str | None = "drop/drop-contrast-sets.json"  # predicted once with best/ at the end
-    max_seq_len: int = 512
-    max_question_len: int = 64
-    max_decoder_len: int = 16  # decoder target tokens incl. [CLS] and [SEP]
+    eval: str = setting(
+        "drop/drop-dev-sample.json", "DROP file that chooses best/ (global F1 at epoch ends)"
+    )
+    test: str | None = setting(
+        "drop/drop-contrast-sets.json", "DROP file answered once with best/ at the end; null: none"
+    )
+    max_seq_len: int = setting(512, "encoder tokens per example")
+    max_question_len: int = setting(64, "question tokens kept")
+    max_decoder_len: int = setting(16, "decoder target tokens, [CLS] and [SEP] included")
     # spaCy annotation (entities, sentences) for the entity-number channel: used only when
     # model.nc_layer and model.entity_channel are on (without it that channel allows nothing)
-    spacy_model: str = DEFAULT_MODEL
-    annotation_cache: str | None = None  # JSONL cache of annotations, reused across runs
+    spacy_model: str = setting(DEFAULT_MODEL, "spaCy pipeline for the entity-number channel")
+    annotation_cache: str | None = setting(None, "JSONL cache of annotations, reused across runs")
 
     def features(self, lsdf: bool) -> DropFeatureConfig:
         return DropFeatureConfig(
@@ -106,34 +121,46 @@ class DropDataConfig:
 
 @dataclass
 class DropTrainConfig:
-    output_dir: str = "runs/ncbert"
-    seed: int = 0
-    lr: float = 5e-5
-    head_lr: float | None = None  # lr of the non-encoder parameters (default: lr)
+    output_dir: str = setting("runs/ncbert", "run directory: best/, last/, metrics.jsonl")
+    seed: int = setting(0, "seed of the initialisation, DICE pairs and batch order")
+    lr: float = setting(5e-5, "peak learning rate (AdamW, linear warm-up then decay)")
+    head_lr: float | None = setting(None, "learning rate of the non-encoder parameters; null: lr")
     # {glob: lr}: parameters whose name matches a glob train at that rate, over lr and head_lr
     # (first match wins; 0 freezes), as train.param_lr of `structqa train`
-    param_lr: dict[str, float] = field(default_factory=dict)
-    weight_decay: float = 0.01
-    batch_size: int = 8
-    eval_batch_size: int = 32
-    grad_accum: int = 1
-    epochs: float = 10.0
-    max_steps: int | None = None  # overrides epochs when set
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    bf16: str = "auto"  # auto | on | off
-    log_every_steps: int = 10
-    save_every_steps: int | None = None  # extra resumable `last/` checkpoints inside an epoch
+    param_lr: dict[str, float] = setting(
+        help="{glob: lr} per-parameter learning rates, first match wins, 0 freezes", factory=dict
+    )
+    weight_decay: float = setting(0.01, "AdamW weight decay")
+    batch_size: int = setting(8, "examples per step (per process)")
+    eval_batch_size: int = setting(32, "examples per forward pass when scoring")
+    grad_accum: int = setting(1, "micro-batches accumulated per optimizer step")
+    epochs: float = setting(10.0, "passes over the training data")
+    max_steps: int | None = setting(None, "optimizer steps; overrides epochs when set")
+    warmup_ratio: float = setting(0.1, "share of the steps with a linearly rising learning rate")
+    max_grad_norm: float = setting(1.0, "gradient-norm clipping (0: off)")
+    bf16: str = setting("auto", "bf16 autocast: auto | on | off")
+    log_every_steps: int = setting(10, "steps between lines of metrics.jsonl")
+    save_every_steps: int | None = setting(
+        None, "also save the resumable last/ checkpoint every N steps inside an epoch"
+    )
     # also score the eval file every N steps inside an epoch (besides every epoch end): model
     # selection when the step budget is shorter than an epoch or two
-    eval_every_steps: int | None = None
+    eval_every_steps: int | None = setting(
+        None, "also score the eval file every N steps inside an epoch"
+    )
 
 
 @dataclass
 class DropConfig:
-    model: DropModelConfig = field(default_factory=DropModelConfig)
-    data: DropDataConfig = field(default_factory=DropDataConfig)
-    train: DropTrainConfig = field(default_factory=DropTrainConfig)
+    model: DropModelConfig = setting(
+        help="the encoder, the generative head and the NC-BERT options", factory=DropModelConfig
+    )
+    data: DropDataConfig = setting(
+        help="training, selection and test DROP files", factory=DropDataConfig
+    )
+    train: DropTrainConfig = setting(
+        help="optimisation, checkpoints, precision", factory=DropTrainConfig
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

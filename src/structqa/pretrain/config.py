@@ -8,13 +8,13 @@ valid key); :func:`validate` then checks the values that depend on each other.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from structqa.config import ConfigError, load_config
+from structqa.config import ConfigError, load_config, setting
 from structqa.encoders.stacking import AttentionOptions, parse_stacking
 from structqa.pretrain.masking import MaskingConfig, get_scheme
 from structqa.runtime import use_bf16
@@ -28,30 +28,49 @@ SCRATCH = "scratch"
 class PretrainModelConfig:
     # "default" (the bundled all-MiniLM-L6-v2), a local HF BERT directory (with or without an
     # MLM head), or "scratch" (random init with the sizes below and `tokenizer`'s vocabulary)
-    encoder: str = "default"
+    encoder: str = setting(
+        "default",
+        "'default' (all-MiniLM-L6-v2), a local HF BERT directory, or 'scratch' (random init)",
+    )
     # block spec, e.g. [sa, naa, ffn]; a checkpoint of another block is converted with
     # convert_stacking (added sub-layers start as the identity). None keeps the checkpoint's.
-    block: list[str] | None = None
-    added_init: str = "copy"  # convert_stacking: added sub-layers copy | random
+    block: list[str] | None = setting(
+        None, "encoder sub-layer stacking, e.g. [sa, naa, ffn]; null: the checkpoint's"
+    )
+    added_init: str = setting(
+        "copy", "sub-layers added by a new block: copy (of a neighbour) | random"
+    )
     # Table 8 attention variants (their parameters start at zero: function preserved); a
     # checkpoint's own variants are kept when none is set here
-    relative_keys: bool = False
-    relative_values: bool = False
-    max_distance: int = 16
-    entity_bias: bool = False
-    dropout: float | None = None  # override hidden dropout (None: the checkpoint's)
-    attention_dropout: float | None = None  # override attention-probability dropout
+    relative_keys: bool = setting(False, "relative-position keys in self-attention (ANNA Table 8)")
+    relative_values: bool = setting(
+        False, "relative-position values in self-attention (ANNA Table 8)"
+    )
+    max_distance: int = setting(16, "relative positions are clipped to +-max_distance")
+    entity_bias: bool = setting(
+        False, "entity-aware attention bias (ANNA Table 8; needs spaCy entities)"
+    )
+    dropout: float | None = setting(None, "hidden dropout; null: the checkpoint's")
+    attention_dropout: float | None = setting(
+        None, "attention-probability dropout; null: the checkpoint's"
+    )
     # ANNA's noun-phrase-preserving tokenizer (Table 5): add up to np_vocab noun-phrase words
     # that WordPiece splits (seen >= np_min_count times in the training chunks) to the
     # vocabulary, whole; new embeddings start at the mean of their pieces. 0: off.
-    np_vocab: int = 0
-    np_min_count: int = 2
+    np_vocab: int = setting(
+        0, "add up to N whole noun-phrase words to the vocabulary (ANNA Table 5); 0: off"
+    )
+    np_min_count: int = setting(
+        2, "a noun-phrase word must occur this often in the corpus to be added"
+    )
     # scratch only
-    tokenizer: str = "default"  # a checkpoint directory whose tokenizer is used
-    hidden: int = 256
-    layers: int = 4
-    heads: int = 4
-    intermediate: int | None = None  # default 4 * hidden
+    tokenizer: str = setting(
+        "default", "scratch: the checkpoint directory whose tokenizer is used ('default': MiniLM's)"
+    )
+    hidden: int = setting(256, "scratch: hidden size")
+    layers: int = setting(4, "scratch: encoder layers")
+    heads: int = setting(4, "scratch: attention heads")
+    intermediate: int | None = setting(None, "scratch: feed-forward size; null: 4 x hidden")
 
     def attention(self) -> AttentionOptions:
         return AttentionOptions(
@@ -66,22 +85,33 @@ class PretrainModelConfig:
 class PretrainDataConfig:
     # a `structqa corpus` directory (corpus-*.jsonl + annotations-*.jsonl), a JSONL file of
     # {"id"?, "text"} lines or a text file (one chunk per non-empty line)
-    corpus: str = "runs/anna/corpus"
-    dir: str | None = None  # data root for a relative corpus path that does not exist as is
-    heldout_fraction: float = 0.05  # of the chunks, chosen by a hash of the chunk id
-    max_seq_len: int = 256  # longer chunks are cut into several windows
-    spacy_model: str = DEFAULT_MODEL  # annotates chunks that come without annotations
-    annotation_cache: str | None = None  # JSONL cache for on-the-fly annotations
+    corpus: str = setting(
+        "runs/anna/corpus",
+        "a `structqa corpus` directory, a JSONL file of {text} lines, or a text file",
+    )
+    dir: str | None = setting(
+        None, "data root for a relative corpus path that does not exist as given"
+    )
+    heldout_fraction: float = setting(
+        0.05, "share of the chunks held out for the MLM loss/accuracy (by chunk id)"
+    )
+    max_seq_len: int = setting(256, "tokens per window; longer chunks are cut into several windows")
+    spacy_model: str = setting(
+        DEFAULT_MODEL, "spaCy pipeline that annotates chunks without annotations"
+    )
+    annotation_cache: str | None = setting(None, "JSONL cache of on-the-fly annotations")
 
 
 @dataclass
 class PretrainMaskingConfig:
     # token | whole_word | word_pos | entity | noun_phrase | anna (masking.SCHEMES); word_pos
     # masks whole words and gives the encoder a POS-tag input embedding (zero-initialized)
-    scheme: str = "anna"
-    probability: float = 0.15
-    mask_fraction: float = 0.8
-    random_fraction: float = 0.1
+    scheme: str = setting("anna", "token | whole_word | word_pos | entity | noun_phrase | anna")
+    probability: float = setting(0.15, "share of the tokens chosen for prediction")
+    mask_fraction: float = setting(0.8, "of the chosen tokens, the share replaced by [MASK]")
+    random_fraction: float = setting(
+        0.1, "of the chosen tokens, the share replaced by a random token"
+    )
 
     def masking(self, seed: int) -> MaskingConfig:
         return MaskingConfig(
@@ -95,38 +125,59 @@ class PretrainMaskingConfig:
 
 @dataclass
 class PretrainTrainConfig:
-    output_dir: str = "runs/pretrain"
-    seed: int = 0
-    lr: float = 5e-5
+    output_dir: str = setting("runs/pretrain", "run directory: last/, final/, metrics.jsonl")
+    seed: int = setting(0, "seed of the initialisation, masking and batch order")
+    lr: float = setting(5e-5, "peak learning rate (AdamW, linear warm-up then decay)")
     # {glob: lr}: parameters whose name matches a glob train at that rate (first match wins;
     # 0 freezes), e.g. {"encoder.layers.*.sublayers.1.*": 1.0e-4}: the NAA sub-layer that a
     # [sa, naa, ffn] block adds to a pre-trained [sa, ffn] encoder
-    param_lr: dict[str, float] = field(default_factory=dict)
+    param_lr: dict[str, float] = setting(
+        help="{glob: lr} per-parameter learning rates, first match wins, 0 freezes", factory=dict
+    )
     # the parameters matching a `freeze` glob stay fixed for the first `freeze_steps` optimizer
     # steps (0: never), e.g. so that a fresh MLM head settles before its gradients reach a
     # pre-trained encoder; the tied decoder weight is the word embedding, so "encoder.*"
     # holds it too
-    freeze_steps: int = 0
-    freeze: list[str] = field(default_factory=lambda: ["encoder.*"])
-    weight_decay: float = 0.01
-    batch_size: int = 32
-    eval_batch_size: int = 64
-    grad_accum: int = 1
-    max_steps: int = 10_000
-    warmup_ratio: float = 0.06
-    max_grad_norm: float = 1.0
-    bf16: str = "auto"  # auto | on | off
-    eval_every_steps: int | None = 1000  # held-out MLM loss/accuracy (also at step 0 and end)
-    save_every_steps: int | None = 1000  # resumable `last/` checkpoints
-    log_every_steps: int = 10
+    freeze_steps: int = setting(
+        0, "hold the parameters matching `freeze` fixed for the first N steps (0: never)"
+    )
+    freeze: list[str] = setting(
+        help="globs of the parameters held fixed during freeze_steps", factory=lambda: ["encoder.*"]
+    )
+    weight_decay: float = setting(0.01, "AdamW weight decay")
+    batch_size: int = setting(32, "windows per step (per process)")
+    eval_batch_size: int = setting(64, "windows per forward pass on the held-out chunks")
+    grad_accum: int = setting(1, "micro-batches accumulated per optimizer step")
+    max_steps: int = setting(10_000, "optimizer steps")
+    warmup_ratio: float = setting(0.06, "share of the steps with a linearly rising learning rate")
+    max_grad_norm: float = setting(1.0, "gradient-norm clipping (0: off)")
+    bf16: str = setting(
+        "auto", "bf16 autocast: auto (where the hardware runs it natively) | on | off"
+    )
+    eval_every_steps: int | None = setting(
+        1000, "held-out MLM loss/accuracy every N steps (also at step 0 and the end)"
+    )
+    save_every_steps: int | None = setting(
+        1000, "save the resumable last/ checkpoint every N steps"
+    )
+    log_every_steps: int = setting(10, "steps between lines of metrics.jsonl")
 
 
 @dataclass
 class PretrainConfig:
-    model: PretrainModelConfig = field(default_factory=PretrainModelConfig)
-    data: PretrainDataConfig = field(default_factory=PretrainDataConfig)
-    masking: PretrainMaskingConfig = field(default_factory=PretrainMaskingConfig)
-    train: PretrainTrainConfig = field(default_factory=PretrainTrainConfig)
+    model: PretrainModelConfig = setting(
+        help="the encoder to pre-train: checkpoint, stacking, attention variants, vocabulary",
+        factory=PretrainModelConfig,
+    )
+    data: PretrainDataConfig = setting(
+        help="the corpus and its windows", factory=PretrainDataConfig
+    )
+    masking: PretrainMaskingConfig = setting(
+        help="which tokens the masked-LM objective hides", factory=PretrainMaskingConfig
+    )
+    train: PretrainTrainConfig = setting(
+        help="optimisation, checkpoints, precision", factory=PretrainTrainConfig
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,4 +1,10 @@
-"""From a config to featurized training and evaluation data (reports logged on the way)."""
+"""From a config to featurized training, validation and test data (reports logged on the way).
+
+Three files, three jobs: ``data.train`` trains; ``data.validation`` (a fraction of the training
+file split off by context, or a file of its own) chooses ``best/``; ``data.eval``, the test
+file, is read only after training, to score ``best/`` once. With ``data.validation: none``
+the choice is made on ``data.eval`` itself (how the experiment grids were run).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from structqa.config import Config
-from structqa.data import parse_train_size, train_subset
+from structqa.config import Config, validation_fraction
+from structqa.data import parse_train_size, train_subset, validation_split
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.features.squad import Feature, FeatureConfig, featurize, tag_annotator
@@ -18,11 +24,15 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainData:
+    """What the training loop needs. ``eval_examples``/``eval_features`` are the questions
+    that choose best/: the validation set (``selection`` says which file or slice)."""
+
     train_examples: list[Example]
     train_features: list[Feature]
     eval_examples: list[Example]
     eval_features: list[Feature]
     version_2: bool
+    selection: str = ""
 
 
 def data_path(cfg: Config, name: str) -> Path:
@@ -33,15 +43,64 @@ def data_path(cfg: Config, name: str) -> Path:
     return resolve_data_file(name, resolve_data_dir(cfg.data.dir))
 
 
-def load_eval_examples(cfg: Config, path: str | None = None) -> tuple[list[Example], bool]:
-    ds = read_extractive(data_path(cfg, path or cfg.data.eval))
-    examples = list(ds.examples)
-    if cfg.data.eval_size is not None:
-        examples = examples[: cfg.data.eval_size]
+def _version_2(cfg: Config, examples: list[Example]) -> bool:
     v2 = cfg.decode.version_2
-    if v2 is None:
-        v2 = any(ex.is_impossible for ex in examples)
-    return examples, v2
+    return any(ex.is_impossible for ex in examples) if v2 is None else v2
+
+
+def _first(cfg: Config, examples: list[Example] | tuple[Example, ...]) -> list[Example]:
+    size = cfg.data.eval_size
+    return list(examples if size is None else examples[:size])
+
+
+def load_eval_examples(cfg: Config, path: str | None = None) -> tuple[list[Example], bool]:
+    """The test file (``path``, else ``data.eval``), cut to ``data.eval_size``, and whether it
+    is scored as SQuAD 2.0."""
+    name = path or cfg.data.eval
+    if not name:
+        raise ValueError("no test file: give --eval FILE (the config's data.eval is not set)")
+    ds = read_extractive(data_path(cfg, name), dedupe_ids=cfg.data.dedupe_ids)
+    examples = _first(cfg, ds.examples)
+    return examples, _version_2(cfg, examples)
+
+
+def split_training_file(cfg: Config) -> tuple[list[Example], list[Example] | None, str]:
+    """``(training pool, validation examples, description)`` of ``cfg.data``.
+
+    A validation fraction takes whole contexts of ``data.train`` (chosen by
+    ``data.validation_seed``; no paragraph is on both sides), a validation file is read as
+    it is, and ``none`` gives None: best/ is then chosen on ``data.eval``."""
+    d = cfg.data
+    source = data_path(cfg, d.train)
+    pool = list(read_extractive(source, dedupe_ids=d.dedupe_ids).examples)
+    fraction = validation_fraction(d.validation)
+    if fraction is not None:
+        try:
+            train, val = validation_split(pool, fraction, d.validation_seed)
+        except ValueError as err:
+            raise ValueError(f"{source}: data.validation={d.validation}: {err}") from None
+        where = (
+            f"{len(val)} questions ({fraction:g}, by context, seed {d.validation_seed}) "
+            f"split off {source}"
+        )
+        log.info("validation: %s; %d questions left to train on", where, len(train))
+        return list(train), _first(cfg, val), where
+    if d.validation is None:
+        return pool, None, ""
+    path = data_path(cfg, d.validation)
+    val = read_extractive(path, dedupe_ids=d.dedupe_ids).examples
+    return pool, _first(cfg, val), str(path)
+
+
+def load_validation_examples(cfg: Config) -> tuple[list[Example], bool]:
+    """The questions that choose best/ for ``cfg`` (the validation slice or file; with
+    ``data.validation: none``, data.eval), exactly as training selected on them, and whether
+    they are scored as SQuAD 2.0. For work after training that must not see the test file,
+    e.g. fitting a no-answer threshold."""
+    _, val, _ = split_training_file(cfg)
+    if val is None:
+        return load_eval_examples(cfg)
+    return val, _version_2(cfg, val)
 
 
 def feature_config(cfg: Config) -> FeatureConfig:
@@ -58,15 +117,24 @@ def feature_config(cfg: Config) -> FeatureConfig:
 
 
 def prepare_data(cfg: Config, tokenizer) -> TrainData:
-    train_ds = read_extractive(data_path(cfg, cfg.data.train))  # the reader logs its report
-    train = list(
-        train_subset(train_ds.examples, parse_train_size(cfg.data.train_size), cfg.train.seed)
-    )
-    eval_examples, v2 = load_eval_examples(cfg)
+    """Training features and the features that choose best/. The test file (data.eval) is not
+    read here unless ``data.validation`` is none."""
+    pool, val, selection = split_training_file(cfg)  # the readers log their reports
+    train = list(train_subset(pool, parse_train_size(cfg.data.train_size), cfg.train.seed))
+    if val is None:
+        val, v2 = load_eval_examples(cfg)
+        selection = str(data_path(cfg, str(cfg.data.eval)))
+        log.info("data.validation is none: best/ is chosen on data.eval (%s)", selection)
+    else:
+        v2 = _version_2(cfg, val)
+        if cfg.data.eval:  # fail now, not after training, if the test file is missing
+            test = data_path(cfg, cfg.data.eval)
+            if not test.is_file():
+                raise FileNotFoundError(f"data.eval: test file {test} does not exist")
     fc = feature_config(cfg)
     annotator = tag_annotator(fc)  # one spaCy pipeline and parse cache for both splits
     train_feats, rep = featurize(train, tokenizer, fc, training=True, annotator=annotator)
     log.info("train: %s", rep.summary())
-    eval_feats, rep = featurize(eval_examples, tokenizer, fc, annotator=annotator)
-    log.info("eval: %s", rep.summary())
-    return TrainData(train, train_feats, eval_examples, eval_feats, v2)
+    eval_feats, rep = featurize(val, tokenizer, fc, annotator=annotator)
+    log.info("validation: %s", rep.summary())
+    return TrainData(train, train_feats, val, eval_feats, v2, selection)

@@ -3,8 +3,9 @@
 Runs on one CPU, one GPU, or many processes under ``accelerate launch``. Each process takes
 every world_size-th batch of the same seeded, length-grouped batch order. Checkpoints:
 ``last`` (resumable: optimizer, scheduler, RNG and position inside the epoch) and ``best``
-(by held-out F1 at epoch ends). SIGINT/SIGTERM stop cleanly after the current step, saving
-``last`` so that ``--resume`` continues exactly where training stopped.
+(by validation F1 at epoch ends; the test file is scored once afterwards). SIGINT/SIGTERM
+stop cleanly after the current step, saving ``last`` so that ``--resume`` continues exactly
+where training stopped.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from structqa.training.checkpoint import (
     start_log,
 )
 from structqa.training.data import TrainData, prepare_data
+from structqa.training.heldout import score_best_once
 from structqa.training.optim import build_optimizer, linear_warmup_decay
 
 log = logging.getLogger(__name__)
@@ -98,12 +100,15 @@ def start_accelerator(bf16_setting: str) -> tuple[Accelerator, bool]:
 
 
 def run(cfg: Config, resume: bool = False, progress: bool = True) -> EvalResult | None:
-    """Check the config, seed, build the model, read and featurize the data, train."""
+    """Check the config, seed, build the model, read and featurize the data, train; then
+    score best/ once on the test file (data.eval) when best/ was chosen on validation data
+    (that result is returned; else best/'s on the data that chose it)."""
     validate(cfg)
     set_seed(cfg.train.seed)
     model, tokenizer = build_model(cfg)
     data = prepare_data(cfg, tokenizer)
-    return train(cfg, model, tokenizer, data, resume=resume, progress=progress)
+    best = train(cfg, model, tokenizer, data, resume=resume, progress=progress)
+    return score_best_once(cfg, best)
 
 
 def train(

@@ -1,0 +1,97 @@
+"""Scoring a checkpoint on a test file: once after training (``best/eval/``), and for
+``structqa evaluate``.
+
+After a run that chose ``best/`` on a validation set, the test file (``data.eval``) is read
+for the first time and scored once with ``best/``, exactly as ``structqa evaluate RUN/best``
+would score it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from structqa.config import Config
+from structqa.data.records import Example
+from structqa.decoding import DecodeConfig
+from structqa.evaluation import EvalResult, evaluate_model, write_outputs
+from structqa.features.squad import featurize
+from structqa.runtime import default_device, use_bf16
+from structqa.training.data import feature_config, load_eval_examples
+
+log = logging.getLogger(__name__)
+
+#: where the end-of-training test writes, inside best/ (as ``structqa evaluate`` does)
+TEST_DIR = "eval"
+
+
+def score_file(
+    model: torch.nn.Module,
+    tokenizer,
+    cfg: Config,
+    path: str | None,
+    bf16_setting: str,
+    device: torch.device,
+) -> tuple[EvalResult, Sequence[Example]]:
+    """Every question of ``path`` (else ``cfg.data.eval``; ``data.eval_size`` cuts it)
+    answered by ``model`` on ``device`` and scored (SQuAD v1.1, or v2.0 when the file has
+    unanswerable questions)."""
+    examples, v2 = load_eval_examples(cfg, path)
+    features, rep = featurize(examples, tokenizer, feature_config(cfg))
+    log.info("test: %s", rep.summary())
+    bf16 = use_bf16(bf16_setting, device)
+    log.info("scoring on %s, bf16 %s", device, "on" if bf16 else "off")
+    result = evaluate_model(
+        model,
+        examples,
+        features,
+        DecodeConfig.from_settings(cfg.decode),
+        v2,
+        cfg.train.eval_batch_size,
+        bf16,
+    )
+    return result, examples
+
+
+def _finished(out: Path) -> bool:
+    state = out / "last" / "train_state.json"
+    return state.is_file() and bool(json.loads(state.read_text()).get("finished"))
+
+
+def score_best_once(cfg: Config, best: EvalResult | None) -> EvalResult | None:
+    """After training: ``best/`` scored once on the test file ``data.eval`` (written to
+    ``best/eval/``) when best/ was chosen on a validation set; ``best`` (the validation
+    result) when there is no test file, no validation set (``data.validation: none``: best/
+    was chosen on data.eval itself), or the run did not finish. None, as the trainer returns
+    for a run finished earlier, when that run's test was done already."""
+    from accelerate import PartialState
+
+    from structqa.models.build import model_from_checkpoint
+
+    out = Path(cfg.train.output_dir)
+    best_dir = out / "best"
+    if cfg.data.validation is None or not cfg.data.eval or not _finished(out):
+        return best
+    if not (best_dir / "model.safetensors").is_file():
+        return best
+    if best is None and (best_dir / TEST_DIR / "metrics.json").is_file():
+        return None
+    if not PartialState().is_main_process:
+        return best
+    model, tokenizer, saved = model_from_checkpoint(best_dir)
+    device = default_device()
+    model.to(device)
+    result, examples = score_file(model, tokenizer, saved, None, cfg.train.bf16, device)
+    write_outputs(result, best_dir / TEST_DIR)
+    log.info(
+        "test: best/ scored once on %s (%d questions): F1 %.2f; wrote %s",
+        cfg.data.eval,
+        len(examples),
+        result.f1,
+        best_dir / TEST_DIR,
+    )
+    return result

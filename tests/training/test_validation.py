@@ -1,0 +1,144 @@
+"""Choosing best/ on validation data, never on the test file: data.validation as a fraction
+of the training file (split by context), as a file, or none; the test file read once, after
+training; the own-data path from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from structqa.cli import main
+from structqa.config import ConfigError, load_config, validate
+from structqa.training import data as training_data
+from structqa.training.data import load_validation_examples, split_training_file
+
+OWN_DATA = Path(__file__).resolve().parents[1] / "data" / "files" / "own-data"
+TRAIN, TEST = OWN_DATA / "bees-train.json", OWN_DATA / "bees-test.json"
+
+
+def bees_config(*extra: str):
+    return load_config(overrides=[f"data.train={TRAIN}", "data.train_size=all", *extra])
+
+
+def test_a_validation_fraction_takes_whole_contexts_by_its_seed() -> None:
+    pool, val, where = split_training_file(bees_config("data.validation=0.2"))
+    assert val is not None and "split off" in where
+    assert len(pool) + len(val) == 40 and len(val) >= 8  # whole paragraphs of 5 questions
+    assert not {e.context for e in pool} & {e.context for e in val}
+    again = split_training_file(bees_config("data.validation=0.2"))[1]
+    assert [e.id for e in again] == [e.id for e in val]  # deterministic
+    seeds = {
+        tuple(e.id for e in split_training_file(bees_config(f"data.validation_seed={s}"))[1])
+        for s in range(5)
+    }
+    assert len(seeds) > 1  # the seed chooses the contexts
+    # the function other work after training calls gives the same questions
+    examples, v2 = load_validation_examples(bees_config("data.validation=0.2"))
+    assert [e.id for e in examples] == [e.id for e in val] and v2 is False
+
+
+def test_a_validation_file_is_read_whole_and_none_means_data_eval() -> None:
+    pool, val, where = split_training_file(bees_config(f"data.validation={TEST}"))
+    assert len(pool) == 40 and len(val) == 15 and where == str(TEST)
+    cfg = bees_config("data.validation=none", f"data.eval={TEST}")
+    assert split_training_file(cfg)[1] is None
+    assert len(load_validation_examples(cfg)[0]) == 15  # best/ is chosen on data.eval
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["data.validation=none"], "data.eval is not set"),
+        (["data.validation=1.5"], "between 0 and 1"),
+        (["data.validation=0"], "between 0 and 1"),
+    ],
+)
+def test_bad_validation_settings_are_refused_up_front(overrides, needle) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        validate(bees_config(*overrides))
+
+
+def test_best_is_chosen_on_validation_and_the_test_file_is_read_once_after_training(
+    tmp_path, tiny_checkpoint, monkeypatch
+) -> None:
+    """The reads of every file during `structqa train`, and what the run had written when
+    the test file was read."""
+    out = tmp_path / "run"
+    reads: list[tuple[str, bool]] = []
+    real_read = training_data.read_extractive
+
+    def spy(path, *args, **kwargs):
+        state = out / "last" / "train_state.json"
+        finished = state.is_file() and json.loads(state.read_text())["finished"]
+        reads.append((Path(path).name, finished))
+        return real_read(path, *args, **kwargs)
+
+    monkeypatch.setattr(training_data, "read_extractive", spy)
+    args = [
+        "train",
+        f"--model.encoder={tiny_checkpoint}",
+        f"--data.train={TRAIN}",
+        f"--data.eval={TEST}",
+        "--data.validation=0.2",
+        "--data.train_size=all",
+        "--data.max_seq_len=256",
+        f"--train.output_dir={out}",
+        "--train.epochs=2",
+        "--train.batch_size=8",
+        "--train.bf16=off",
+        "--no-progress",
+    ]
+    assert main(args) == 0
+    assert reads == [("bees-train.json", False), ("bees-test.json", True)]
+    # best/ was chosen on the validation questions: its outputs answer exactly those
+    val_ids = {e.id for e in split_training_file(bees_config("data.validation=0.2"))[1]}
+    best = out / "best"
+    assert set(json.loads((best / "predictions.json").read_text())) == val_ids
+    history = [
+        json.loads(line)
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+        if '"eval"' in line
+    ]
+    assert len(history) == 2  # one validation score per epoch
+    assert json.loads((best / "metrics.json").read_text())["f1"] == max(
+        h["eval"]["f1"] for h in history
+    )
+    # ... and scored once on the test file, as `structqa evaluate` would
+    test_answers = json.loads((best / "eval" / "predictions.json").read_text())
+    assert set(test_answers) == {e.id for e in training_data.read_extractive(TEST).examples}
+
+
+def test_own_data_from_the_command_line(tmp_path, tiny_checkpoint, capsys) -> None:
+    """The README's own-data path, on a tiny encoder: train on the file (best/ chosen on a
+    slice of it, no test file given), then score the test file once with best/."""
+    out = tmp_path / "bees"
+    train = [
+        "train",
+        f"--model.encoder={tiny_checkpoint}",
+        f"--data.train={TRAIN}",
+        "--data.train_size=all",
+        f"--train.output_dir={out}",
+        "--train.max_steps=3",
+        "--train.batch_size=8",
+        "--train.bf16=off",
+        "--no-progress",
+    ]
+    assert main(train) == 0
+    printed = capsys.readouterr().out
+    assert "on the data that chose it" in printed
+    assert not (out / "best" / "eval").exists()  # no test file yet
+    config = json.loads((out / "config.json").read_text())
+    assert config["data"]["validation"] == "0.1" and config["data"]["eval"] is None
+    test = ["evaluate", str(out / "best"), "--eval", str(TEST), "--bf16", "off"]
+    assert main([*test, "--out", str(tmp_path / "test")]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert set(metrics) == {"exact_match", "f1"}
+    assert len(json.loads((tmp_path / "test" / "predictions.json").read_text())) == 15
+    # the scores are those of the written answers, as the official script computes them
+    assert main(["score", str(TEST), str(tmp_path / "test" / "predictions.json")]) == 0
+    assert json.loads(capsys.readouterr().out) == pytest.approx(metrics)
+    # without --eval, evaluate needs the checkpoint's data.eval, which is unset here
+    assert main(test[:2]) == 2
+    assert "give --eval FILE" in capsys.readouterr().err
