@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from structqa.config import config_changes
-from structqa.encoders.stacking import encoder_config_dict
+from structqa.encoders import encoder_config_dict
 from structqa.io import recover_dir, replace_dir, write_json, write_text
 
 log = logging.getLogger(__name__)
