@@ -119,7 +119,7 @@ def _duration(seconds: float) -> str:
 def _machine(result: Mapping[str, Any]) -> str:
     m = result.get("machine", {})
     cpu = str(m.get("cpu", "unknown CPU"))
-    if m.get("cpu_capability"):  # recorded since session 11
+    if m.get("cpu_capability"):  # older results lack it
         cpu += f" ({m['cpu_capability']}{', native bf16' if m.get('native_bf16') else ''})"
     parts = [
         cpu,

@@ -78,7 +78,7 @@ def execute_run(
     state = read_json(out / "last" / "train_state.json")
     if not state.get("finished"):
         if resume and state.get("global_step") == before.get("global_step"):
-            # A signal always lets the current step finish, so a resumed session that returns
+            # A signal always lets the current step finish, so a resumed run that returns
             # without a step and unfinished would do the same again on every call.
             raise RuntimeError(
                 f"{run.name}: resuming made no progress (step {state.get('global_step')}, not "

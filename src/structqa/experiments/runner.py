@@ -175,7 +175,7 @@ def run_experiment(
         kept = keep_answers(experiment, plan(experiment, results), results, paths)
         if kept:
             log.info("saved the answers of %d earlier run(s) in %s", kept, paths.results)
-    log.info("%d run(s) finished in this session; results in %s", finished, paths.results)
+    log.info("%d run(s) finished by this command; results in %s", finished, paths.results)
     if skipped:
         log.info(
             "%d run(s) skipped because another worker held them: %s",

@@ -4,7 +4,7 @@ An experiment is a base config, grid axes (their product) and named variants, wi
 :class:`TableSpec` saying how results are tabulated; :meth:`Experiment.runs` expands it into
 named runs in a deterministic order and :meth:`Experiment.config_for` gives a run's validated
 config. Reading the YAML into these is :mod:`structqa.experiments.grid`'s work; this module only
-holds the records and the dotted-key helpers both sides use.
+holds the records and the dotted-key functions both sides use.
 """
 
 from __future__ import annotations
