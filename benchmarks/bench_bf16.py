@@ -17,19 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
+import harness
 import torch
-
-from structqa.runtime import cpu_has_native_bf16
-
-
-def _time(fn, repeats: int) -> float:
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    return (time.perf_counter() - start) / repeats
 
 
 def measure(threads: int, repeats: int, rounds: int) -> dict[str, float]:
@@ -45,12 +35,9 @@ def measure(threads: int, repeats: int, rounds: int) -> dict[str, float]:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return x @ w
 
-    fp32(), bf16()  # warm-up
-    f, b = [], []
-    for _ in range(rounds):
-        f.append(_time(fp32, repeats))
-        b.append(_time(bf16, repeats))
-    fm, bm = statistics.median(f), statistics.median(b)
+    arms = {"fp32": harness.timing(fp32, repeats), "bf16": harness.timing(bf16, repeats)}
+    times = harness.alternate(arms, rounds, warm_round=True)
+    fm, bm = harness.median(times["fp32"]), harness.median(times["bf16"])
     return {"threads": threads, "fp32_ms": fm * 1e3, "bf16_ms": bm * 1e3, "ratio": bm / fm}
 
 
@@ -61,23 +48,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating fp32/bf16 rounds")
     parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()
+    prov = harness.Provenance.start(args, torch.device("cpu"))
     threads = args.threads or sorted({1, os.cpu_count() or 1})
-    out = {
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "native_bf16": cpu_has_native_bf16(),
-        "torch": torch.__version__,
-        "runs": [measure(t, args.repeats, args.rounds) for t in threads],
-    }
-    print(f"CPU capability {out['cpu_capability']}, native bf16 {out['native_bf16']}")
-    for r in out["runs"]:
+    runs = [measure(t, args.repeats, args.rounds) for t in threads]
+    machine = prov.machine
+    print(f"CPU capability {machine['cpu_capability']}, native bf16 {machine['native_bf16']}")
+    for r in runs:
         print(
             f"{r['threads']} thread(s): fp32 {r['fp32_ms']:.1f} ms, bf16 autocast "
             f"{r['bf16_ms']:.1f} ms, bf16/fp32 {r['ratio']:.2f}"
         )
     if args.out:
-        from structqa.io import write_json
-
-        write_json(args.out, out)
+        prov.write(args.out, runs=runs)
 
 
 if __name__ == "__main__":

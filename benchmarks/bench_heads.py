@@ -33,17 +33,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import os
 import pickle
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -56,7 +53,6 @@ from structqa.heads.base import QueryStates
 from structqa.heads.joint import joint_scorer
 from structqa.models.build import build_model, load_tokenizer
 from structqa.paths import default_encoder_path, resolve_data_dir
-from structqa.provenance import git_info
 from structqa.runtime import autocast, use_bf16
 from structqa.training.optim import build_optimizer
 
@@ -136,11 +132,6 @@ def peak_growth(step, device: torch.device) -> float:
     return mem.peak / MB
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 # ---- part 1: one head (runs in its own process) ------------------------------------------
 
 
@@ -170,12 +161,7 @@ def bench_head(name: str, features: list[Feature], batch_size: int, bf16_setting
 
     model.train()
     first_loss = train_step(batches[0])  # untimed: creates AdamW's state
-    sync(device)
-    t0 = time.perf_counter()
-    for batch in batches:
-        train_step(batch)
-    sync(device)
-    train_s = time.perf_counter() - t0
+    train_s = harness.timing(lambda: [train_step(b) for b in batches], device=device)()
     train_mb = peak_growth(lambda: train_step(batches[longest]), device)
 
     model.eval()
@@ -188,12 +174,7 @@ def bench_head(name: str, features: list[Feature], batch_size: int, bf16_setting
 
     with torch.inference_mode():
         infer(batches[0])  # untimed
-        sync(device)
-        t0 = time.perf_counter()
-        for batch in batches:
-            infer(batch)
-        sync(device)
-        infer_s = time.perf_counter() - t0
+        infer_s = harness.timing(lambda: [infer(b) for b in batches], device=device)()
         infer_mb = peak_growth(lambda: infer(batches[longest]), device)
     return {
         "head": name,
@@ -233,25 +214,22 @@ def interleaved_inference(
             model.to(device).eval(),
             DecodeConfig.from_settings(cfg.decode),
         )
-    times: dict[str, list[float]] = {name: [] for name in names}
+
+    def infer(model: torch.nn.Module, decode: DecodeConfig) -> None:
+        collector = SpanCollector(decode)
+        for batch in batches:
+            with autocast(device, bf16):
+                out = model(batch)
+            collector.add(out, batch.feature_index, batch.answer_mask)
+
+    arms = {
+        name: harness.timing(lambda m=model, d=decode: infer(m, d), device=device)
+        for name, (model, decode) in models.items()
+    }
     with torch.inference_mode():
-        for r in range(rounds + 1):  # round 0: warm-up, untimed
-            for name, (model, decode) in models.items():
-                collector = SpanCollector(decode)
-                sync(device)
-                t0 = time.perf_counter()
-                for batch in batches:
-                    with autocast(device, bf16):
-                        out = model(batch)
-                    collector.add(out, batch.feature_index, batch.answer_mask)
-                sync(device)
-                if r:
-                    times[name].append(time.perf_counter() - t0)
+        times = harness.alternate(arms, rounds, warm_round=True)
     return {
-        name: {
-            "infer_samples_per_s": len(features) / statistics.median(t),
-            "runs_seconds": t,
-        }
+        name: {"infer_samples_per_s": len(features) / harness.median(t), "runs_seconds": t}
         for name, t in times.items()
     }
 
@@ -288,12 +266,7 @@ def bench_scorer(mode: str, n: int, d: int = 384, max_len: int = 30) -> dict:
         scorer.W.normal_(0.0, 0.02)
     states, batch = scorer_inputs(n, d, device)
     scorer(states, batch).loss.backward()  # warm-up
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(3):
-        scorer(states, batch).loss.backward()
-    sync(device)
-    ms = (time.perf_counter() - t0) / 3 * 1000
+    ms = harness.timing(lambda: scorer(states, batch).loss.backward(), 3, device)() * 1000
 
     def step() -> None:
         states.queries.grad = states.tokens.grad = scorer.W.grad = None
@@ -328,10 +301,6 @@ def in_subprocess(args: list[str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b else "-"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="24 windows, N up to 512")
@@ -352,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker-head", help=argparse.SUPPRESS)
     p.add_argument("--features-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    prov = harness.Provenance.start(args)
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -393,10 +363,11 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{r['head']:<13}{r['head_params']:>9}"
                 f"{r['train_samples_per_s']:>9.2f}"
-                f"{ratio(r['train_samples_per_s'], base['train_samples_per_s']):>7}"
+                f"{harness.ratio(r['train_samples_per_s'], base['train_samples_per_s']):>7}"
                 f"{r['infer_samples_per_s']:>9.2f}"
-                f"{ratio(r['infer_samples_per_s'], base['infer_samples_per_s']):>7}"
-                f"{r['train_peak_mb']:>10.1f}{ratio(r['train_peak_mb'], base['train_peak_mb']):>7}"
+                f"{harness.ratio(r['infer_samples_per_s'], base['infer_samples_per_s']):>7}"
+                f"{r['train_peak_mb']:>10.1f}"
+                f"{harness.ratio(r['train_peak_mb'], base['train_peak_mb']):>7}"
                 f"{r['infer_peak_mb']:>10.1f}{r['first_loss']:>8.2f}"
             )
 
@@ -409,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'head':<13}{'infer/s':>9}{'ratio':>7}")
         for name in names:
             rate = inter[name]["infer_samples_per_s"]
-            print(f"{name:<13}{rate:>9.2f}{ratio(rate, base_inter):>7}")
+            print(f"{name:<13}{rate:>9.2f}{harness.ratio(rate, base_inter):>7}")
 
     scorer: list[dict[str, Any]] = []
     if "2" in parts:
@@ -423,27 +394,9 @@ def main(argv: list[str] | None = None) -> int:
             full = next(r for r in scorer if r["n"] == n and r["mode"] == "full")
             print(
                 f"{n:>6}{band['peak_mb']:>10.1f}{band['ms']:>9.1f}{full['peak_mb']:>10.1f}"
-                f"{full['ms']:>9.1f}{ratio(full['peak_mb'], band['peak_mb']):>11}"
+                f"{full['ms']:>9.1f}{harness.ratio(full['peak_mb'], band['peak_mb']):>11}"
             )
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
-        "git": git_info(),
-        "machine": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cpu_count": os.cpu_count(),
-            "threads": args.threads or torch.get_num_threads(),
-        },
-        "features": len(features),
-        "tokens": tokens,
-        "batch_size": args.batch_size,
-        "heads": heads,
-        "interleaved_inference": inter,
-        "scorer": scorer,
-    }
     kind = (
         "quick"
         if args.quick
@@ -451,8 +404,16 @@ def main(argv: list[str] | None = None) -> int:
         if parts == {"1", "2", "3"}
         else "parts" + "".join(sorted(parts))
     )
-    path = out / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = prov.write_stamped(
+        args.out,
+        kind,
+        features=len(features),
+        tokens=tokens,
+        batch_size=args.batch_size,
+        heads=heads,
+        interleaved_inference=inter,
+        scorer=scorer,
+    )
     print(f"\nwrote {path}")
     return 0
 

@@ -21,17 +21,15 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import torch
 
 from structqa.config import Config
 from structqa.features.batching import collate
-from structqa.io import write_json
 from structqa.models.build import build_model
-from structqa.provenance import git_info, machine_info
 from structqa.runtime import autocast, use_bf16
 from structqa.training.optim import build_optimizer
 
@@ -69,12 +67,9 @@ def worker(
 
     step(0)  # untimed: creates AdamW's state
     barrier.wait()
-    t0 = time.perf_counter()
-    windows = 0
-    for i in range(steps):
-        step(i)
-        windows += len(batches[i % len(batches)])
-    queue.put({"windows": windows, "seconds": time.perf_counter() - t0, "bf16": bf16})
+    _, seconds = harness.timed(lambda: [step(i) for i in range(steps)])
+    windows = sum(len(batches[i % len(batches)]) for i in range(steps))
+    queue.put({"windows": windows, "seconds": seconds, "bf16": bf16})
 
 
 def run_arm(processes: int, threads: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -114,35 +109,41 @@ def main() -> int:
     parser.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--out", default="runs/bench_workers")
     args = parser.parse_args()
-    t_start = time.time()
-    rounds = []
-    for r in range(args.rounds):
-        one = run_arm(1, args.cores, args)
-        many = run_arm(args.cores, 1, args)
-        ratio = many["windows_per_s"] / one["windows_per_s"]
-        rounds.append({"one": one, "workers": many, "ratio": round(ratio, 3)})
+    prov = harness.Provenance.start(args, torch.device("cpu"))
+
+    def report(i: int, arms: dict[str, list[dict[str, Any]]]) -> None:
+        one, many = arms["one"][0], arms["workers"][0]
         print(
-            f"round {r + 1}: one process x {args.cores} threads {one['windows_per_s']:.2f} "
+            f"round {i + 1}: one process x {args.cores} threads {one['windows_per_s']:.2f} "
             f"windows/s; {args.cores} workers x 1 thread {many['windows_per_s']:.2f} windows/s "
-            f"in all; ratio {ratio:.3f}",
+            f"in all; ratio {many['windows_per_s'] / one['windows_per_s']:.3f}",
             flush=True,
         )
+
+    arms = {
+        "one": lambda: run_arm(1, args.cores, args),
+        "workers": lambda: run_arm(args.cores, 1, args),
+    }
+    runs = harness.alternate(arms, args.rounds, on_round=report)
+    rounds = [
+        {
+            "one": one,
+            "workers": many,
+            "ratio": round(many["windows_per_s"] / one["windows_per_s"], 3),
+        }
+        for one, many in zip(runs["one"], runs["workers"], strict=True)
+    ]
     ratios = [r["ratio"] for r in rounds]
     print(
         f"workers / one process, training throughput: {statistics.mean(ratios):.3f} "
         f"(rounds: {', '.join(f'{x:.3f}' for x in ratios)})"
     )
-    record = {
-        "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
-        "args": vars(args),
-        "git": git_info(),
-        "machine": machine_info(),
-        "rounds": rounds,
-        "mean_ratio": round(statistics.mean(ratios), 3),
-        "wall_time_s": round(time.time() - t_start, 1),
-    }
-    path = Path(args.out) / f"workers-{args.head}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    write_json(path, record)
+    path = prov.write_stamped(
+        args.out,
+        f"workers-{args.head}",
+        rounds=rounds,
+        mean_ratio=round(statistics.mean(ratios), 3),
+    )
     print(f"wrote {path}")
     return 0
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from harness import sync
 
 from structqa.data.records import Example
 
@@ -288,11 +289,6 @@ def save_hf_checkpoint(target: Path, model, optimizer, scheduler, progress: dict
         shutil.rmtree(old)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def train_hf(
     model,
     features: HFTrainFeatures,
@@ -331,7 +327,7 @@ def train_hf(
     handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     result = HFTrainResult(0, progress["global_step"], total, False, 0, 0.0, fused_adamw=fused)
     model.train()
-    _sync(device)
+    sync(device)
     t_start = time.perf_counter()
     try:
         while progress["global_step"] < total and not stop["flag"]:
@@ -372,7 +368,7 @@ def train_hf(
             if progress["batch_in_epoch"] >= len(sizes):
                 progress["epoch"] += 1
                 progress["batch_in_epoch"] = 0
-        _sync(device)
+        sync(device)
         result.seconds = time.perf_counter() - t_start
         result.global_step = progress["global_step"]
         result.finished = progress["global_step"] >= total
@@ -396,7 +392,7 @@ def hf_forward(
     was_training = model.training
     model.eval()
     starts, ends = [], []
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     for i in range(0, len(features), batch_size):
         out = model(

@@ -15,20 +15,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
-import time
-from pathlib import Path
 from typing import Any
 
+import harness
 import torch
 
 from structqa.decoding import DecodeConfig
 from structqa.evaluation import score_collector
 from structqa.features.squad import featurize
 from structqa.inference import run_inference
-from structqa.io import write_json
 from structqa.models.build import model_from_checkpoint
-from structqa.provenance import git_info, machine_info
 from structqa.runtime import use_bf16
 from structqa.training.data import feature_config, load_eval_examples
 
@@ -44,9 +40,9 @@ def measure(checkpoint: str, eval_file: str | None, data: str | None, bf16: str)
     features, _ = featurize(examples, tokenizer, feature_config(cfg))
     as_trained = DecodeConfig.from_settings(cfg.decode)
     on_bf16 = use_bf16(bf16, next(model.parameters()).device)
-    t0 = time.perf_counter()
-    collector = run_inference(model, features, as_trained, cfg.train.eval_batch_size, on_bf16)
-    seconds = time.perf_counter() - t0
+    collector, seconds = harness.timed(
+        lambda: run_inference(model, features, as_trained, cfg.train.eval_batch_size, on_bf16)
+    )
     row: dict[str, Any] = {"checkpoint": checkpoint, "questions": len(examples)}
     answers = {}
     for name, whole in (("as_trained", False), ("whole_words", True)):
@@ -75,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    t0 = time.perf_counter()
+    prov = harness.Provenance.start(args)
     rows = []
     for ckpt in args.checkpoints:
         row = measure(ckpt, args.eval, args.data, args.bf16)
@@ -90,18 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     deltas = [r["delta_f1"] for r in rows]
     print(f"F1 difference, mean over {len(rows)}: {statistics.mean(deltas):+.2f}")
     if args.out:
-        write_json(
-            Path(args.out),
-            {
-                "command": " ".join(["python", *sys.argv]),
-                "eval": args.eval,
-                "git": git_info(),
-                "machine": machine_info(),
-                "wall_time_s": round(time.perf_counter() - t0, 1),
-                "mean_delta_f1": statistics.mean(deltas),
-                "rows": rows,
-            },
-        )
+        prov.write(args.out, eval=args.eval, mean_delta_f1=statistics.mean(deltas), rows=rows)
         print(f"wrote {args.out}")
     return 0
 

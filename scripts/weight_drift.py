@@ -37,14 +37,14 @@ from pathlib import Path
 import torch
 
 from structqa.data import read_examples
-from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import (
+from structqa.encoders import (
     attention_options,
     convert_stacking,
     load_encoder,
     parse_stacking,
     plan_stacking,
 )
+from structqa.encoders.bert import BertEncoder
 from structqa.models.build import load_tokenizer
 from structqa.paths import default_encoder_path
 

@@ -135,7 +135,7 @@ def test_param_lr_reads_from_yaml_mappings_and_command_line_pairs(tmp_path):
 
 
 def test_param_lr_exists_in_every_training_config():
-    from structqa.experiments.grid import MAPPING_KEYS
+    from structqa.experiments.spec import MAPPING_KEYS
     from structqa.ncbert.config import DropConfig
     from structqa.pretrain.config import PretrainConfig
 

@@ -351,7 +351,7 @@ def test_pos_tag_embedding_starts_at_zero_and_changes_nothing(tiny_checkpoint: P
 
 
 def test_pos_tag_embedding_round_trips(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from structqa.encoders.stacking import (
+    from structqa.encoders import (
         encoder_config_dict,
         encoder_from_config_dict,
         load_encoder,

@@ -11,8 +11,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from structqa.encoders.bert import AttentionSublayer, BertEncoder, EncoderConfig
-from structqa.encoders.stacking import (
+from structqa.encoders import (
     ANNA_BLOCK,
     STACKINGS,
     AttentionOptions,
@@ -21,14 +20,14 @@ from structqa.encoders.stacking import (
     convert_stacking,
     encoder_config_dict,
     encoder_from_config_dict,
-    encoder_hf_state,
     entity_keys,
     load_encoder,
     parse_stacking,
     plan_stacking,
-    relative_distance_index,
     save_encoder,
 )
+from structqa.encoders.bert import AttentionSublayer, BertEncoder, EncoderConfig, encoder_hf_state
+from structqa.encoders.variants import relative_distance_index
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 

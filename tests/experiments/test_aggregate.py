@@ -10,17 +10,10 @@ from typing import Any
 import pytest
 
 from structqa.config import ConfigError
-from structqa.experiments.aggregate import (
-    cell_stats,
-    load_results,
-    metric_value,
-    refresh,
-    render_table,
-    result_metric,
-    sample_std,
-    summary,
-)
-from structqa.experiments.grid import experiment_from_dict, plan
+from structqa.experiments.aggregate import cell_stats, refresh, render_table, summary
+from structqa.experiments.grid import experiment_from_dict
+from structqa.experiments.results import load_results, metric_value, result_metric, sample_std
+from structqa.experiments.spec import plan
 from structqa.io import write_json
 
 HEADS = {

@@ -17,8 +17,10 @@ from tiny import tiny_finetune_base
 
 from structqa.config import ConfigError
 from structqa.experiments.claims import claim_path, holder, try_claim
-from structqa.experiments.command import Paths, add_parser, run_experiment, run_status
+from structqa.experiments.command import add_parser
 from structqa.experiments.grid import experiment_from_dict
+from structqa.experiments.runner import run_experiment
+from structqa.experiments.store import Paths, run_status
 
 
 def test_a_claim_excludes_others_until_released(tmp_path):

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from structqa.config import ConfigError
-from structqa.experiments import command
-from structqa.experiments.command import Paths, run_experiment, run_status
+from structqa.experiments import execute
 from structqa.experiments.grid import experiment_from_dict, load_experiment
+from structqa.experiments.runner import run_experiment
+from structqa.experiments.store import Paths, run_status
 from structqa.ncbert.config import DropConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
@@ -127,8 +128,8 @@ def test_drop_experiment_runs_end_to_end_and_skips_finished_runs(
     def fail(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(command.drop_loop, "run", fail)
-    monkeypatch.setattr(command.loop, "run", fail)
+    monkeypatch.setattr(execute.drop_loop, "run", fail)
+    monkeypatch.setattr(execute.loop, "run", fail)
     before = paths.result(exp.runs()[0]).read_text()
     assert run_experiment(exp, paths, command=cmd, data_dir=str(shared_data)) == 0
     assert paths.result(exp.runs()[0]).read_text() == before

@@ -18,21 +18,14 @@ from tiny import interrupt_at_batch, tiny_finetune_base
 
 from structqa.config import ConfigError
 from structqa.data import read_examples
-from structqa.experiments import bootstrap, command
-from structqa.experiments.command import (
-    Paths,
-    add_parser,
-    resolve_config,
-    run_experiment,
-    run_status,
-    validation_files,
-)
-from structqa.experiments.grid import (
-    ValidationSpec,
-    experiment_from_dict,
-    load_experiment,
-    plan,
-)
+from structqa.experiments import bootstrap, listing, runner, stale
+from structqa.experiments.command import add_parser
+from structqa.experiments.grid import experiment_from_dict, load_experiment
+from structqa.experiments.results import load_results
+from structqa.experiments.run_config import resolve_config, validation_files
+from structqa.experiments.runner import run_experiment
+from structqa.experiments.spec import ValidationSpec, plan
+from structqa.experiments.store import Paths, run_status
 from structqa.training import loop
 
 MINI = "fixtures/squad-v1.1-mini.json"
@@ -314,16 +307,16 @@ def test_a_grid_that_picks_best_on_the_file_it_reports_gets_a_note(capsys, tmp_p
             {"name": "t", "base": base, "grid": {"train.seed": [0, 1]}, **extra}, source="t.yaml"
         )
 
-    note = command.selection_note(grid({"epochs": 3}))
+    note = stale.selection_note(grid({"epochs": 3}))
     assert note is not None and "squad1-heldout" in note and "eval_every_epoch: false" in note
-    assert command.selection_note(grid({"epochs": 3, "eval_every_epoch": False})) is None
+    assert stale.selection_note(grid({"epochs": 3, "eval_every_epoch": False})) is None
     # best/ chosen on a validation slice of the training file: data.eval is only the test
-    assert command.selection_note(grid({"epochs": 3}, validation="0.1")) is None
-    assert command.selection_note(grid({"epochs": 1})) is None  # one epoch: nothing is picked
-    assert command.selection_note(grid({"epochs": 1, "max_steps": 500})) is not None
+    assert stale.selection_note(grid({"epochs": 3}, validation="0.1")) is None
+    assert stale.selection_note(grid({"epochs": 1})) is None  # one epoch: nothing is picked
+    assert stale.selection_note(grid({"epochs": 1, "max_steps": 500})) is not None
     last_only = grid({"epochs": 3}, table={"metrics": ["last_f1", "last_em"]})
-    assert command.selection_note(last_only) is None
-    command.print_plan(grid({"epochs": 3}), Paths(tmp_path / "res", tmp_path / "runs"))
+    assert stale.selection_note(last_only) is None
+    listing.print_plan(grid({"epochs": 3}), Paths(tmp_path / "res", tmp_path / "runs"))
     assert "note: t.yaml: best/ is the epoch with the best F1" in capsys.readouterr().out
 
 
@@ -353,7 +346,7 @@ def test_runner_skips_done_runs_and_resumes_an_interrupted_one(
     # interrupt the second run with a real SIGINT during its first step
     real_collate = interrupt_at_batch(monkeypatch)
     code = run_experiment(exp, paths, command="structqa experiment x", progress=False)
-    assert code == command.EXIT_INTERRUPTED
+    assert code == runner.EXIT_INTERRUPTED
     assert run_status(paths, second) == "partial" and not paths.result(second).exists()
     state = json.loads((paths.output(second) / "last" / "train_state.json").read_text())
     assert state["global_step"] == 1 and not state["finished"]
@@ -392,7 +385,7 @@ def test_a_signal_during_a_runs_final_evaluation_stops_the_grid_after_it(
 
     monkeypatch.setattr(loop, "run_inference", interrupt_then_infer)
     code = run_experiment(exp, paths, command="x", progress=False)
-    assert code == command.EXIT_INTERRUPTED
+    assert code == runner.EXIT_INTERRUPTED
     assert paths.result(first).exists()  # the run finished: its result is kept
     assert run_status(paths, second) == "todo"  # and the grid went no further
     monkeypatch.setattr(loop, "run_inference", real_inference)
@@ -414,8 +407,8 @@ def test_results_of_a_changed_recipe_are_stale_not_mixed_in(
         {"name": "tiny", "base": base, "grid": {"train.seed": [0, 1]}},
         source="configs/tiny.yaml",
     )
-    results = command.load_results(paths.results)
-    assert command.stale_results(changed, paths, results) == {
+    results = load_results(paths.results)
+    assert stale.stale_results(changed, paths, results) == {
         "seed=0": ["data.doc_stride", "train.lr"]
     }
     with pytest.raises(
@@ -423,18 +416,18 @@ def test_results_of_a_changed_recipe_are_stale_not_mixed_in(
     ):
         run_experiment(changed, paths, command="x", progress=False)
     assert not paths.result(changed.runs()[1]).exists()  # nothing trained on top
-    command.print_plan(changed, paths)
+    listing.print_plan(changed, paths)
     assert "stale: data.doc_stride, train.lr" in capsys.readouterr().out
     # the unchanged YAML still runs on
-    assert command.stale_results(exp, paths, results) == {}
+    assert stale.stale_results(exp, paths, results) == {}
     # a result from before decode.whole_words decoded without it: stale only if now on
     del results["seed=0"]["config"]["decode"]["whole_words"]
-    assert command.stale_results(exp, paths, results) == {}
+    assert stale.stale_results(exp, paths, results) == {}
     whole = tiny_finetune_base(tiny_checkpoint, shared_data) | {"decode": {"whole_words": True}}
     widened = experiment_from_dict(
         {"name": "tiny", "base": whole, "grid": {"train.seed": [0, 1]}}, source="t.yaml"
     )
-    assert command.stale_results(widened, paths, results) == {"seed=0": ["decode.whole_words"]}
+    assert stale.stale_results(widened, paths, results) == {"seed=0": ["decode.whole_words"]}
 
 
 def test_an_unfinished_run_of_a_changed_recipe_is_stale_and_not_resumed(
@@ -444,16 +437,16 @@ def test_an_unfinished_run_of_a_changed_recipe_is_stale_and_not_resumed(
     paths = Paths(tmp_path / "results", tmp_path / "runs")
     first = exp.runs()[0]
     real_collate = interrupt_at_batch(monkeypatch)
-    assert run_experiment(exp, paths, command="x", progress=False) == command.EXIT_INTERRUPTED
+    assert run_experiment(exp, paths, command="x", progress=False) == runner.EXIT_INTERRUPTED
     monkeypatch.setattr(loop, "collate", real_collate)
     assert run_status(paths, first) == "partial"
-    assert command.stale_partial(exp, paths, first) == []  # the same YAML continues it
+    assert stale.stale_partial(exp, paths, first) == []  # the same YAML continues it
     cadence = tiny_finetune_base(tiny_checkpoint, shared_data)
     cadence["train"]["eval_batch_size"] = 3  # a resume may change this (RESUME_MAY_CHANGE)
     looser = experiment_from_dict(
         {"name": "tiny", "base": cadence, "grid": {"train.seed": [0, 1]}}, source="t.yaml"
     )
-    assert command.stale_partial(looser, paths, first) == []
+    assert stale.stale_partial(looser, paths, first) == []
 
     base = tiny_finetune_base(tiny_checkpoint, shared_data)
     base["train"]["lr"] = 3e-5
@@ -461,8 +454,8 @@ def test_an_unfinished_run_of_a_changed_recipe_is_stale_and_not_resumed(
         {"name": "tiny", "base": base, "grid": {"train.seed": [0, 1]}},
         source="configs/tiny.yaml",
     )
-    assert command.stale_partial(changed, paths, first) == ["train.lr"]
-    command.print_plan(changed, paths)
+    assert stale.stale_partial(changed, paths, first) == ["train.lr"]
+    listing.print_plan(changed, paths)
     out = capsys.readouterr().out
     assert "stale: train.lr" in out and "1 stale" in out
     before = sorted(p.name for p in paths.output(first).rglob("*"))
@@ -498,7 +491,7 @@ def test_runs_identical_to_another_experiments_finished_runs_reuse_their_results
         source="configs/reuser.yaml",
     )
     paths = Paths(tmp_path / "results", tmp_path / "runs")
-    command.print_plan(exp, paths)
+    listing.print_plan(exp, paths)
     out = capsys.readouterr().out
     assert out.count("will reuse") == 2  # same/seed 0 and 1; other-lr and seed 2 differ
     real_run, trained = loop.run, []

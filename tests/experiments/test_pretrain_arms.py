@@ -17,10 +17,11 @@ import yaml
 from tiny import tiny_finetune_base
 
 from structqa.config import ConfigError
-from structqa.experiments import command
+from structqa.experiments import arms, runner
 from structqa.experiments.claims import try_claim
-from structqa.experiments.command import Paths, pretrain_status, run_experiment
 from structqa.experiments.grid import experiment_from_dict, load_experiment
+from structqa.experiments.runner import run_experiment
+from structqa.experiments.store import Paths, pretrain_status
 from structqa.pretrain import loop as pretrain_loop
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -133,15 +134,15 @@ def test_pretrain_only_trains_the_selected_runs_arms_and_fine_tunes_nothing(
     paths = Paths(tmp_path / "results", tmp_path / "runs")
     seen = spy_on_pretraining(monkeypatch)
     with pytest.raises(ConfigError, match="no run whose name contains 'plain' fine-tunes"):
-        command.pretrain_arms(exp, paths, command="x", only="plain", progress=False)
-    assert command.pretrain_arms(exp, paths, command="x", only="tok", progress=False) == 0
+        runner.pretrain_arms(exp, paths, command="x", only="plain", progress=False)
+    assert runner.pretrain_arms(exp, paths, command="x", only="tok", progress=False) == 0
     # tok-a and tok-b share one arm, trained once; naa is referenced by no run
     assert seen == [("tok", False)]
     assert pretrain_status(paths, "tok") == "done" and pretrain_status(paths, "naa") == "todo"
     assert not any(paths.result(r).exists() for r in exp.runs())
     assert json.loads(paths.pretrain_result("tok").read_text())["command"] == "x"
     # again: the arm is done, nothing trains; the grid then fine-tunes from it untouched
-    assert command.pretrain_arms(exp, paths, command="x", progress=False) == 0
+    assert runner.pretrain_arms(exp, paths, command="x", progress=False) == 0
     assert run_experiment(exp, paths, command="x", max_runs=1, progress=False) == 0
     assert seen == [("tok", False)]
 
@@ -183,7 +184,7 @@ def test_pretrain_only_needs_a_pretrain_section(tmp_path, tiny_checkpoint, share
     }
     exp = experiment_from_dict(raw, source="configs/plain.yaml")
     with pytest.raises(ConfigError, match="has no pretrain section"):
-        command.pretrain_arms(exp, Paths(tmp_path / "r", tmp_path / "o"), command="x")
+        runner.pretrain_arms(exp, Paths(tmp_path / "r", tmp_path / "o"), command="x")
 
 
 def test_a_run_whose_arm_another_worker_is_pretraining_waits_for_it_then_runs(
@@ -193,7 +194,7 @@ def test_a_run_whose_arm_another_worker_is_pretraining_waits_for_it_then_runs(
     # --pretrain-only left an arm's fine-tunes to the one worker that pre-trained it)
     exp = experiment(tiny_checkpoint, corpus, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")
-    monkeypatch.setattr(command, "ARM_WAIT_POLL_S", 0.05)
+    monkeypatch.setattr(runner, "ARM_WAIT_POLL_S", 0.05)
     events: list[str] = []
     real_run = pretrain_loop.run
 
@@ -243,7 +244,7 @@ def test_the_arms_claim_is_held_while_it_pretrains(
         return real_run(cfg, **kw)
 
     monkeypatch.setattr(pretrain_loop, "run", run_and_probe)
-    assert command.ensure_pretrained(exp, "tok", paths, command="x", provenance={}) is not None
+    assert arms.ensure_pretrained(exp, "tok", paths, command="x", provenance={}) is not None
     assert free_during_run == [False]
     assert try_claim(paths.runs, "pretrain/tok") is not None  # released once finished
 
@@ -264,7 +265,7 @@ def test_interrupted_pretraining_stops_the_runner_and_resumes(
 
     monkeypatch.setattr(pretrain_loop, "_forward", forward_then_interrupt)
     code = run_experiment(exp, paths, command="x", progress=False)
-    assert code == command.EXIT_INTERRUPTED
+    assert code == runner.EXIT_INTERRUPTED
     assert pretrain_status(paths, "tok") == "partial"
     assert not any(paths.result(r).exists() for r in exp.runs())
 
@@ -355,10 +356,10 @@ def test_a_finished_arm_is_used_while_another_worker_holds_its_claim(
 ):
     exp = experiment(tiny_checkpoint, corpus, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")
-    final = command.ensure_pretrained(exp, "tok", paths, command="x", provenance={})
+    final = arms.ensure_pretrained(exp, "tok", paths, command="x", provenance={})
     busy = try_claim(paths.runs, "pretrain/tok")  # e.g. a worker checking it at this moment
     assert busy is not None
     try:
-        assert command.ensure_pretrained(exp, "tok", paths, command="x", provenance={}) == final
+        assert arms.ensure_pretrained(exp, "tok", paths, command="x", provenance={}) == final
     finally:
         busy.release()

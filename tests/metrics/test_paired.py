@@ -219,7 +219,7 @@ def test_gzipped_predictions_score_as_the_plain_file(tmp_path, shared_data):
 
 def test_bootstrap_reads_a_validation_split_by_its_recorded_path(tmp_path, monkeypatch):
     from structqa.experiments.bootstrap import _Scores
-    from structqa.experiments.command import Paths
+    from structqa.experiments.store import Paths
 
     monkeypatch.chdir(tmp_path)
     val = Path("runs/x/_validation/val.json")  # relative, as resolve_config records it

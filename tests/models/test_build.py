@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from structqa.config import ConfigError, load_config
+from structqa.encoders import AttentionOptions, convert_stacking, save_encoder
 from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import AttentionOptions, convert_stacking, save_encoder
 from structqa.models.build import build_model, required_token_tags
 
 
@@ -121,13 +121,13 @@ def test_a_converted_block_keeps_the_checkpoints_attention_variant(
     attention, and the added sub-layer keeps the checkpoint's function at step 0."""
     import torch
 
-    from structqa.encoders.bert import BertEncoder
-    from structqa.encoders.stacking import (
+    from structqa.encoders import (
         AttentionOptions,
         attention_options,
         convert_stacking,
         save_encoder,
     )
+    from structqa.encoders.bert import BertEncoder
 
     options = AttentionOptions(relative_keys=True, max_distance=4)
     rel = convert_stacking(BertEncoder.from_pretrained(tiny_checkpoint), ["sa", "ffn"], options)

@@ -186,13 +186,13 @@ def test_drop_train_keeps_a_stacked_relative_encoder_and_refuses_pos_inputs(
 ):
     import shutil
 
-    from structqa.encoders.bert import BertEncoder
-    from structqa.encoders.stacking import (
+    from structqa.encoders import (
         AttentionOptions,
         attention_options,
         convert_stacking,
         save_encoder,
     )
+    from structqa.encoders.bert import BertEncoder
 
     plain = BertEncoder.from_pretrained(tiny_checkpoint)
     anna = convert_stacking(plain, ["sa", "naa", "ffn"], AttentionOptions(relative_keys=True))

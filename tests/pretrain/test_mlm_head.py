@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import Tensor
 
+from structqa.encoders import ANNA_BLOCK
 from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import ANNA_BLOCK
 from structqa.pretrain.mlm_head import MaskedLM, MLMHead, ensure_mlm_head
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest

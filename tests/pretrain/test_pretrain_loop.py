@@ -18,13 +18,13 @@ from tiny import mini_train_args, weights_sha256
 
 from structqa.cli import main
 from structqa.config import ConfigError, load_config
-from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import (
+from structqa.encoders import (
     ANNA_BLOCK,
     attention_options,
     entity_keys_if,
     load_encoder,
 )
+from structqa.encoders.bert import BertEncoder
 from structqa.features.batching import collate
 from structqa.models.build import build_model, model_from_checkpoint
 from structqa.pretrain import loop

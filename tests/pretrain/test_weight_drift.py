@@ -9,8 +9,8 @@ from types import ModuleType
 import torch
 from tiny import load_script
 
+from structqa.encoders import convert_stacking, save_encoder
 from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import convert_stacking, save_encoder
 
 
 def _script() -> ModuleType:

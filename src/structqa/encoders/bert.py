@@ -29,6 +29,7 @@ from structqa.io import UnreadableFile, read_json, read_safetensors
 log = logging.getLogger(__name__)
 
 SUBLAYER_KINDS = ("sa", "naa", "xa", "ffn")
+SELF_ATTENTION_KINDS = ("sa", "naa")  # the plain and the neighbor-aware self-attention
 
 
 @dataclass
@@ -414,6 +415,15 @@ _HF_FFN = {
 }
 
 
+def pretrained_sublayer(block: Sequence[str], kind: str) -> int:
+    """The sub-layer of ``block`` that holds HF BERT's feed-forward (``kind`` "ffn") or its
+    self-attention (any other kind): the first "ffn"; the first "sa", else the first "naa"
+    (ANNA's SA -> NAA replacement reuses BERT's attention)."""
+    if kind == "ffn":
+        return block.index("ffn")
+    return block.index("sa") if "sa" in block else block.index("naa")
+
+
 def hf_to_structqa_key(key: str, block: Sequence[str]) -> str | None:
     """Map an HF BertModel parameter name to ours (None for weights we do not use).
 
@@ -433,13 +443,36 @@ def hf_to_structqa_key(key: str, block: Sequence[str]) -> str | None:
     idx, _, name = rest.partition(".")
     if name.startswith("sublayers."):  # sub-layers HF has no name for, saved under ours
         return f"layers.{idx}.{name}"
-    attn_kind = "sa" if "sa" in block else "naa"
-    for hf_name, ours in _HF_ATTN.items():
-        if name.startswith(hf_name + "."):
-            sub = block.index(attn_kind)
-            return f"layers.{idx}.sublayers.{sub}.{ours}{name[len(hf_name) :]}"
-    for hf_name, ours in _HF_FFN.items():
-        if name.startswith(hf_name + "."):
-            sub = block.index("ffn")
-            return f"layers.{idx}.sublayers.{sub}.{ours}{name[len(hf_name) :]}"
+    for kind, names in (("sa", _HF_ATTN), ("ffn", _HF_FFN)):
+        for hf_name, ours in names.items():
+            if name.startswith(hf_name + "."):
+                sub = pretrained_sublayer(block, kind)
+                return f"layers.{idx}.sublayers.{sub}.{ours}{name[len(hf_name) :]}"
     return None
+
+
+def encoder_hf_state(encoder: BertEncoder, prefix: str = "") -> dict[str, Tensor]:
+    """``encoder``'s weights under HF BertModel names where HF has them (the sub-layers that
+    :func:`hf_to_structqa_key` maps HF weights onto), else ``encoder.layer.{i}.sublayers.{j}.*``.
+
+    The inverse of :func:`hf_to_structqa_key`: every key maps back to the parameter it came
+    from.
+    """
+    block = encoder.config.block
+    hf_sub: dict[int, dict[str, str]] = {}
+    for kind, names in (("sa", _HF_ATTN), ("ffn", _HF_FFN)):
+        if kind in block or (kind == "sa" and "naa" in block):
+            hf_sub[pretrained_sublayer(block, kind)] = {ours: hf for hf, ours in names.items()}
+    out: dict[str, Tensor] = {}
+    for key, value in encoder.state_dict().items():
+        name = key
+        if key.startswith("layers."):
+            _, idx, _, sub, rest = key.split(".", 4)
+            names = hf_sub.get(int(sub), {})
+            module, _, kind = rest.rpartition(".")
+            if module in names:
+                name = f"encoder.layer.{idx}.{names[module]}.{kind}"
+            else:
+                name = f"encoder.layer.{idx}.sublayers.{sub}.{rest}"
+        out[prefix + name] = value.detach().contiguous()
+    return out

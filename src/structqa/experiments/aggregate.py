@@ -9,101 +9,19 @@ test file lacks) is left out of its cell.
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from structqa.experiments.results import LAST_PREFIX, METRIC_NAMES, result_metric, sample_std
+from structqa.experiments.spec import Experiment, Run
 from structqa.io import write_json, write_text
-from structqa.metrics.drop import ANSWER_TYPES
-
-if TYPE_CHECKING:
-    from structqa.experiments.grid import Experiment, Run
 
 log = logging.getLogger(__name__)
-
-METRIC_NAMES = {
-    "f1": "F1",
-    "em": "EM",
-    **{f"{t}_f1": f"{t} F1" for t in ANSWER_TYPES},
-    **{f"{t}_em": f"{t} EM" for t in ANSWER_TYPES},
-    "dev_f1": "dev F1",
-    "dev_em": "dev EM",
-    "last_f1": "F1 after the last epoch",
-    "last_em": "EM after the last epoch",
-}
-# ``last_<metric>``: the metric of the run's last evaluation in its eval_history (the
-# checkpoint that a grid without per-epoch evaluation would score), rather than best/'s
-LAST_PREFIX = "last_"
-_EM_KEYS = ("exact_match", "exact")  # SQuAD v1.1 / MRQA, and v2.0
-# The table of a `kind: drop` experiment (NC-BERT Tables 2, 3, 5): test-file EM and F1, F1 per
-# answer type, and the dev F1 that selected the checkpoint
-DROP_METRICS = ("em", "f1", "number_f1", "date_f1", "span_f1", "spans_f1", "dev_f1")
-
-# Every metric name a table may ask of each kind of result (with ``last_`` before any of
-# them: the value of the final evaluation): SQuAD v1.1/MRQA and v2.0 keys, and the DROP keys
-# of :func:`drop_table_metrics`. A name outside them is a typo caught when the YAML loads.
-EXTRACTIVE_METRIC_NAMES = frozenset(
-    {"f1", "em", "exact_match", "exact", "total", "null_threshold"}
-    | {f"best_{m}" for m in ("exact", "exact_thresh", "f1", "f1_thresh")}
-    | {f"{part}_{m}" for part in ("HasAns", "NoAns") for m in ("exact", "f1", "total")}
-)
-DROP_METRIC_NAMES = frozenset(
-    {"f1", "em", "exact_match", "dev_em", "dev_f1"}
-    | {f"{t}_{m}" for t in ("number", "date", "span", "spans") for m in ("em", "f1")}
-)
-
-
-def drop_table_metrics(test: Mapping[str, Any], dev: Mapping[str, Any]) -> dict[str, float | None]:
-    """The ``metrics`` of a DROP run's result: official DROP scores (fractions) of the test
-    and dev files as percentages, ``exact_match``/``f1`` for the test file (the names of the
-    extractive results), ``<type>_em``/``<type>_f1`` for each answer type (null where the test
-    file has none), ``dev_em``/``dev_f1``."""
-    out: dict[str, float | None] = {
-        "exact_match": 100.0 * float(test["global_em"]),
-        "f1": 100.0 * float(test["global_f1"]),
-    }
-    per_type = test.get("per_type", {})
-    for kind in ANSWER_TYPES:
-        scores = per_type.get(kind)
-        for name in ("em", "f1"):
-            out[f"{kind}_{name}"] = None if scores is None else 100.0 * float(scores[name])
-    out["dev_em"] = 100.0 * float(dev["global_em"])
-    out["dev_f1"] = 100.0 * float(dev["global_f1"])
-    return out
-
-
-def metric_value(metrics: Mapping[str, Any], name: str) -> float:
-    """``f1``, ``em`` (exact_match, or v2.0's exact) or any key of a metrics.json."""
-    keys = _EM_KEYS if name in ("em", *_EM_KEYS) else (name,)
-    for key in keys:
-        if key in metrics:
-            return float(metrics[key])
-    raise KeyError(f"metric {name!r} not in the results' metrics ({', '.join(sorted(metrics))})")
-
-
-def result_metric(result: Mapping[str, Any], name: str) -> float | None:
-    """A metric of one run's result: ``last_f1``/``last_em`` from the last entry of its
-    ``eval_history`` (only if that evaluation was at the run's final step), any other name
-    from its ``metrics`` (see :func:`metric_value`); None where the result has no such value."""
-    if name.startswith(LAST_PREFIX):
-        history = result.get("eval_history") or []
-        if not history or history[-1].get("step") != result.get("steps"):
-            return None
-        return metric_value(history[-1], name[len(LAST_PREFIX) :])
-    metrics = result["metrics"]
-    if name in metrics and metrics[name] is None:  # e.g. a DROP answer type the file lacks
-        return None
-    return metric_value(metrics, name)
-
-
-def sample_std(values: Sequence[float]) -> float | None:
-    """Sample standard deviation (ddof=1); None for fewer than two values."""
-    return statistics.stdev(values) if len(values) >= 2 else None
 
 
 @dataclass(frozen=True)
@@ -141,7 +59,7 @@ def cell_stats(
     return CellStats(tuple(sorted(r.seed for r in done)), len(runs), means, stds, counts)
 
 
-def _cells(experiment: Experiment, runs: Sequence[Run]) -> dict[tuple[str, ...], list[Run]]:
+def group_cells(experiment: Experiment, runs: Sequence[Run]) -> dict[tuple[str, ...], list[Run]]:
     """Runs grouped by (row labels..., column label), in plan order."""
     spec = experiment.table
     keys = [*spec.rows, *([spec.columns] if spec.columns else [])]
@@ -151,19 +69,19 @@ def _cells(experiment: Experiment, runs: Sequence[Run]) -> dict[tuple[str, ...],
     return cells
 
 
-def _axis_values(cells: Mapping[tuple[str, ...], Any], n_rows: int) -> tuple[list, list]:
+def axis_values(cells: Mapping[tuple[str, ...], Any], n_rows: int) -> tuple[list, list]:
     rows = list(dict.fromkeys(key[:n_rows] for key in cells))
     columns = list(dict.fromkeys(key[n_rows:] for key in cells))
     return rows, columns
 
 
-def _key_label(experiment: Experiment, key: str) -> str:
+def key_label(experiment: Experiment, key: str) -> str:
     return experiment.labels.get(key, key)
 
 
 def _cell_name(experiment: Experiment, keys: Sequence[str], labels: Sequence[str]) -> str:
     pairs = zip(keys, labels, strict=True)
-    return ", ".join(f"{_key_label(experiment, k)}={v}" for k, v in pairs) or "all"
+    return ", ".join(f"{key_label(experiment, k)}={v}" for k, v in pairs) or "all"
 
 
 def summary(
@@ -174,7 +92,7 @@ def summary(
     result are left out; a single seed's std is null."""
     spec = experiment.table
     out: dict[str, Any] = {}
-    for key, members in _cells(experiment, runs).items():
+    for key, members in group_cells(experiment, runs).items():
         stats = cell_stats(members, results, spec.metrics)
         if not stats.n:
             continue
@@ -291,7 +209,7 @@ def render_table(
 ) -> str:
     """The markdown of table.md: a provenance header, then the tables."""
     spec = experiment.table
-    cells = _cells(experiment, runs)
+    cells = group_cells(experiment, runs)
     done = [results[r.name] for r in runs if r.name in results]
     planned = {r.name for r in runs}
     ignored = sorted(set(results) - planned)
@@ -384,27 +302,27 @@ def render_table(
         lines.append(f"- results of runs not in this grid (ignored): {len(ignored)}")
     lines.append("")
 
-    rows, columns = _axis_values(cells, len(spec.rows))
-    row_head = [_key_label(experiment, k) for k in spec.rows] or ["run"]
+    rows, columns = axis_values(cells, len(spec.rows))
+    row_head = [key_label(experiment, k) for k in spec.rows] or ["run"]
     if spec.columns:
-        col_label = _key_label(experiment, spec.columns)
+        col_label = key_label(experiment, spec.columns)
         for metric in spec.metrics:
             lines += [f"## {METRIC_NAMES.get(metric, metric)}", ""]
             head = row_head + [f"{col_label}={c[0]}" for c in columns]
-            lines += [_md_row(head), _md_row(["---"] * len(head))]
+            lines += [md_row(head), md_row(["---"] * len(head))]
             for row in rows:
                 values = [
                     stats[row + col].format(metric) if row + col in stats else "—"
                     for col in columns
                 ]
-                lines.append(_md_row([*(row or ("all",)), *values]))
+                lines.append(md_row([*(row or ("all",)), *values]))
             lines.append("")
     else:
         head = row_head + [METRIC_NAMES.get(m, m) for m in spec.metrics]
-        lines += [_md_row(head), _md_row(["---"] * len(head))]
+        lines += [md_row(head), md_row(["---"] * len(head))]
         for row in rows:
             s = stats[row]
-            lines.append(_md_row([*(row or ("all",)), *(s.format(m) for m in spec.metrics)]))
+            lines.append(md_row([*(row or ("all",)), *(s.format(m) for m in spec.metrics)]))
         lines.append("")
     if spec.baseline is not None:
         lines += _baseline_section(experiment, cells, results)
@@ -454,7 +372,7 @@ def _baseline_section(
     """Each row's difference from the baseline row, per column, paired by seed."""
     spec = experiment.table
     metric = spec.metrics[0]
-    rows, columns = _axis_values(cells, len(spec.rows))
+    rows, columns = axis_values(cells, len(spec.rows))
     base_row = next(r for r in rows if ",".join(r) == spec.baseline)
     name = METRIC_NAMES.get(metric, metric)
     lines = [
@@ -465,8 +383,8 @@ def _baseline_section(
         "this row is higher).",
         "",
     ]
-    head = [_key_label(experiment, k) for k in spec.rows] + _value_heads(experiment, columns)
-    lines += [_md_row(head), _md_row(["---"] * len(head))]
+    head = [key_label(experiment, k) for k in spec.rows] + _value_heads(experiment, columns)
+    lines += [md_row(head), md_row(["---"] * len(head))]
     for row in rows:
         if row == base_row:
             continue
@@ -479,7 +397,7 @@ def _baseline_section(
                 values.append(_format_difference(list(diffs.values())))
             else:
                 values.append("—")
-        lines.append(_md_row([*row, *values]))
+        lines.append(md_row([*row, *values]))
     lines.append("")
     return lines
 
@@ -488,7 +406,7 @@ def _value_heads(experiment: Experiment, columns: Sequence[tuple[str, ...]]) -> 
     """A paired-difference table's value headers: one per column value, or the metric's name."""
     spec = experiment.table
     if spec.columns:
-        return [f"{_key_label(experiment, spec.columns)}={c[0]}" for c in columns]
+        return [f"{key_label(experiment, spec.columns)}={c[0]}" for c in columns]
     return [METRIC_NAMES.get(spec.metrics[0], spec.metrics[0])]
 
 
@@ -501,7 +419,7 @@ def _contrast_section(
     every pair listed: a few seeds say more one by one than as a mean and std."""
     spec = experiment.table
     metric = spec.metrics[0]
-    rows, columns = _axis_values(cells, len(spec.rows))
+    rows, columns = axis_values(cells, len(spec.rows))
     by_label = {",".join(r): r for r in rows}
     name = METRIC_NAMES.get(metric, metric)
     lines = [
@@ -513,7 +431,7 @@ def _contrast_section(
         "",
     ]
     head = ["contrast", *_value_heads(experiment, columns)]
-    lines += [_md_row(head), _md_row(["---"] * len(head))]
+    lines += [md_row(head), md_row(["---"] * len(head))]
     for first, second in spec.contrasts:
         values = []
         for col in columns:
@@ -527,22 +445,13 @@ def _contrast_section(
             values.append(
                 _format_difference(list(diffs.values())) + (f" — {listed}" if listed else "")
             )
-        lines.append(_md_row([f"{first} − {second}", *values]))
+        lines.append(md_row([f"{first} − {second}", *values]))
     lines.append("")
     return lines
 
 
-def _md_row(cells: Sequence[str]) -> str:
+def md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
-def load_results(results_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """Every ``runs/*.json`` under an experiment's results directory, by run name."""
-    out: dict[str, dict[str, Any]] = {}
-    for path in sorted((Path(results_dir) / "runs").glob("*.json")):
-        result = json.loads(path.read_text(encoding="utf-8"))
-        out[result.get("run", path.stem)] = result
-    return out
 
 
 def refresh(

@@ -20,27 +20,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from structqa.config import ConfigError
-from structqa.experiments.aggregate import (
-    METRIC_NAMES,
-    _axis_values,
-    _cells,
-    _key_label,
-    _md_row,
-)
-from structqa.experiments.command import ANSWERS_DIR, answers_file
+from structqa.experiments.aggregate import axis_values, group_cells, key_label, md_row
+from structqa.experiments.results import METRIC_NAMES
+from structqa.experiments.spec import Experiment, Run
+from structqa.experiments.store import ANSWERS_DIR, Paths, answers_file
 from structqa.io import write_json, write_text
 from structqa.metrics.paired import BootstrapResult, paired_bootstrap
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.scoring import load_gold, score_predictions_file
-
-if TYPE_CHECKING:
-    from structqa.experiments.command import Paths
-    from structqa.experiments.grid import Experiment, Run
 
 log = logging.getLogger(__name__)
 
@@ -230,8 +222,8 @@ def write_bootstrap(
             "--bootstrap compares %s; the table's first metric is %s", metric, spec.metrics[0]
         )
     name = METRIC_NAMES[metric]
-    cells = _cells(experiment, runs)
-    rows, columns = _axis_values(cells, len(spec.rows))
+    cells = group_cells(experiment, runs)
+    rows, columns = axis_values(cells, len(spec.rows))
     base_row = next(r for r in rows if ",".join(r) == spec.baseline)
     scores = _Scores(metric, data_dir, paths)
     results_dir = Path(paths.results)
@@ -240,9 +232,9 @@ def write_bootstrap(
     )
     carried: list[str] = []
     table: dict[str, dict[str, Any]] = {}
-    head = [_key_label(experiment, k) for k in spec.rows]
+    head = [key_label(experiment, k) for k in spec.rows]
     head += (
-        [f"{_key_label(experiment, spec.columns)}={c[0]}" for c in columns]
+        [f"{key_label(experiment, spec.columns)}={c[0]}" for c in columns]
         if spec.columns
         else [name]
     )
@@ -275,7 +267,7 @@ def write_bootstrap(
                 mark = " ‡" if entry.get("carried_from") else ""
                 values.append(f"{shown} ({entry['n_runs']}){mark}")
                 table.setdefault(row_key, {})[col_key] = entry
-        body.append(_md_row([*row, *values]))
+        body.append(md_row([*row, *values]))
     missing = scores.missing
     if not table:
         shown = ", ".join(missing[:3]) or "none"
@@ -315,8 +307,8 @@ def write_bootstrap(
         f"- commit: {git.get('commit', '—')}{' (dirty)' if git.get('dirty') else ''}",
         f"- at: {made_at}",
         "",
-        _md_row(head),
-        _md_row(["---"] * len(head)),
+        md_row(head),
+        md_row(["---"] * len(head)),
         *body,
         "",
     ]

@@ -31,6 +31,14 @@ except ImportError:  # pragma: no cover - not on Linux/macOS
 CLAIMS_DIR = ".claims"
 
 
+class RunBusy(Exception):
+    """Another worker holds something this run needs (its pre-training arm): ``claim``."""
+
+    def __init__(self, message: str, claim: str) -> None:
+        super().__init__(message)
+        self.claim = claim
+
+
 def claim_path(runs_dir: Path, name: str) -> Path:
     """The lock file of run (or arm) ``name``; characters other than ``[\\w.=,+-]`` become ``_``."""
     return runs_dir / CLAIMS_DIR / (re.sub(r"[^\w.=,+-]", "_", name) + ".lock")
@@ -94,6 +102,14 @@ def holder(runs_dir: Path, name: str) -> dict[str, Any] | None:
     if record.get("host") == socket.gethostname() and not _alive(int(record["pid"])):
         return None
     return record
+
+
+def held_by(runs_dir: Path, name: str) -> str:
+    """'pid N on HOST' for the worker holding ``name``'s claim, as its lock file says."""
+    record = holder(runs_dir, name)
+    if record is None:
+        return "another worker"
+    return f"pid {record['pid']} on {record.get('host', '?')}"
 
 
 def _alive(pid: int) -> bool:

@@ -16,14 +16,14 @@ from torch import nn
 
 from structqa.attention.module import MultiHeadAttention
 from structqa.config import Config, ConfigError
-from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import (
+from structqa.encoders import (
     attention_options,
     convert_stacking,
     encoder_from_config_dict,
     load_encoder,
     parse_stacking,
 )
+from structqa.encoders.bert import BertEncoder
 from structqa.features.squad import TOKEN_TAGS
 from structqa.heads import build_head
 from structqa.io import UnreadableFile, read_json, read_safetensors

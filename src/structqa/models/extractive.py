@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from structqa.encoders import entity_keys_if
 from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import entity_keys_if
 from structqa.features.batching import Batch
 from structqa.heads.base import HeadOutput, SpanHead
 

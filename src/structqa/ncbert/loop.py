@@ -41,8 +41,8 @@ from accelerate.utils import set_seed
 
 from structqa.config import config_from_dict
 from structqa.data.drop import DropExample, read_drop
+from structqa.encoders import attention_options, encoder_from_config_dict, load_encoder
 from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import attention_options, encoder_from_config_dict, load_encoder
 from structqa.features.batching import length_grouped_batches, sorted_batches
 from structqa.features.drop_features import (
     DropBatch,

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from structqa.config import ConfigError, load_config, setting
-from structqa.encoders.stacking import AttentionOptions, parse_stacking
+from structqa.encoders import AttentionOptions, parse_stacking
 from structqa.pretrain.masking import MaskingConfig, get_scheme
 from structqa.runtime import use_bf16
 from structqa.text.annotate import DEFAULT_MODEL

@@ -31,14 +31,14 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from structqa.encoders.bert import EncoderConfig
-from structqa.encoders.stacking import (
+from structqa.encoders import (
     attention_options,
     build_encoder,
     convert_stacking,
     entity_keys_if,
     load_encoder,
 )
+from structqa.encoders.bert import EncoderConfig
 from structqa.features.batching import length_grouped_batches, sorted_batches
 from structqa.io import append_jsonl, write_json
 from structqa.models.build import load_tokenizer, resolve_encoder_path, set_dropout

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from structqa.encoders import convert_stacking, load_encoder, save_encoder
 from structqa.encoders.bert import BertEncoder, EncoderConfig, _activation, load_state_dict
-from structqa.encoders.stacking import convert_stacking, load_encoder, save_encoder
 from structqa.pretrain.masking import IGNORE_INDEX
 
 log = logging.getLogger(__name__)

@@ -229,7 +229,7 @@ def extend_embeddings(model: nn.Module, tokenizer, new_words: Iterable[str], old
 def save_extended(model: nn.Module, tokenizer, path: str | Path) -> Path:
     """Write the model (``save_pretrained``: a ``MaskedLM``, or a bare encoder) and the
     extended tokenizer to one checkpoint directory, with its manifest."""
-    from structqa.encoders.stacking import save_encoder
+    from structqa.encoders import save_encoder
     from structqa.manifest import write_manifest
 
     path = Path(path)
@@ -245,7 +245,7 @@ def save_extended(model: nn.Module, tokenizer, path: str | Path) -> Path:
 def load_extended(path: str | Path, mlm: bool = True):
     """``(model, tokenizer)`` from :func:`save_extended`'s directory; ``model`` is a
     ``MaskedLM`` when ``mlm`` else a ``BertEncoder``."""
-    from structqa.encoders.stacking import load_encoder
+    from structqa.encoders import load_encoder
     from structqa.models.build import load_tokenizer
 
     tokenizer = load_tokenizer(path)

@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import save_file
 
 from structqa.config import config_changes
-from structqa.encoders.stacking import encoder_config_dict
+from structqa.encoders import encoder_config_dict
 from structqa.io import (
     UnreadableFile,
     read_json,

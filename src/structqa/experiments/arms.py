@@ -1,0 +1,138 @@
+"""Pre-training arms: ``structqa pretrain`` runs that an experiment's runs fine-tune from.
+
+A run whose ``model.encoder`` is ``pretrain:NAME`` needs arm NAME's ``final/`` checkpoint; the
+arm trains into ``<runs-dir>/pretrain/NAME/`` (resumably, once per arm, under its claim so that
+two workers never train one arm) and leaves ``<results>/pretrain/NAME.json``: held-out MLM loss
+and accuracy, config, provenance and wall time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from structqa.config import ConfigError, config_changes
+from structqa.experiments.claims import RunBusy, held_by, try_claim
+from structqa.experiments.spec import Experiment
+from structqa.experiments.store import (
+    TIME_FILE,
+    Paths,
+    arm_finished,
+    device_and_bf16,
+    read_json,
+    timed_training,
+)
+from structqa.io import write_json
+from structqa.pretrain import loop as pretrain_loop
+from structqa.training.checkpoint import RESUME_MAY_CHANGE
+
+log = logging.getLogger(__name__)
+
+
+def ensure_pretrained(
+    experiment: Experiment,
+    arm: str,
+    paths: Paths,
+    *,
+    command: str,
+    provenance: Mapping[str, Any],
+    data_dir: str | None = None,
+    progress: bool = True,
+) -> Path | None:
+    """Pre-train (or continue) one arm; its ``final/`` directory once finished, else None.
+
+    Runs under the arm's claim, so that two workers never train one arm: raises
+    :class:`RunBusy` naming the holder when another worker has it. An arm whose recorded
+    config differs from the experiment's (the YAML changed after it was
+    trained) is an error: its checkpoint would silently stand for another recipe."""
+    if experiment.pretrain is None or arm not in experiment.pretrain.arms:
+        raise ConfigError(f"{experiment.name}: no pre-training arm {arm!r}")
+    out = paths.pretrain_output(arm)
+    final = out / "final"
+    cfg = experiment.pretrain.config_for(arm)
+    cfg.train.output_dir = str(out)
+    if data_dir:
+        cfg.data.dir = data_dir
+    recorded = read_json(out / "config.json")  # what the pre-training loop ran with
+    changed = [k for k, _, _ in config_changes(recorded or {}, cfg.to_dict(), RESUME_MAY_CHANGE)]
+    if changed:
+        raise ConfigError(
+            f"pre-training arm {arm!r}: {out} was trained with other values of "
+            f"{', '.join(changed)} than {experiment.source or 'the experiment'} now gives; "
+            f"delete {out} (and {paths.pretrain_result(arm)}) to retrain it, or give the new "
+            "recipe a new arm name"
+        )
+
+    def finished() -> bool:
+        return paths.pretrain_result(arm).exists() and arm_finished(final)
+
+    if finished():
+        return final  # no claim needed (a worker training an arm holds it for minutes)
+    claim = try_claim(paths.runs, f"pretrain/{arm}")  # (the name held_by reads too)
+    if claim is None:
+        who = held_by(paths.runs, f"pretrain/{arm}")
+        raise RunBusy(f"pre-training arm {arm!r} is being trained by {who}", f"pretrain/{arm}")
+    with claim:
+        if finished():  # by another worker since the check above
+            return final
+        return _pretrain_and_record(experiment, arm, paths, cfg, command, provenance, progress)
+
+
+def _pretrain_and_record(
+    experiment: Experiment,
+    arm: str,
+    paths: Paths,
+    cfg: Any,
+    command: str,
+    provenance: Mapping[str, Any],
+    progress: bool,
+) -> Path | None:
+    """:func:`ensure_pretrained`'s work under the arm's claim: train (or resume) the arm into
+    ``cfg.train.output_dir`` and write its result JSON; ``final/``, or None if interrupted."""
+    assert experiment.pretrain is not None
+    out = Path(cfg.train.output_dir)
+    final = out / "final"
+    timing = read_json(out / TIME_FILE)
+    if not arm_finished(final):
+        before = read_json(out / "last" / "train_state.json")
+        resume = (out / "last").is_dir()
+        log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
+        timing = timed_training(
+            out, lambda: pretrain_loop.run(cfg, resume=resume, progress=progress)
+        )
+        if not arm_finished(final):
+            state = read_json(out / "last" / "train_state.json")
+            if resume and state.get("global_step") == before.get("global_step"):
+                raise RuntimeError(
+                    f"pre-training arm {arm!r}: resuming made no progress (step "
+                    f"{state.get('global_step')}); delete {out} to retrain it"
+                )
+            return None  # interrupted: last/ holds the state
+    state = read_json(final / "train_state.json")
+    device, bf16 = device_and_bf16(cfg)
+    write_json(
+        paths.pretrain_result(arm),
+        {
+            "experiment": experiment.name,
+            "arm": arm,
+            "overrides": experiment.pretrain.arms[arm],
+            # held-out MLM loss/accuracy ({} when the corpus left no held-out chunk)
+            "metrics": read_json(final / "metrics.json"),
+            "steps": state.get("global_step"),
+            "seed": cfg.train.seed,
+            "wall_time_s": round(timing.get("wall_time_s", 0.0), 3),
+            "sessions": timing.get("sessions", 0),
+            "device": device,
+            "bf16": bf16,
+            **provenance,
+            "command": command,
+            "config_file": experiment.source,
+            "pretrain_base": experiment.pretrain.base_file,
+            "config": cfg.to_dict(),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+    return final

@@ -1,0 +1,140 @@
+"""Train (or continue) one run of an experiment and write its result JSON once it finishes.
+
+An extractive run trains with :func:`structqa.training.loop.run`; a ``kind: drop`` run with
+:func:`structqa.ncbert.loop.run`, and its result adds the full DROP scores of ``best/`` on the
+dev file (``dev``) and on the test file (``test``, with per-type EM/F1). A run fine-tuned from a
+pre-training arm gets that arm first (:mod:`structqa.experiments.arms`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from structqa.config import ConfigError
+from structqa.experiments.arms import ensure_pretrained
+from structqa.experiments.results import drop_table_metrics, metric_value
+from structqa.experiments.run_config import resolve_config
+from structqa.experiments.spec import Experiment, Run, pretrain_arm
+from structqa.experiments.stale import stale_partial
+from structqa.experiments.store import (
+    Paths,
+    device_and_bf16,
+    eval_history,
+    read_json,
+    run_status,
+    save_answers,
+    timed_training,
+)
+from structqa.io import write_json
+from structqa.ncbert import loop as drop_loop
+from structqa.ncbert.config import DropConfig
+from structqa.training import loop
+
+log = logging.getLogger(__name__)
+
+
+def execute_run(
+    experiment: Experiment,
+    run: Run,
+    paths: Paths,
+    *,
+    command: str,
+    provenance: Mapping[str, Any],
+    data_dir: str | None = None,
+    progress: bool = True,
+) -> bool:
+    """Train (or continue) one run; write its result JSON if it finished. True if it did."""
+    cfg, split = resolve_config(experiment, run, paths, data_dir)
+    arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
+    if arm is not None:
+        final = ensure_pretrained(
+            experiment,
+            arm,
+            paths,
+            command=command,
+            provenance=provenance,
+            data_dir=data_dir,
+            progress=progress,
+        )
+        if final is None:
+            return False
+        cfg.model.encoder = str(final)
+    out = Path(cfg.train.output_dir)
+    resume = run_status(paths, run) == "partial"
+    if resume and (changed := stale_partial(experiment, paths, run)):
+        raise ConfigError(
+            f"{run.name}: its unfinished output {out} was started with other values than the "
+            f"YAML now gives ({', '.join(changed)}). Restore them to continue it, or delete "
+            f"{out} to train this run afresh with the YAML's values"
+        )
+    before = read_json(out / "last" / "train_state.json")
+    trainer = drop_loop.run if isinstance(cfg, DropConfig) else loop.run
+    timing = timed_training(out, lambda: trainer(cfg, resume=resume, progress=progress))
+    state = read_json(out / "last" / "train_state.json")
+    if not state.get("finished"):
+        if resume and state.get("global_step") == before.get("global_step"):
+            # A signal always lets the current step finish, so a resumed run that returns
+            # without a step and unfinished would do the same again on every call.
+            raise RuntimeError(
+                f"{run.name}: resuming made no progress (step {state.get('global_step')}, not "
+                f"finished); the trainer cannot finish this checkpoint. Delete {out} to rerun it."
+            )
+        return False
+    metrics_file = out / "best" / "metrics.json"
+    if not metrics_file.exists():
+        raise FileNotFoundError(f"{run.name}: training finished but {metrics_file} is missing")
+    metrics = json.loads(metrics_file.read_text())
+    scores: dict[str, Any] = {}
+    if isinstance(cfg, DropConfig):
+        test_file = out / "best" / "test" / "metrics.json"
+        if not test_file.exists():
+            raise FileNotFoundError(f"{run.name}: training finished but {test_file} is missing")
+        best_state = read_json(out / "best" / "train_state.json")
+        scores = {
+            "dev": metrics,
+            "test": json.loads(test_file.read_text()),
+            "best_step": best_state.get("global_step"),  # (selection may happen mid-epoch)
+        }
+        metrics = drop_table_metrics(scores["test"], scores["dev"])
+    elif not save_answers(out, paths.answers(run)):
+        raise FileNotFoundError(
+            f"{run.name}: training finished but {out / 'best' / 'predictions.json'} is missing"
+        )
+    device, bf16 = device_and_bf16(cfg)
+    result = {
+        "experiment": experiment.name,
+        "run": run.name,
+        "grid": run.values,
+        "extra_seed": run.extra,
+        "seed": cfg.train.seed,
+        "metrics": metrics,
+        **scores,
+        "best_epoch": read_json(out / "best" / "train_state.json").get("best_epoch"),
+        "epochs": state.get("epoch"),
+        "steps": state.get("global_step"),
+        "eval_history": eval_history(out),
+        "wall_time_s": round(timing["wall_time_s"], 3),
+        "sessions": timing["sessions"],
+        "device": device,
+        "bf16": bf16,
+        **provenance,
+        "command": command,
+        "config_file": experiment.source,
+        "validation": split,
+        "config": cfg.to_dict(),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    write_json(paths.result(run), result)
+    log.info(
+        "%s: F1 %.2f EM %.2f (best epoch %s)",
+        run.name,
+        metric_value(result["metrics"], "f1"),
+        metric_value(result["metrics"], "em"),
+        result["best_epoch"],
+    )
+    return True

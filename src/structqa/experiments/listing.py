@@ -1,0 +1,90 @@
+"""``structqa experiment CONFIG --dry-run``: every planned run with its status (and its scores
+when done), and the pre-training arms with theirs."""
+
+from __future__ import annotations
+
+from structqa.experiments.claims import holder
+from structqa.experiments.results import load_results, metric_value
+from structqa.experiments.reuse import find_reusable, reuse_candidates
+from structqa.experiments.run_config import resolve_config
+from structqa.experiments.runner import selected
+from structqa.experiments.spec import Experiment, plan
+from structqa.experiments.stale import selection_note, stale_arms, stale_partial, stale_results
+from structqa.experiments.store import Paths, display_path, pretrain_status, read_json, run_status
+
+
+def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) -> None:
+    """The --dry-run listing: every planned run with its status (and scores when done)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    results = load_results(paths.results)
+    runs = selected(plan(experiment, results), only)
+    table = Table(title=f"{experiment.name}: {len(runs)} run(s)")
+    for col in ("#", "run", "status", "F1", "EM"):
+        table.add_column(col, justify="right" if col in ("#", "F1", "EM") else "left")
+    counts: dict[str, int] = {}
+    candidates = reuse_candidates(experiment)  # (read once for the whole listing)
+    changed_arms = stale_arms(experiment, paths)
+    stale = stale_results(experiment, paths, results, changed_arms)
+    for i, run in enumerate(runs, 1):
+        status = run_status(paths, run)
+        if run.name in stale:
+            status = "stale"
+        elif status == "partial" and (changed := stale_partial(experiment, paths, run)):
+            stale[run.name] = changed
+            status = "stale"
+        counts[status] = counts.get(status, 0) + 1
+        if status == "stale":
+            status = f"stale: {', '.join(stale[run.name])}"
+        elif status != "done" and (record := holder(paths.runs, run.name)) is not None:
+            status = f"running (pid {record['pid']})"
+        elif (
+            status != "done"
+            and experiment.reuse
+            and (
+                source := find_reusable(
+                    experiment, resolve_config(experiment, run, paths)[0], candidates
+                )
+            )
+        ):
+            status += f" (will reuse {display_path(source[0])})"
+        elif status == "done" and results.get(run.name, {}).get("reused_from"):
+            status = "done (reused)"
+        scores = ["", ""]
+        if run.name in results:
+            m = results[run.name]["metrics"]
+            scores = [f"{metric_value(m, 'f1'):.2f}", f"{metric_value(m, 'em'):.2f}"]
+        name = run.name + (" (extra seed)" if run.extra else "")
+        table.add_row(str(i), name, status, *scores)
+    console = Console()
+    if experiment.pretrain is not None:
+        arms = Table(
+            title=f"{experiment.name}: {len(experiment.pretrain.arms)} pre-training arm(s)"
+        )
+        for col in ("arm", "status", "MLM acc", "MLM loss"):
+            arms.add_column(col, justify="right" if col.startswith("MLM") else "left")
+        for arm in experiment.pretrain.arms:
+            m = read_json(paths.pretrain_result(arm)).get("metrics", {})
+            acc, loss = m.get("mlm_accuracy"), m.get("mlm_loss")
+            arms.add_row(
+                arm,
+                f"stale: {', '.join(changed_arms[arm])}"
+                if arm in changed_arms
+                else pretrain_status(paths, arm),
+                "" if acc is None else f"{100 * acc:.2f}",
+                "" if loss is None else f"{loss:.4f}",
+            )
+        console.print(arms)
+    console.print(table)
+    console.print(
+        ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo"))
+        + (
+            f", {counts['stale']} stale (YAML changed since they started)"
+            if "stale" in counts
+            else ""
+        )
+    )
+    console.print(f"outputs: {paths.runs}  results: {paths.results}")
+    if note := selection_note(experiment):
+        console.print(f"note: {note}", markup=False)

@@ -1,0 +1,89 @@
+"""Reusing another experiment's identical run: ``reuse: [docs/results/OTHER]`` in the YAML.
+
+A run whose full config (all but the runner's paths and derived values) equals a finished
+run's in one of those results directories takes that result, marked ``reused_from``, instead
+of training again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from structqa.config import Config
+from structqa.experiments.results import metric_value
+from structqa.experiments.spec import Experiment, Run, flatten
+from structqa.experiments.stale import NOT_COMPARED, VALUE_WHEN_MISSING
+from structqa.experiments.store import Paths, display_path, read_json
+from structqa.io import write_json
+from structqa.ncbert.config import DropConfig
+
+log = logging.getLogger(__name__)
+
+
+def _comparable(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """A config flattened for comparison: runner paths and derived values dropped, and keys a
+    recorded config lacks (fields added to structqa after it was written) at their defaults."""
+    flat = flatten(json.loads(json.dumps(config)))
+    defaults = {**defaults, **{k: v for k, v in VALUE_WHEN_MISSING.items() if k in defaults}}
+    return {k: flat.get(k, v) for k, v in defaults.items() if k not in NOT_COMPARED} | {
+        k: v for k, v in flat.items() if k not in NOT_COMPARED
+    }
+
+
+def reuse_candidates(experiment: Experiment) -> list[tuple[Path, dict[str, Any]]]:
+    """Every finished result (file, content) in ``experiment.reuse``'s directories."""
+    return [
+        (path, result)
+        for directory in experiment.reuse
+        for path in sorted((Path(directory) / "runs").glob("*.json"))
+        if "config" in (result := read_json(path))
+    ]
+
+
+def find_reusable(
+    experiment: Experiment,
+    cfg: Config | DropConfig,
+    candidates: Sequence[tuple[Path, dict[str, Any]]] | None = None,
+) -> tuple[Path, dict[str, Any]] | None:
+    """The first finished result in ``experiment.reuse``'s directories (or in ``candidates``,
+    read from them beforehand) trained with exactly ``cfg`` (the run's resolved config), as
+    (its file, its content); else None."""
+    if not experiment.reuse:
+        return None
+    defaults = flatten(json.loads(json.dumps(type(cfg)().to_dict())))
+    want = _comparable(cfg.to_dict(), defaults)
+    for path, result in reuse_candidates(experiment) if candidates is None else candidates:
+        if _comparable(result["config"], defaults) == want:
+            return path, result
+    return None
+
+
+def reuse_result(
+    experiment: Experiment, run: Run, paths: Paths, source: Path, result: Mapping[str, Any]
+) -> None:
+    """Write ``run``'s result as a copy of another experiment's identical run, saying so."""
+    reused = {
+        **result,
+        "experiment": experiment.name,
+        "run": run.name,
+        "grid": run.values,
+        "extra_seed": run.extra,
+        "reused_from": {
+            "result": display_path(source),
+            "experiment": result.get("experiment"),
+            "run": result.get("run"),
+        },
+        "reused_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    write_json(paths.result(run), reused)
+    log.info(
+        "%s: reused %s (identical config), F1 %.2f",
+        run.name,
+        display_path(source),
+        metric_value(reused["metrics"], "f1"),
+    )

@@ -1,0 +1,126 @@
+"""A run's config as it trains: its output directory, ``--data``, and, when the experiment asks
+for a ``validation`` split, the split's files in place of ``data.train``/``data.eval``.
+
+The split divides the training file by context and is written once as SQuAD JSON under
+``<runs-dir>/_validation/`` (``split.json``, written last, marks a complete split).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from structqa.config import Config
+from structqa.data import Example, validation_split
+from structqa.data.readers import read_extractive
+from structqa.experiments.spec import Experiment, Run, ValidationSpec
+from structqa.experiments.store import Paths
+from structqa.io import write_json
+from structqa.ncbert.config import DropConfig
+from structqa.training.data import data_path
+
+log = logging.getLogger(__name__)
+
+
+def resolve_config(
+    experiment: Experiment, run: Run, paths: Paths, data_dir: str | None = None
+) -> tuple[Config | DropConfig, dict | None]:
+    """The run's config as it trains: its output directory, ``--data``, and the validation
+    split files in place of data.train/data.eval when the experiment asks for one."""
+    cfg = experiment.config_for(run)
+    cfg.train.output_dir = str(paths.output(run))
+    if data_dir:
+        cfg.data.dir = data_dir
+    split = None
+    if experiment.validation is not None:
+        train_file, val_file, split = validation_files(
+            cfg, experiment.validation, paths.runs / "_validation"
+        )
+        cfg.data.train, cfg.data.eval = str(train_file), str(val_file)
+        cfg.data.validation = None  # best/ on the split's validation file, now data.eval
+    return cfg, split
+
+
+def _squad_answers(example: Example, targets: bool) -> list[dict[str, Any]]:
+    """The ``answers`` of one SQuAD question.
+
+    ``targets`` (the training part): the located answers, so that reading the file back gives
+    the same training targets. Otherwise (the part that is scored): every gold text in order,
+    so that scoring sees the same gold answers; a gold text with no located span gets
+    ``answer_start`` -1.
+    """
+    located = [{"text": a.text, "answer_start": a.start} for a in example.answers]
+    if targets and located:
+        return located
+    starts: dict[str, list[int]] = {}
+    for answer in example.answers:
+        starts.setdefault(answer.text, []).append(answer.start)
+    used: dict[str, int] = {}
+    out = []
+    for text in example.gold_texts:
+        options = starts.get(text, [-1])
+        out.append({"text": text, "answer_start": options[used.get(text, 0) % len(options)]})
+        used[text] = used.get(text, 0) + 1
+    return out
+
+
+def to_squad_json(examples: Iterable[Example], targets: bool) -> dict[str, Any]:
+    """Examples as a SQuAD JSON document (v2.0 if any question is unanswerable, else v1.1):
+    articles by title and paragraphs by context, in order of first appearance."""
+    examples = list(examples)
+    v2 = any(e.is_impossible for e in examples)
+    articles: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for ex in examples:
+        qa: dict[str, Any] = {"id": ex.id, "question": ex.question}
+        qa["answers"] = [] if ex.is_impossible else _squad_answers(ex, targets)
+        if v2:
+            qa["is_impossible"] = ex.is_impossible
+        articles.setdefault(ex.title, {}).setdefault(ex.context, []).append(qa)
+    data = [
+        {
+            "title": title,
+            "paragraphs": [{"context": c, "qas": qas} for c, qas in paragraphs.items()],
+        }
+        for title, paragraphs in articles.items()
+    ]
+    return {"version": "v2.0" if v2 else "1.1", "data": data}
+
+
+def validation_files(cfg: Config, spec: ValidationSpec, root: Path) -> tuple[Path, Path, dict]:
+    """Split ``cfg.data.train`` by context and write ``train.json``/``val.json`` under ``root``
+    (once; ``split.json``, written last, marks a complete split). Returns both paths and the
+    split's description."""
+    source = data_path(cfg, cfg.data.train)
+    folder = root / f"{source.name.split('.')[0]}-val{spec.fraction:g}-seed{spec.seed}"
+    train_file, val_file, info_file = (
+        folder / "train.json",
+        folder / "val.json",
+        folder / "split.json",
+    )
+    wanted = {"source": str(source), "fraction": spec.fraction, "seed": spec.seed}
+    if info_file.exists() and train_file.exists() and val_file.exists():
+        info = json.loads(info_file.read_text())
+        if all(info.get(k) == v for k, v in wanted.items()):
+            return train_file, val_file, info
+    train, val = validation_split(read_extractive(source).examples, spec.fraction, spec.seed)
+    write_json(train_file, to_squad_json(train, targets=True), indent=None)
+    write_json(val_file, to_squad_json(val, targets=False), indent=None)
+    info = {
+        **wanted,
+        "train_questions": len(train),
+        "val_questions": len(val),
+        "train_contexts": len({e.context for e in train}),
+        "val_contexts": len({e.context for e in val}),
+    }
+    write_json(info_file, info)
+    log.info(
+        "validation split of %s: %d train / %d validation questions in %s",
+        source,
+        len(train),
+        len(val),
+        folder,
+    )
+    return train_file, val_file, info
