@@ -9,6 +9,7 @@ as much a knot as one at the top of a file. The rules are the ones docs/architec
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -185,6 +186,14 @@ def test_imports_flow_down_the_layers() -> None:
         "imports that do not flow down the layers (move the shared code lower, or pass it "
         "in as an argument):\n" + "\n".join(upward)
     )
+
+
+def test_the_documented_layers_are_the_tested_ones() -> None:
+    doc = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \|", doc, flags=re.MULTILINE)
+    documented = {int(layer): set(re.findall(r"`(\w+)`", names)) for layer, names in rows}
+    tested = {i: set(layer) for i, layer in enumerate(LAYERS)}
+    assert documented == tested, "docs/architecture.md's layer table differs from LAYERS here"
 
 
 @pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))

@@ -26,12 +26,14 @@ import numpy as np
 
 from structqa.config import ConfigError
 from structqa.experiments.aggregate import axis_values, group_cells, key_label, md_row
-from structqa.experiments.results import METRIC_NAMES
-from structqa.experiments.spec import Experiment, Run
+from structqa.experiments.results import METRIC_NAMES, load_results
+from structqa.experiments.spec import Experiment, Run, plan
+from structqa.experiments.stale import check_not_stale
 from structqa.experiments.store import ANSWERS_DIR, Paths, answers_file
 from structqa.io import write_json, write_text
 from structqa.metrics.paired import BootstrapResult, paired_bootstrap
 from structqa.paths import resolve_data_dir, resolve_data_file
+from structqa.provenance import git_info, machine_info
 from structqa.scoring import load_gold, score_predictions_file
 
 log = logging.getLogger(__name__)
@@ -188,6 +190,32 @@ def _carry(old: Mapping[str, Any] | None, cell: _Cell, origin: Mapping[str, Any]
     if n_old > len(cell.paired) or n_old <= len(cell.used):
         return None
     return {**old, "seeds": seeds, "carried_from": old.get("carried_from") or dict(origin)}
+
+
+def bootstrap_results(
+    experiment: Experiment,
+    paths: Paths,
+    *,
+    command: str,
+    data_dir: str | None = None,
+    resamples: int = 10_000,
+) -> Path:
+    """``--bootstrap``: :func:`write_bootstrap` over every result in ``paths.results`` (which
+    must still stand for the YAML's recipe); the .md path."""
+    results = load_results(paths.results)
+    if not results:
+        raise ConfigError(f"--bootstrap: no results in {paths.results} to compare")
+    check_not_stale(experiment, paths, results)
+    return write_bootstrap(
+        experiment,
+        plan(experiment, results),
+        results,
+        paths,
+        command=command,
+        provenance={"git": git_info(), "machine": machine_info()},
+        data_dir=data_dir,
+        resamples=resamples,
+    )
 
 
 def write_bootstrap(

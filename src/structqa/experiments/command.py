@@ -20,15 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from structqa.config import ConfigError
-from structqa.experiments.aggregate import refresh
 from structqa.experiments.grid import load_experiment
 from structqa.experiments.listing import print_plan
-from structqa.experiments.results import load_results
-from structqa.experiments.runner import pretrain_arms, run_experiment, run_workers
-from structqa.experiments.spec import plan
-from structqa.experiments.stale import check_not_stale
-from structqa.experiments.store import ANSWERS_DIR, Paths, config_file, keep_answers
-from structqa.provenance import git_info, machine_info
+from structqa.experiments.runner import pretrain_arms, refresh_tables, run_experiment, run_workers
+from structqa.experiments.store import Paths
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +66,12 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
         print_plan(experiment, paths, args.only)
         return 0
     if args.bootstrap:
-        from structqa.experiments.bootstrap import write_bootstrap
+        from structqa.experiments.bootstrap import bootstrap_results
 
-        results = load_results(paths.results)
-        if not results:
-            raise ConfigError(f"--bootstrap: no results in {paths.results} to compare")
-        check_not_stale(experiment, paths, results)
-        out = write_bootstrap(
+        out = bootstrap_results(
             experiment,
-            plan(experiment, results),
-            results,
             paths,
             command=_command_line(args),
-            provenance={"git": git_info(), "machine": machine_info()},
             data_dir=args.data,
             resamples=args.resamples,
         )
@@ -91,16 +79,7 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
         log.info("wrote %s and bootstrap.json", out)
         return 0
     if args.refresh:
-        results = load_results(paths.results)
-        if not results:
-            raise ConfigError(f"--refresh: no results in {paths.results} to tabulate")
-        check_not_stale(experiment, paths, results)
-        runs = plan(experiment, results)
-        refresh(experiment, runs, results, paths.results, config_file(experiment))
-        log.info("rewrote the tables in %s from %d result(s)", paths.results, len(results))
-        kept = keep_answers(experiment, runs, results, paths)
-        if kept:
-            log.info("saved the answers of %d run(s) in %s/%s", kept, paths.results, ANSWERS_DIR)
+        refresh_tables(experiment, paths)
         return 0
     if args.workers is not None and args.workers > 1:
         threads = args.threads or max(1, (os.cpu_count() or 1) // args.workers)

@@ -31,7 +31,7 @@ from structqa.experiments.reuse import find_reusable, reuse_result
 from structqa.experiments.run_config import resolve_config
 from structqa.experiments.spec import Experiment, Run, plan, pretrain_arm
 from structqa.experiments.stale import check_not_stale, selection_note
-from structqa.experiments.store import Paths, config_file, keep_answers, run_status
+from structqa.experiments.store import ANSWERS_DIR, Paths, config_file, keep_answers, run_status
 from structqa.provenance import git_info, machine_info
 from structqa.training import loop
 
@@ -183,6 +183,21 @@ def run_experiment(
             ", ".join(skipped),
         )
     return 0
+
+
+def refresh_tables(experiment: Experiment, paths: Paths) -> None:
+    """``--refresh``: rewrite the tables from every result in ``paths.results`` (which must
+    still stand for the YAML's recipe), and keep the answers of runs that lack them there."""
+    results = load_results(paths.results)
+    if not results:
+        raise ConfigError(f"--refresh: no results in {paths.results} to tabulate")
+    check_not_stale(experiment, paths, results)
+    runs = plan(experiment, results)
+    refresh(experiment, runs, results, paths.results, config_file(experiment))
+    log.info("rewrote the tables in %s from %d result(s)", paths.results, len(results))
+    kept = keep_answers(experiment, runs, results, paths)
+    if kept:
+        log.info("saved the answers of %d run(s) in %s/%s", kept, paths.results, ANSWERS_DIR)
 
 
 def _wait_for_claims(paths: Paths, waiting: Mapping[str, Sequence[str]]) -> None:
