@@ -130,3 +130,19 @@ def test_an_unknown_version_is_read_with_a_warning_naming_it(tmp_path, caplog):
         with caplog.at_level(logging.WARNING, logger="structqa.data"):
             read_squad(path)
         assert "declares version" not in caplog.text
+
+
+def test_score_reports_deep_or_cut_files_with_exit_2(tmp_path, capsys):
+    from structqa.cli import main
+
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(squad_doc(version="1.1")))
+    deep = tmp_path / "preds.json"
+    deep.write_text('{"q1": ' + "[" * DEEP + "]" * DEEP + "}")
+    assert main(["score", str(data), str(deep)]) == 2
+    assert "preds.json: the predictions file's JSON is nested too deeply" in capsys.readouterr().err
+    cut = cut_gzip(tmp_path / "data.json.gz", json.dumps(squad_doc()).encode() * 50)
+    preds = tmp_path / "ok.json"
+    preds.write_text('{"q1": "The cat"}')
+    assert main(["score", str(cut), str(preds)]) == 2
+    assert "data.json.gz: the dataset file is not valid gzip" in capsys.readouterr().err

@@ -79,10 +79,10 @@ class QuestionTooLong(ValueError):
     """A question longer than the model reads (``data.max_query_len`` tokens), where cutting it
     silently would answer another question (prediction, serving)."""
 
-    def __init__(self, index: int, length: int, limit: int) -> None:
+    def __init__(self, index: int, length: int, limit: int, what: str = "the question") -> None:
         self.index, self.length, self.limit = index, length, limit
         super().__init__(
-            f"the question has {length} tokens, more than the {limit} this model reads "
+            f"{what} has {length} tokens, more than the {limit} this model reads "
             "(data.max_query_len); shorten it"
         )
 

@@ -101,8 +101,13 @@ class Predictor:
                 raise ValueError(f"{prefix(ex)}question and context must be non-empty")
             check_text(ex.question, f"{prefix(ex)}the question")
             check_text(ex.context, f"{prefix(ex)}the context")
-        # keyed by id; order is not the input's
-        predictions = self.predict_examples(examples, cut_long_questions=False)
+        try:  # keyed by id; order is not the input's
+            predictions = self.predict_examples(examples, cut_long_questions=False)
+        except QuestionTooLong as err:
+            if len(examples) == 1:
+                raise
+            what = f"pair {err.index}: the question"
+            raise QuestionTooLong(err.index, err.length, err.limit, what) from None
         return [self._answer(predictions[ex.id]) for ex in examples]
 
     def predict_examples(self, examples: Sequence[Example], cut_long_questions: bool = True):
