@@ -23,7 +23,7 @@ MAX_LINES = 600
 # a LOWER layer, never one in its own layer or above. Keep in step with docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("io", "paths", "runtime", "metrics", "attention"),  # files, devices, pure functions
-    ("data", "text", "provenance"),  # readers -> Example records; annotation; run provenance
+    ("data", "text", "provenance", "manifest"),  # readers; annotation; provenance; file hashes
     ("features", "encoders", "scoring"),  # tokens and windows; the BERT encoder; scoring files
     ("config", "heads"),  # the validated recipe; span and answer heads
     ("models", "decoding"),  # encoder + head per task; logits -> answers
@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("training",),  # the training scaffold shared by the tasks
     ("pretrain", "ncbert", "serving"),  # the MLM and DROP tasks; the HTTP service
     ("analysis", "experiments"),  # reports on trained models; grids of runs and tables
+    ("commands",),  # the larger subcommands (quickstart, evaluate, config)
     ("cli",),  # the `structqa` command
     ("__main__",),
 )
