@@ -145,7 +145,7 @@ def test_quickstart_trains_dyrex_and_shows_answers_by_a_fixed_rule(
     config = json.loads((out / "config.json").read_text())
     # the quickstart's own choices survive the user's overrides of other keys
     assert config["model"]["head"] == "dyrex" and config["train"]["head_lr"] == 1e-3
-    assert config["train"]["seed"] == 0 and config["data"]["validation"] == "0.05"
+    assert config["train"]["seed"] == 0 and config["data"]["validation"] == "0.02"
     printed = capsys.readouterr().out
     metrics = json.loads((out / "best" / "eval" / "metrics.json").read_text())
     assert f"held-out EM {metrics['exact_match']:.2f}  F1 {metrics['f1']:.2f}" in printed

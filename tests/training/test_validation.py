@@ -142,3 +142,17 @@ def test_own_data_from_the_command_line(tmp_path, tiny_checkpoint, capsys) -> No
     # without --eval, evaluate needs the checkpoint's data.eval, which is unset here
     assert main(test[:2]) == 2
     assert "give --eval FILE" in capsys.readouterr().err
+
+
+def test_a_train_size_beyond_what_validation_left_names_both(tmp_path, tiny_checkpoint, capsys):
+    args = [
+        "train",
+        f"--model.encoder={tiny_checkpoint}",
+        f"--data.train={TRAIN}",
+        "--data.train_size=40",  # the whole file, but validation takes 5 of it
+        f"--train.output_dir={tmp_path / 'run'}",
+    ]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "data.train_size" in err and "pool of 35 questions" in err
+    assert "after data.validation took 5" in err

@@ -120,7 +120,11 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
     """Training features and the features that choose best/. The test file (data.eval) is not
     read here unless ``data.validation`` is none."""
     pool, val, selection = split_training_file(cfg)  # the readers log their reports
-    train = list(train_subset(pool, parse_train_size(cfg.data.train_size), cfg.train.seed))
+    try:
+        train = list(train_subset(pool, parse_train_size(cfg.data.train_size), cfg.train.seed))
+    except ValueError as err:
+        left = f" (after data.validation took {len(val)})" if val is not None else ""
+        raise ValueError(f"data.train_size: {err}{left}") from None
     if val is None:
         val, v2 = load_eval_examples(cfg)
         selection = str(data_path(cfg, str(cfg.data.eval)))
