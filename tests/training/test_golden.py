@@ -26,5 +26,7 @@ def test_the_comparison_sees_a_changed_loss():
     assert same(recorded, changed) == [
         f".log[0].loss: recorded {recorded['log'][0]['loss']!r}, now {changed['log'][0]['loss']!r}"
     ]
+    changed["checkpoints"]["best"]["metrics"]["f1"] += 1e-3
+    assert any(d.startswith(".checkpoints.best.metrics.f1") for d in same(recorded, changed))
     del changed["checkpoints"]["last"]
     assert ".checkpoints.last: missing" in same(recorded, changed)
