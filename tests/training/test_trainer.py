@@ -82,7 +82,7 @@ class ToyTask:
         score = 1 / (1 + mse) if self.scored else None
         return Evaluation(metrics, f"mse {mse:.4f}", score=score, saved=metrics, value=metrics)
 
-    def save(self, target: Path, model, state: TrainState, metrics, optimizer, scheduler) -> None:
+    def save(self, target: Path, model, state: TrainState, optimizer, scheduler, metrics) -> None:
         tmp = target.with_name(target.name + ".tmp")
         tmp.mkdir(parents=True)
         save_file(

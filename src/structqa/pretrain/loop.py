@@ -249,6 +249,7 @@ class MLMTask(CheckpointedTask):
 
     data: PretrainData
     eval_batch_size: int
+    write = staticmethod(save_pretrain_checkpoint)  # HF BertForMaskedLM directories
 
     @property
     def lengths(self) -> list[int]:
@@ -266,11 +267,6 @@ class MLMTask(CheckpointedTask):
         result = evaluate_mlm(model, self.data.heldout, self.eval_batch_size, env.device, env.bf16)
         note = f"held-out MLM loss {result.loss:.4f}, accuracy {result.accuracy:.4f}"
         return Evaluation(result.metrics, note, saved=result.metrics, value=result)
-
-    def save(self, target, model, state, metrics, optimizer, scheduler) -> None:
-        save_pretrain_checkpoint(
-            target, model, self.tokenizer, self.config, state, optimizer, scheduler, metrics
-        )
 
     def load(self, model: MaskedLM, path: Path) -> None:
         _load_weights(model, path)

@@ -167,9 +167,9 @@ class Task(Protocol):
         target: Path,
         model: torch.nn.Module,
         state: TrainState,
-        metrics: dict[str, Any] | None,
         optimizer: torch.optim.Optimizer | None,
         scheduler: Any,
+        metrics: dict[str, Any] | None,
     ) -> None:
         """Write a checkpoint directory atomically (with the resume state if ``optimizer``)."""
 
@@ -181,15 +181,16 @@ class Task(Protocol):
 class CheckpointedTask:
     """A task's tokenizer and resolved config, and ``save``/``load`` of structqa's own
     checkpoint layout (:func:`save_checkpoint`: model.safetensors, structqa_config.json,
-    encoder_config.json, the tokenizer); a task with another layout overrides both."""
+    encoder_config.json, the tokenizer); a task with another layout sets ``write`` (a
+    function of save_checkpoint's signature) and overrides ``load``."""
 
     tokenizer: Any
     config: dict[str, Any]
+    write = staticmethod(save_checkpoint)  # (target, model, tokenizer, config, state, ...)
 
-    def save(self, target, model, state, metrics, optimizer, scheduler) -> None:
-        save_checkpoint(
-            target, model, self.tokenizer, self.config, state, optimizer, scheduler, metrics
-        )
+    def save(self, target: Path, model: torch.nn.Module, *rest: Any) -> None:
+        """:meth:`Task.save`; ``rest``: state, optimizer, scheduler, metrics."""
+        self.write(target, model, self.tokenizer, self.config, *rest)
 
     def load(self, model: torch.nn.Module, path: Path) -> None:
         safetensors_loader(model)(path)
@@ -341,7 +342,7 @@ def fit(
     def save(target: Path, metrics: dict[str, Any] | None = None, resumable: bool = True) -> None:
         if accelerator.is_main_process:
             opt, sched = (optimizer, scheduler) if resumable else (None, None)
-            task.save(target, raw_model, state, metrics, opt, sched)
+            task.save(target, raw_model, state, opt, sched, metrics)
         accelerator.wait_for_everyone()
 
     def evaluate(epoch: int) -> Evaluation | None:
@@ -356,7 +357,7 @@ def fit(
             bar.note(f"step {state.global_step}: {evaluation.note}")
             if evaluation.score is not None and evaluation.score > state.best_f1:
                 state.best_f1, state.best_epoch, best = evaluation.score, epoch, evaluation
-                task.save(best_dir, raw_model, state, evaluation.saved, None, None)
+                task.save(best_dir, raw_model, state, None, None, evaluation.saved)
                 if evaluation.outputs is not None:
                     evaluation.outputs(best_dir)
         accelerator.wait_for_everyone()
