@@ -1,12 +1,10 @@
-"""Training GenBERT / NC-BERT on DROP: one explicit loop, read top to bottom.
+"""GenBERT / NC-BERT on DROP: data, model building, prediction, and the training task.
 
-The same shape as :mod:`structqa.training.loop` and built on its helpers (``StopFlag``,
-``Progress``, ``TrainState``, atomic ``save_checkpoint``, resume state, the AdamW groups and
-the linear schedule): one process or many under ``accelerate launch`` (each takes every
-world_size-th batch of the same seeded, length-grouped order), bf16 autocast where native,
-SIGINT/SIGTERM stop after the current step and save ``last/`` so that ``--resume`` continues
-exactly. DICE samples its number pairs from the model's own generator; the loop reseeds it
-from (seed, step, micro-batch) before every forward pass, so resume needs no extra state.
+Training runs on the shared scaffold (:mod:`structqa.training.trainer`: steps, bf16,
+Accelerate, checkpoints, exact resume, SIGINT/SIGTERM); :class:`DropTask` supplies question
+batches, GenBERT's loss and the DROP evaluation. DICE samples its number pairs from the
+model's own generator; the task reseeds it from (seed, step, micro-batch, rank) before every
+forward pass, so resume needs no extra state.
 
 At each epoch end (and when ``max_steps`` is reached; also every ``eval_every_steps`` within an
 epoch when set) the eval file is predicted and scored with the official DROP metric
@@ -28,9 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import signal
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +38,7 @@ from structqa.config import config_from_dict
 from structqa.data.drop import DropExample, read_drop
 from structqa.encoders import attention_options, encoder_from_config_dict, load_encoder
 from structqa.encoders.bert import BertEncoder
-from structqa.features.batching import length_grouped_batches, sorted_batches
+from structqa.features.batching import sorted_batches
 from structqa.features.drop_features import (
     DropBatch,
     DropFeature,
@@ -51,7 +46,7 @@ from structqa.features.drop_features import (
     collate_drop,
     featurize_drop_examples,
 )
-from structqa.io import append_jsonl, read_json, read_safetensors, write_json
+from structqa.io import read_json, read_safetensors, write_json
 from structqa.manifest import MANIFEST, verify_manifest
 from structqa.metrics.drop import GoldAnswer, drop_score, gold_from_drop_json
 from structqa.models.build import (
@@ -64,18 +59,11 @@ from structqa.models.genbert import GenBERT
 from structqa.ncbert.config import DropConfig, validate
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.runtime import autocast, use_bf16
-from structqa.training.checkpoint import (
-    resume_from,
-    safetensors_loader,
-    save_checkpoint,
-    start_log,
-)
-from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
-from structqa.training.optim import build_optimizer, linear_warmup_decay
+from structqa.training.trainer import CheckpointedTask, Env, Evaluation, Settings, fit
+
+CONFIG_FILE = "structqa_config.json"  # the resolved DropConfig in a checkpoint
 
 log = logging.getLogger(__name__)
-
-CONFIG_FILE = "structqa_config.json"
 
 
 @dataclass(frozen=True)
@@ -314,18 +302,42 @@ def predict_file(
     return metrics
 
 
-# ---- the loop --------------------------------------------------------------------------------
+# ---- the task --------------------------------------------------------------------------------
 
 
-def epoch_batches(
-    features: Sequence[DropFeature], cfg: DropConfig, epoch: int, world: int
-) -> list[list[int]]:
-    """The batch order of one epoch: a function of (seed, epoch) only, so resume rebuilds it."""
-    batches = length_grouped_batches(
-        [len(f) for f in features], cfg.train.batch_size, seed=cfg.train.seed * 100_003 + epoch
-    )
-    usable = len(batches) - len(batches) % world  # every process gets the same number
-    return batches[:usable]
+@dataclass
+class DropTask(CheckpointedTask):
+    """GenBERT / NC-BERT on DROP: question batches, GenBERT's loss (DICE pairs reseeded from
+    (seed, step, micro-batch, rank), so resume needs no generator state), the official DROP
+    scores of the eval file; ``best/`` keeps the highest ``global_f1``."""
+
+    data: DropData
+    seed: int
+    eval_batch_size: int
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(f) for f in self.data.train.features]
+
+    def batch(self, indices: list[int], epoch: int) -> DropBatch:  # noqa: ARG002
+        pad_id = int(self.tokenizer.pad_token_id or 0)
+        return collate_drop(self.data.train.features, indices, pad_id)
+
+    def loss(self, model, batch: DropBatch, env: Env, step: int, micro: int) -> torch.Tensor:
+        raw_model: GenBERT = env.accelerator.unwrap_model(model)
+        raw_model.dice_generator.manual_seed(
+            ((self.seed * 1_000_003 + step) * 64 + micro) * 1024 + env.rank
+        )
+        return model(batch).loss
+
+    def evaluate(self, model: GenBERT, env: Env) -> Evaluation | None:
+        if not env.is_main:
+            return None
+        _, metrics = evaluate_split(
+            model, self.data.eval, self.tokenizer, self.eval_batch_size, env.bf16
+        )
+        note = f"EM {metrics['global_em']:.4f} F1 {metrics['global_f1']:.4f}"
+        return Evaluation(metrics, note, score=metrics["global_f1"], saved=metrics, value=metrics)
 
 
 def run(cfg: DropConfig, resume: bool = False, progress: bool = True) -> dict[str, Any] | None:
@@ -355,157 +367,23 @@ def run(cfg: DropConfig, resume: bool = False, progress: bool = True) -> dict[st
 def train(
     cfg: DropConfig,
     model: GenBERT,
-    tokenizer,
+    tokenizer: Any,
     data: DropData,
     resume: bool = False,
     progress: bool = True,
 ) -> dict[str, Any] | None:
-    tc = cfg.train
-    out = Path(tc.output_dir)
-    accelerator, bf16 = start_accelerator(tc.bf16)
-    device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
-    train_features = data.train.features
-    batches_per_epoch = len(epoch_batches(train_features, cfg, 0, world)) // world
-    if not batches_per_epoch:
-        raise ValueError(
-            f"the training files have {len(train_features)} questions: too few for one batch "
-            f"of {tc.batch_size} per process"
-        )
-    steps_per_epoch = math.ceil(batches_per_epoch / tc.grad_accum)
-    total_steps = tc.max_steps or math.ceil(steps_per_epoch * tc.epochs)
-    optimizer = build_optimizer(model, tc.lr, tc.head_lr, tc.weight_decay, param_lr=tc.param_lr)
-    scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
-    pad_id = int(tokenizer.pad_token_id or 0)
-
-    last_dir, best_dir = out / "last", out / "best"
-    state = resume_from(
-        last_dir, resume, safetensors_loader(model), optimizer, scheduler, cfg.to_dict()
-    )
-    if state.finished:
-        log.info("run already finished")
-        return None
-    model, optimizer = accelerator.prepare(model, optimizer)
-    raw_model: GenBERT = accelerator.unwrap_model(model)
+    """Train; the best eval metrics of this session (None if it made none better)."""
     config = cfg.to_dict()
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "config.json", config)
-    log_path = out / "metrics.jsonl"
-    if accelerator.is_main_process:
-        start_log(log_path, state.global_step)
-
-    def save(target: Path, metrics: dict[str, Any] | None = None, resumable: bool = True) -> None:
-        if accelerator.is_main_process:
-            opt, sched = (optimizer, scheduler) if resumable else (None, None)
-            save_checkpoint(target, raw_model, tokenizer, config, state, opt, sched, metrics)
-        accelerator.wait_for_everyone()
-
-    def evaluate(epoch: int) -> dict[str, Any] | None:
-        """Score the eval file (main process) and log it under ``epoch`` (1-based: the epoch
-        just finished, or in progress); keep ``best/`` and return the metrics if they beat the
-        best global F1 so far."""
-        if not accelerator.is_main_process:
-            return None
-        _, metrics = evaluate_split(raw_model, data.eval, tokenizer, tc.eval_batch_size, bf16)
-        model.train()
-        append_jsonl(log_path, {"step": state.global_step, "epoch": epoch, "eval": metrics})
-        f1 = metrics["global_f1"]
-        bar.note(f"step {state.global_step}: EM {metrics['global_em']:.4f} F1 {f1:.4f}")
-        if f1 <= state.best_f1:
-            return None
-        state.best_f1, state.best_epoch = f1, epoch
-        save_checkpoint(best_dir, raw_model, tokenizer, config, state, metrics=metrics)
-        return metrics
-
-    stop = StopFlag()
-    old_handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    bar = Progress(total_steps, enabled=progress and accelerator.is_main_process)
-    best: dict[str, Any] | None = None
-    try:
-        model.train()
-        bar.advance(state.global_step)
-        # runs until the final evaluation has been done: a run stopped during its last step
-        # resumes straight into that evaluation
-        while not state.finished and not stop.stop:
-            batches = epoch_batches(train_features, cfg, state.epoch, world)[rank::world]
-            t0, seen, tokens = time.perf_counter(), 0, 0
-            while state.batch_in_epoch < len(batches) and state.global_step < total_steps:
-                group = batches[state.batch_in_epoch : state.batch_in_epoch + tc.grad_accum]
-                step = state.global_step
-
-                def loss_of(i: int, batch: DropBatch, step: int = step) -> torch.Tensor:
-                    # DICE pairs: a function of (seed, step, micro-batch, rank), resume-exact
-                    raw_model.dice_generator.manual_seed(
-                        ((tc.seed * 1_000_003 + step) * 64 + i) * 1024 + rank
-                    )
-                    return model(batch).loss
-
-                loss_sum, rows, n_tokens = accumulate_step(
-                    accelerator,
-                    model,
-                    optimizer,
-                    scheduler,
-                    [collate_drop(train_features, idx, pad_id).to(device) for idx in group],
-                    loss_of,
-                    tc.max_grad_norm,
-                    bf16,
-                )
-                seen += rows
-                tokens += n_tokens
-                state.batch_in_epoch += len(group)
-                state.global_step += 1
-                elapsed = max(time.perf_counter() - t0, 1e-9)
-                bar.update(loss_sum, seen * world / elapsed, state.epoch)
-                if accelerator.is_main_process and state.global_step % tc.log_every_steps == 0:
-                    append_jsonl(
-                        log_path,
-                        {
-                            "step": state.global_step,
-                            "epoch": state.epoch,
-                            "loss": loss_sum,
-                            "lr": scheduler.get_last_lr()[0],
-                            "questions_per_s": seen * world / elapsed,
-                            "tokens_per_s": tokens * world / elapsed,
-                        },
-                    )
-                # within the epoch (even when stopping: a resumed run would not redo it)
-                if (
-                    tc.eval_every_steps
-                    and state.global_step % tc.eval_every_steps == 0
-                    and state.batch_in_epoch < len(batches)
-                    and state.global_step < total_steps
-                ):
-                    best = evaluate(state.epoch + 1) or best
-                    accelerator.wait_for_everyone()
-                if tc.save_every_steps and state.global_step % tc.save_every_steps == 0:
-                    save(last_dir)
-                if stop.synced(device):
-                    break
-            if stop.stop:
-                break
-            # epoch finished (or the step budget reached): evaluate, keep the best
-            state.epoch += 1
-            state.batch_in_epoch = 0
-            best = evaluate(state.epoch) or best
-            accelerator.wait_for_everyone()
-            state.finished = state.global_step >= total_steps
-            save(last_dir)
-        if stop.stop and not state.finished:  # (a signal in the final evaluation: done)
-            save(last_dir)
-            log.warning("stopped at step %d; continue with --resume", state.global_step)
-    finally:
-        bar.close()
-        for s, h in old_handlers.items():
-            signal.signal(s, h)
-    accelerator.wait_for_everyone()
-    return best
+    task = DropTask(tokenizer, config, data, cfg.train.seed, cfg.train.eval_batch_size)
+    settings = Settings.from_config(cfg.train, config, unit="questions")
+    return fit(task, model, settings, resume, progress)
 
 
 __all__ = [
     "DropData",
     "DropSplit",
+    "DropTask",
     "build_genbert",
-    "epoch_batches",
     "evaluate_split",
     "init_genbert",
     "load_genbert",

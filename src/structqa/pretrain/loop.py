@@ -1,11 +1,10 @@
-"""The pre-training loop: continued masked-LM training, read top to bottom (Accelerate below).
+"""Masked-LM pre-training (continued, or from scratch) on the shared training scaffold.
 
-The same shape as :mod:`structqa.training.loop`: one process or many under ``accelerate
-launch`` (each takes every world_size-th batch of the same seeded, length-grouped order),
-bf16 autocast where native, SIGINT/SIGTERM stop after the current step and save ``last/`` so
-that ``--resume`` continues exactly (weights, optimizer, scheduler, RNG, position in the epoch;
-masks depend only on (seed, window id, epoch)). The held-out MLM loss and accuracy (on the
-masked positions) are measured at step 0, every ``eval_every_steps`` and at the end.
+The task's own parts (:class:`MLMTask`): windows masked as a function of (seed, window id,
+epoch) only, the MLM loss, and the held-out MLM loss and accuracy (on the masked positions),
+measured at step 0, every ``eval_every_steps`` and at the end. Steps, bf16, Accelerate,
+checkpoints, exact resume and SIGINT/SIGTERM are the scaffold's (:mod:`structqa.training.trainer`).
+The encoder may stay frozen for the first ``train.freeze_steps`` steps (``train.freeze``).
 
 ``last/`` and ``final/`` are HF ``BertForMaskedLM`` directories (``config.json`` with
 ``structqa_block``, ``model.safetensors`` with the encoder and the MLM head under HF names,
@@ -20,7 +19,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -39,32 +37,29 @@ from structqa.encoders import (
     load_encoder,
 )
 from structqa.encoders.bert import EncoderConfig
-from structqa.features.batching import length_grouped_batches, sorted_batches
+from structqa.features.batching import sorted_batches
 from structqa.io import append_jsonl, write_json
 from structqa.models.build import load_tokenizer, resolve_encoder_path, set_dropout
 from structqa.pretrain.config import SCRATCH, PretrainConfig, validate
-from structqa.pretrain.data import (
-    Chunk,
-    MLMBatch,
-    MLMDataset,
-    PretrainData,
-    prepare_pretrain_data,
-)
+from structqa.pretrain.data import Chunk, MLMBatch, MLMDataset, PretrainData, prepare_pretrain_data
 from structqa.pretrain.masking import IGNORE_INDEX
 from structqa.pretrain.mlm_head import MaskedLM, ensure_mlm_head
 from structqa.pretrain.np_tokenizer import collect_np_words, extend_embeddings, extend_tokenizer
 from structqa.provenance import git_info, machine_info
 from structqa.runtime import autocast
 from structqa.text.annotate import NUM_POS_IDS
-from structqa.training.checkpoint import (
-    TrainState,
-    resume_from,
-    save_resume_state,
-    seal_checkpoint,
-    start_log,
-)
-from structqa.training.loop import Progress, StopFlag, accumulate_step, start_accelerator
-from structqa.training.optim import build_optimizer, linear_warmup_decay
+from structqa.training.checkpoint import TrainState, save_resume_state, seal_checkpoint
+from structqa.training.trainer import CheckpointedTask, Env, Evaluation, Settings, fit
+
+__all__ = [
+    "MLMEval",
+    "MLMTask",
+    "build_pretrain_model",
+    "evaluate_mlm",
+    "run",
+    "save_pretrain_checkpoint",
+    "train",
+]
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +240,37 @@ def _load_weights(model: MaskedLM, path: Path) -> None:
     model.load_state_dict(MaskedLM.from_pretrained(path).state_dict())
 
 
-# ---- the loop --------------------------------------------------------------------------------
+# ---- the task ----------------------------------------------------------------------------------
+
+
+@dataclass
+class MLMTask(CheckpointedTask):
+    """Masked-LM pre-training on the shared scaffold: batches masked per (seed, window,
+    epoch), the MLM loss, the held-out MLM loss and accuracy; HF BertForMaskedLM checkpoints."""
+
+    data: PretrainData
+    eval_batch_size: int
+    write = staticmethod(save_pretrain_checkpoint)  # HF BertForMaskedLM directories
+
+    @property
+    def lengths(self) -> list[int]:
+        return self.data.train.lengths
+
+    def batch(self, indices: list[int], epoch: int) -> MLMBatch:
+        return self.data.train.batch(indices, epoch)
+
+    def loss(self, model, batch: MLMBatch, env: Env, step: int, micro: int) -> torch.Tensor:  # noqa: ARG002
+        return _forward(model, env.accelerator.unwrap_model(model), batch).loss
+
+    def evaluate(self, model: MaskedLM, env: Env) -> Evaluation | None:
+        if not env.is_main or not len(self.data.heldout):
+            return None
+        result = evaluate_mlm(model, self.data.heldout, self.eval_batch_size, env.device, env.bf16)
+        note = f"held-out MLM loss {result.loss:.4f}, accuracy {result.accuracy:.4f}"
+        return Evaluation(result.metrics, note, saved=result.metrics, value=result)
+
+    def load(self, model: MaskedLM, path: Path) -> None:
+        _load_weights(model, path)
 
 
 def frozen_parameters(model: torch.nn.Module, globs: list[str]) -> list[torch.nn.Parameter]:
@@ -261,15 +286,6 @@ def frozen_parameters(model: torch.nn.Module, globs: list[str]) -> list[torch.nn
         ", ".join(n for n, _ in hits[:3]),
     )
     return [p for _, p in hits]
-
-
-def epoch_batches(data: MLMDataset, cfg: PretrainConfig, epoch: int, world: int) -> list[list[int]]:
-    """The batch order of one epoch: a function of (seed, epoch) only, so resume rebuilds it."""
-    batches = length_grouped_batches(
-        data.lengths, cfg.train.batch_size, seed=cfg.train.seed * 100_003 + epoch
-    )
-    usable = len(batches) - len(batches) % world  # every process gets the same number
-    return batches[:usable]
 
 
 def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLMEval | None:
@@ -339,145 +355,19 @@ def train(
     resume: bool = False,
     progress: bool = True,
 ) -> MLMEval | None:
+    """Pre-train; the final held-out evaluation (None if the run did not finish now)."""
     tc = cfg.train
-    out = Path(tc.output_dir)
-    accelerator, bf16 = start_accelerator(tc.bf16)
-    device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
-    if not epoch_batches(data.train, cfg, 0, world):
-        raise ValueError(
-            f"the training split has {len(data.train)} windows: too few for one batch of "
-            f"{tc.batch_size} per process"
-        )
-    total_steps = tc.max_steps
-    optimizer = build_optimizer(model, tc.lr, None, tc.weight_decay, param_lr=tc.param_lr)
-    scheduler = linear_warmup_decay(optimizer, int(tc.warmup_ratio * total_steps), total_steps)
-
-    last_dir, final_dir = out / "last", out / "final"
-    state = resume_from(
-        last_dir,
-        resume,
-        lambda path: _load_weights(model, path),
-        optimizer,
-        scheduler,
-        cfg.to_dict(),
-        CONFIG_FILE,
-    )
-    if state.finished:
-        log.info("run already finished: %s", final_dir)
-        return None
-    frozen = frozen_parameters(model, tc.freeze) if tc.freeze_steps else []
-    model, optimizer = accelerator.prepare(model, optimizer)
-    raw_model: MaskedLM = accelerator.unwrap_model(model)
     config = cfg.to_dict()
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "config.json", config)
-        write_json(out / "data_report.json", data.report)
-    log_path = out / "metrics.jsonl"
-    if accelerator.is_main_process:
-        start_log(log_path, state.global_step)
-
-    def evaluate() -> MLMEval | None:
-        if not accelerator.is_main_process or not len(data.heldout):
-            return None
-        result = evaluate_mlm(raw_model, data.heldout, tc.eval_batch_size, device, bf16)
-        entry = {"step": state.global_step, "epoch": state.epoch, "eval": result.metrics}
-        append_jsonl(log_path, entry)
-        bar.note(
-            f"step {state.global_step}: held-out MLM loss {result.loss:.4f}, "
-            f"accuracy {result.accuracy:.4f}"
-        )
-        return result
-
-    def save(target: Path, metrics: dict[str, Any] | None = None, resumable: bool = True) -> None:
-        if accelerator.is_main_process:
-            opt, sched = (optimizer, scheduler) if resumable else (None, None)
-            save_pretrain_checkpoint(
-                target, raw_model, tokenizer, config, state, opt, sched, metrics
-            )
-        accelerator.wait_for_everyone()
-
-    stop = StopFlag()
-    old_handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    bar = Progress(total_steps, enabled=progress and accelerator.is_main_process)
-    result: MLMEval | None = None
-    try:
-        model.train()
-        bar.advance(state.global_step)
-        if state.global_step == 0 and state.batch_in_epoch == 0 and total_steps > 0:
-            evaluate()  # the starting point (a converted encoder scores as its source)
-        while not state.finished:
-            batches = epoch_batches(data.train, cfg, state.epoch, world)[rank::world]
-            t0, seen, tokens = time.perf_counter(), 0, 0
-            while state.batch_in_epoch < len(batches) and state.global_step < total_steps:
-                group = batches[state.batch_in_epoch : state.batch_in_epoch + tc.grad_accum]
-                loss_sum, rows, n_tokens = accumulate_step(
-                    accelerator,
-                    model,
-                    optimizer,
-                    scheduler,
-                    [data.train.batch(idx, state.epoch).to(device) for idx in group],
-                    lambda i, batch: _forward(model, raw_model, batch).loss,
-                    tc.max_grad_norm,
-                    bf16,
-                    frozen if state.global_step < tc.freeze_steps else (),
-                )
-                seen += rows
-                tokens += n_tokens
-                state.batch_in_epoch += len(group)
-                state.global_step += 1
-                elapsed = max(time.perf_counter() - t0, 1e-9)
-                bar.update(loss_sum, seen * world / elapsed, state.epoch)
-                step = state.global_step
-                if accelerator.is_main_process and step % tc.log_every_steps == 0:
-                    append_jsonl(
-                        log_path,
-                        {
-                            "step": step,
-                            "epoch": state.epoch,
-                            "loss": loss_sum,
-                            "lr": scheduler.get_last_lr()[0],
-                            "windows_per_s": seen * world / elapsed,
-                            "tokens_per_s": tokens * world / elapsed,
-                        },
-                    )
-                if tc.eval_every_steps and step % tc.eval_every_steps == 0 and step < total_steps:
-                    evaluate()
-                    model.train()
-                if tc.save_every_steps and step % tc.save_every_steps == 0 and step < total_steps:
-                    save(last_dir)
-                if stop.synced(device):
-                    break
-            if state.batch_in_epoch >= len(batches):
-                state.epoch += 1
-                state.batch_in_epoch = 0
-            if state.global_step >= total_steps:
-                result = evaluate()
-                state.finished = True
-                metrics = result.metrics if result is not None else None
-                save(final_dir, metrics, resumable=False)
-                save(last_dir, metrics)
-            elif stop.stop:
-                break
-        if stop.stop and not state.finished:
-            save(last_dir)
-            log.warning("stopped at step %d; continue with --resume", state.global_step)
-    finally:
-        bar.close()
-        for s, h in old_handlers.items():
-            signal.signal(s, h)
-    accelerator.wait_for_everyone()
-    if result is None and state.finished and (final_dir / "metrics.json").exists():
-        log.info("final held-out MLM: %s", json.loads((final_dir / "metrics.json").read_text()))
-    return result
-
-
-__all__ = [
-    "MLMEval",
-    "build_pretrain_model",
-    "epoch_batches",
-    "evaluate_mlm",
-    "run",
-    "save_pretrain_checkpoint",
-    "train",
-]
+    settings = Settings.from_config(
+        tc,
+        config,
+        frozen=frozen_parameters(model, tc.freeze) if tc.freeze_steps else (),
+        eval_every_epoch=False,
+        eval_at_start=True,
+        final_dir="final",
+        unit="windows",
+        config_file=CONFIG_FILE,
+        reports={"data_report.json": data.report},
+    )
+    task = MLMTask(tokenizer, config, data, tc.eval_batch_size)
+    return fit(task, model, settings, resume, progress)
