@@ -265,7 +265,7 @@ def test_a_resume_state_from_before_plain_rng_states_still_loads(tmp_path):
 def test_a_pretraining_checkpoint_is_sealed_and_checked_when_used_as_encoder(
     tiny_checkpoint, tmp_path
 ):
-    from structqa.encoders.stacking import load_encoder
+    from structqa.encoders import load_encoder
     from structqa.manifest import ManifestMismatch
     from structqa.models.build import load_tokenizer
     from structqa.pretrain.loop import save_pretrain_checkpoint
