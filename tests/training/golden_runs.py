@@ -91,6 +91,7 @@ def _span_overrides(ckpt: Path, data: Path, squad: Path, out: Path) -> list[str]
         f"data.dir={data}",
         f"data.train={squad}",
         f"data.eval={squad}",
+        "data.validation=none",  # as recorded: best/ chosen on data.eval, no test scoring
         "data.train_size=all",
         "data.max_seq_len=128",
         "data.doc_stride=32",

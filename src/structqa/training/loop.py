@@ -2,10 +2,11 @@
 
 The task's own parts: batches of featurized windows (:func:`collate`), the span head's loss,
 and the evaluation on the data that chooses ``best/`` (every process scores a shard of the
-windows; the main process merges them and computes EM/F1, and for SQuAD 2.0 the tuned
-no-answer threshold). ``best/`` keeps the highest F1 (best F1 over thresholds for SQuAD 2.0) with its predictions, n-best and
-null odds; ``last/`` is resumable and carries the metrics (and threshold) of the weights it
-holds when they were just evaluated, so that a model loaded from it can abstain too.
+windows; the main process merges them and computes EM/F1, and for SQuAD 2.0 the tuned no-answer
+threshold). ``best/`` keeps the highest F1 (best F1 over thresholds for SQuAD 2.0) with its
+predictions, n-best and null odds; ``last/`` is resumable and carries the metrics (and
+threshold) of the weights it holds when they were just evaluated, so that a model loaded from
+it can abstain too.
 Evaluation runs at epoch ends (``train.eval_every_epoch``) and when the step budget is spent.
 """
 
