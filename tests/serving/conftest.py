@@ -63,3 +63,77 @@ def served(predictor: Predictor, header_timeout: float = 10.0, **settings) -> It
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_dyrex_run(
+    tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, shared_data: Path
+) -> Path:
+    """The ``best`` checkpoint of the tiny encoder with a DyREx head, trained two steps."""
+    import torch
+    from tiny import mini_train_args
+
+    from structqa.cli import main
+
+    out = tmp_path_factory.mktemp("tiny-dyrex") / "run"
+    mini = "fixtures/squad-v1.1-mini.json"
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        args = mini_train_args("train", shared_data, tiny_checkpoint, out, mini, steps=2)
+        assert main([*args, "--no-progress", "--model.head=dyrex"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    return out / "best"
+
+
+@contextmanager
+def serve_command(checkpoint: Path, *flags: str, timeout: float = 120) -> Iterator[str]:
+    """`structqa serve CHECKPOINT --port 0 FLAGS` in a subprocess, as a user starts it; yields
+    its URL once GET /ready answers 200, and stops it after."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "structqa.cli", "serve", str(checkpoint), "--port", "0", *flags]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    lines: list[str] = []
+    found = threading.Event()
+
+    def drain() -> None:  # (the log goes to stdout too: a full pipe would stall the server)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "listening on http://" in line:
+                found.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        found.wait(timeout)
+        said = [ln for ln in lines if "listening on http://" in ln]
+        assert said, f"serve printed {''.join(lines)[-2000:]!r}, exit {proc.poll()}"
+        url = said[0].split("listening on ")[1].strip()
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/ready", timeout=5) as resp:
+                    if resp.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert proc.poll() is None, f"serve exited with {proc.returncode}"
+            assert time.monotonic() < end, "serve did not get ready"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

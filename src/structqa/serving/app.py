@@ -70,10 +70,11 @@ class Service:
     ):
         self.predictor, self.settings, self.metrics = predictor, settings, metrics
         cfg = predictor.config
+        # names, never the server's paths: the last parts of a checkpoint or encoder dir
         self.info = {
             "name": settings.model_name,
             "head": str(cfg.model.head),
-            "encoder": str(cfg.model.encoder),
+            "encoder": Path(str(cfg.model.encoder)).name,
         }
         self.explain_kind = _explain_kind(predictor.model)
         self.status = "loading"

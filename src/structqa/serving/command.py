@@ -6,6 +6,7 @@ import argparse
 import logging
 import socket
 import time
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
         body_timeout=args.body_timeout,
         api_key=api_key_from_env(args.api_key),
         cors_origins=tuple(args.cors_origin),
-        model_name=str(args.checkpoint),
+        model_name="/".join(Path(args.checkpoint).resolve().parts[-2:]),  # e.g. qs-dyrex/best
     )
     for name in ("max_batch_windows", "queue_size", "max_context_chars", "max_questions"):
         if getattr(settings, name) < 1:
