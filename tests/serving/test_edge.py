@@ -82,7 +82,21 @@ def test_a_stalled_body_is_408(url):
     with _connect(url) as sock:
         sock.sendall(_head(100) + b'{"question": ')
         status, reply = _reply(sock)
-    assert status == 408 and "stalled" in json.loads(reply)["error"]
+    assert status == 408 and "did not arrive within" in json.loads(reply)["error"]
+
+
+def test_a_trickled_body_is_408(url):
+    """A byte every 0.1 s never stalls for long, but the whole body has a deadline."""
+    with _connect(url) as sock:
+        sock.sendall(_head(100))
+        for _ in range(20):
+            try:
+                sock.sendall(b" ")
+            except OSError:  # the server replied and closed
+                break
+            time.sleep(0.1)
+        status, reply = _reply(sock)
+    assert status == 408 and "--body-timeout" in json.loads(reply)["error"]
 
 
 def test_an_oversized_body_is_refused_before_it_is_read(url):

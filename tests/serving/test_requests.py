@@ -179,3 +179,59 @@ def test_an_internal_error_is_500_without_internals(tiny_predictor, monkeypatch)
         assert r.status_code == 500
         assert "logged it as" in r.json()["error"]
         assert "secret" not in r.text and "/srv/" not in r.text
+
+
+def test_a_client_that_leaves_is_dropped(tiny_predictor):
+    """A request whose client disconnects is cancelled: its windows never reach the model."""
+    import asyncio
+
+    from structqa.serving.app import create_app
+    from structqa.serving.settings import ServeSettings
+
+    app = create_app(tiny_predictor, ServeSettings())
+    service = app.state.service
+    service.start()
+    try:
+        assert service.wait_ready(60)
+        release = threading.Event()
+        service.batcher.call(lambda: release.wait(30))
+        body = json.dumps(_ok()).encode()
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            if not sent and not getattr(receive, "done", False):
+                receive.done = True  # type: ignore[attr-defined]
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(0.2)  # then the client goes away
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/answer",
+            "raw_path": b"/v1/answer",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 2),
+            "scheme": "http",
+            "root_path": "",
+            "http_version": "1.1",
+            "asgi": {"version": "3.0"},
+        }
+        asyncio.run(app(scope, receive, send))
+        assert sent[0]["status"] == 499
+        release.set()
+        for _ in range(500):
+            if service.batcher.pending_windows == 0:
+                break
+            time.sleep(0.01)
+        assert service.batcher.pending_windows == 0
+        text = service.metrics.render().decode()
+        assert 'status="499"' in text
+        assert "structqa_batch_windows_count 1.0" in text  # the warm-up's batch only
+    finally:
+        service.close()

@@ -53,6 +53,7 @@ from structqa.serving.settings import ServeSettings
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
+CLIENT_GONE = 499  # (nginx's code) what the metrics count when the client left first
 EXPLAIN_MAX_CHARS = 20_000  # explain scores each window on its own, then the best again
 ROUTES = ("/", "/health", "/ready", "/metrics", "/docs", "/openapi.json")
 ROUTES += ("/v1/answer", "/v1/explain", "/predict")
@@ -136,29 +137,41 @@ class Service:
                 {"Retry-After": "1"},
             )
 
-    async def _within(self, fut: Any, deadline: float) -> Any:
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(fut), deadline - time.monotonic())
-        except TimeoutError:
-            raise ApiError(
-                504,
-                f"no answer within {self.settings.request_timeout:g} s (--request-timeout): the "
-                "server is overloaded or the passage is very long; retry or send less",
-            ) from None
+    async def _within(self, fut: Any, deadline: float, gone: asyncio.Future | None) -> Any:
+        """The result of the concurrent future ``fut``; cancelled (so the worker drops its
+        windows) at the deadline (504) or when the client disconnects (``gone``)."""
+        wrapped = asyncio.wrap_future(fut)
+        waiters = {wrapped} if gone is None else {wrapped, gone}
+        left = deadline - time.monotonic()
+        done, _ = await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        if wrapped in done:
+            return wrapped.result()
+        wrapped.cancel()
+        if gone is not None and gone in done:
+            raise ApiError(CLIENT_GONE, "the client disconnected before the answer")
+        raise ApiError(
+            504,
+            f"no answer within {self.settings.request_timeout:g} s (--request-timeout): the "
+            "server is overloaded or the passage is very long; retry or send less",
+        )
 
-    async def answer(self, pairs: list[tuple[str, str]]) -> list[Answer]:
+    async def answer(
+        self, pairs: list[tuple[str, str]], gone: asyncio.Future | None = None
+    ) -> list[Answer]:
         self._admit()
         self.admitted += 1
         deadline = time.monotonic() + self.settings.request_timeout
         try:
             assert self.featurizer is not None and self.batcher is not None
-            examples, features = await self._within(self.featurizer.submit(pairs), deadline)
+            examples, features = await self._within(self.featurizer.submit(pairs), deadline, gone)
             job = self.batcher.submit(examples, features)
-            return await self._within(job.future, deadline)
+            return await self._within(job.future, deadline, gone)
         finally:
             self.admitted -= 1
 
-    async def explain(self, question: str, context: str) -> dict[str, Any]:
+    async def explain(
+        self, question: str, context: str, gone: asyncio.Future | None = None
+    ) -> dict[str, Any]:
         if self.explain_kind is None:
             raise ApiError(404, f"no attention map for the {self.info['head']} head")
         self._admit()
@@ -166,9 +179,8 @@ class Service:
         deadline = time.monotonic() + self.settings.request_timeout
         try:
             assert self.batcher is not None
-            return await self._within(
-                self.batcher.call(lambda: self._explain(question, context)), deadline
-            )
+            call = self.batcher.call(lambda: self._explain(question, context))
+            return await self._within(call, deadline, gone)
         finally:
             self.admitted -= 1
 
@@ -279,7 +291,8 @@ def create_app(
     async def answer(request: Request) -> Response:
         items, single = answer_items(parse_json(await request.body()), settings.max_questions)
         check_context_sizes(items, settings.max_context_chars)
-        answers = await service.answer([(i.question, i.context) for i in items])
+        async with _disconnect_watch(request) as gone:
+            answers = await service.answer([(i.question, i.context) for i in items], gone)
         out = [answer_json(a, i.top_k, service.info) for a, i in zip(answers, items, strict=True)]
         return JSONResponse(out[0] if single else out)
 
@@ -287,7 +300,8 @@ def create_app(
     async def predict(request: Request) -> Response:
         items, single = legacy_items(parse_json(await request.body()), settings.max_questions)
         check_context_sizes(items, settings.max_context_chars)
-        answers = await service.answer([(i.question, i.context) for i in items])
+        async with _disconnect_watch(request) as gone:
+            answers = await service.answer([(i.question, i.context) for i in items], gone)
         out = [legacy_json(a) for a in answers]
         return JSONResponse(out[0] if single else out)
 
@@ -301,7 +315,8 @@ def create_app(
     async def explain(request: Request) -> Response:
         item = explain_item(parse_json(await request.body()))
         check_context_sizes([item], min(settings.max_context_chars, EXPLAIN_MAX_CHARS))
-        return JSONResponse(await service.explain(item.question, item.context))
+        async with _disconnect_watch(request) as gone:
+            return JSONResponse(await service.explain(item.question, item.context, gone))
 
     @app.get("/health", response_model=Health, summary="Liveness")
     async def health() -> dict[str, str]:
@@ -345,6 +360,22 @@ def create_app(
         )
     app.add_middleware(HttpMetrics, metrics=metrics, route_of=route_label)
     return app
+
+
+@asynccontextmanager
+async def _disconnect_watch(request: Request):
+    """A future that completes when the client disconnects (the body is read by then, so the
+    next ASGI message can only be the disconnect)."""
+
+    async def wait() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    gone = asyncio.ensure_future(wait())
+    try:
+        yield gone
+    finally:
+        gone.cancel()
 
 
 def _body_schema(name: str) -> dict[str, Any]:

@@ -59,7 +59,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--request-timeout", type=float, default=d.request_timeout, help="seconds; then 504"
     )
     lim.add_argument(
-        "--body-timeout", type=float, default=d.body_timeout, help="seconds a body may stall"
+        "--body-timeout",
+        type=float,
+        default=d.body_timeout,
+        help="seconds for a whole body to arrive; then 408",
     )
     lim.add_argument(
         "--header-timeout",

@@ -3,11 +3,12 @@ key, the metrics of every reply; and, below the application, a deadline for the 
 
 Plain ASGI middlewares (no per-request task or body copy): :class:`EdgeGuard` refuses a
 declared Content-Length over the limit before a byte of the body is read, counts the bytes
-of a streamed body, gives each body chunk ``body_timeout`` seconds (a stalled upload gets a
-408, not a worker forever) and checks the API key on POST. :class:`HttpMetrics` counts
-every reply by route and status and times it. :func:`guarded_h11` is uvicorn's HTTP/1.1
-protocol with a deadline for the request line and headers (uvicorn's own keep-alive
-timeout does not cover a connection that opens and then sends its headers slowly).
+of a streamed body, gives the whole body ``body_timeout`` seconds (a stalled or trickling
+upload gets a 408 instead of holding its connection forever) and checks the API key on
+POST. :class:`HttpMetrics` counts every reply by route and status and times it.
+:func:`guarded_h11` is uvicorn's HTTP/1.1 protocol with a deadline for the request line and
+headers (uvicorn's own keep-alive timeout does not cover a connection that opens and then
+sends its headers slowly).
 """
 
 from __future__ import annotations
@@ -111,18 +112,19 @@ class EdgeGuard:
     def _limited(self, receive: Receive) -> Receive:
         seen = 0
         done = False
+        deadline = time.monotonic() + self.body_timeout
 
         async def receive_limited() -> Message:
             nonlocal seen, done
             if done:  # (later receives wait for a disconnect: no deadline)
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), self.body_timeout)
+                message = await asyncio.wait_for(receive(), deadline - time.monotonic())
             except TimeoutError:
                 raise ApiError(
                     408,
-                    f"the request body stalled: no data for {self.body_timeout:g} s; "
-                    "send the whole body promptly",
+                    f"the request body did not arrive within {self.body_timeout:g} s "
+                    "(--body-timeout); send the whole body promptly",
                 ) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))

@@ -17,7 +17,7 @@ class ServeSettings:
     max_questions: int = 32  # items of one request
     max_body_bytes: int = 4 * 1024 * 1024
     request_timeout: float = 30.0  # seconds from admission to the answer
-    body_timeout: float = 10.0  # seconds a body may stall between chunks
+    body_timeout: float = 10.0  # seconds for a request's whole body to arrive
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     featurize_threads: int = 2
