@@ -29,7 +29,7 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1280,900",
+    "--window-size=1280,1000",
 )
 
 
@@ -90,12 +90,15 @@ def _api(url: str, question: str, context: str) -> dict:
         return json.loads(resp.read())
 
 
-def _screenshot(driver, tmp_path: Path) -> None:
-    driver.save_screenshot(str(tmp_path / "serve-page.png"))
+def _screenshot(driver, tmp_path: Path, suffix: str = "") -> None:
+    """To the test's tmp dir, and to $STRUCTQA_SCREENSHOT (with ``suffix`` before .png)."""
+    driver.save_screenshot(str(tmp_path / f"serve-page{suffix}.png"))
     target = os.environ.get("STRUCTQA_SCREENSHOT")
     if target:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(target)
+        path = Path(target)
+        path = path.with_name(path.stem + suffix + path.suffix)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(path))
 
 
 def test_the_page_highlights_the_apis_answer(driver, page_url, passage, tmp_path):
@@ -126,7 +129,7 @@ def test_the_page_highlights_the_apis_answer(driver, page_url, passage, tmp_path
     _screenshot(driver, tmp_path)
 
 
-def test_the_attention_toggle_colours_the_passage(driver, page_url, passage):
+def test_the_attention_toggle_colours_the_passage(driver, page_url, passage, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -142,3 +145,4 @@ def test_the_attention_toggle_colours_the_passage(driver, page_url, passage):
     assert len(spans) > 10
     # the coloured passage still reads as the passage
     assert driver.find_element(By.ID, "passage-view").text.split() == passage[0].split()
+    _screenshot(driver, tmp_path, "-attention")

@@ -80,7 +80,7 @@ function renderAttention(view, ctx, att, r) {
     if (s > pos) view.append(ctx.slice(pos, s));
     const span = document.createElement("span");
     span.textContent = ctx.slice(s, e);
-    const a = Math.max(ws, we) / top;
+    const a = (Math.max(ws, we) / top) ** 2;  // squared: max-pooled maps are high almost everywhere
     span.style.backgroundColor = ws >= we ? `rgba(37, 99, 235, ${a.toFixed(3)})` : `rgba(234, 88, 12, ${a.toFixed(3)})`;
     span.title = `start ${ws.toFixed(3)} · end ${we.toFixed(3)}`;
     if (!r.no_answer && s >= r.start && e <= r.end) span.classList.add("in-answer");
