@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from conftest import CONTEXT
 
-from structqa.serving.batcher import Batcher, BatchStats, Featurizer
+from structqa.serving.batcher import Batcher, BatchStats, Featurizer, length_groups
 from structqa.serving.predictor import Predictor
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see tests/conftest.py
@@ -71,7 +71,7 @@ def test_a_long_request_shares_batches_with_short_ones(small_windows):
     finally:
         batcher.close()
     assert jobs["long"].windows > 8
-    assert stats[0] == BatchStats(4, 4, stats[0].seconds)  # one window of each request
+    assert (stats[0].windows, stats[0].requests) == (4, 4)  # one window of each request
     assert done[-1] == "long" and set(done[:3]) == {"a", "b", "c"}
     assert sum(s.windows for s in stats) == sum(j.windows for j in jobs.values())
 
@@ -104,3 +104,32 @@ def test_featurizer_threads_agree_with_one_thread(small_windows):
             assert [f.input_ids.tolist() for f in many] == [f.input_ids.tolist() for f in one]
     finally:
         pool.close()
+
+
+def test_a_long_request_takes_only_its_share_of_a_batch(small_windows):
+    """Beside one short request, a long one adds max_batch_windows / 2 windows (its share), not
+    the three that would fill the batch."""
+    stats: list[BatchStats] = []
+    batcher = Batcher(small_windows, max_batch_windows=4, max_wait_ms=0, on_batch=stats.append)
+    release = threading.Event()
+    batcher.call(lambda: release.wait(30))
+    try:
+        long = _run(small_windows, batcher, [("Who won?", LONG)])[2]
+        short = _run(small_windows, batcher, [("Who won?", "The Denver Broncos won.")])[2]
+        assert short.windows == 1
+        release.set()
+        short.future.result(60)
+        long.future.result(60)
+    finally:
+        batcher.close()
+    assert (stats[0].windows, stats[0].requests) == (3, 2), stats
+    assert all(s.windows == 4 for s in stats[1:-1])  # alone, the long request fills batches
+
+
+def test_length_groups_minimise_padded_cost():
+    # one pass: 50 + 4 * 100 = 450; [100, 100] + [10, 10]: 50 + 200 + 50 + 20 = 320;
+    # three passes: 370
+    assert length_groups([100, 100, 10, 10], overhead=50) == [(0, 2), (2, 4)]
+    assert length_groups([100, 100, 10, 10], overhead=1000) == [(0, 4)]
+    assert length_groups([100, 90, 80], overhead=0) == [(0, 1), (1, 2), (2, 3)]
+    assert length_groups([]) == []

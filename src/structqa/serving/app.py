@@ -93,7 +93,7 @@ class Service:
         threading.Thread(target=self._warm_up, name="warm-up", daemon=True).start()
 
     def _batched(self, stats: BatchStats) -> None:
-        self.metrics.observe_batch(stats.windows, stats.requests, stats.seconds)
+        self.metrics.observe_batch(stats.windows, stats.requests, stats.seconds, stats.passes)
 
     def _warm_up(self) -> None:
         t0 = time.perf_counter()

@@ -96,6 +96,34 @@ class BatchStats:
     windows: int
     requests: int
     seconds: float
+    passes: int = 1  # forward passes (length groups)
+
+
+#: The fixed cost of one forward pass, in padded tokens' worth of compute: a pass of n windows
+#: padded to L tokens is taken to cost PASS_OVERHEAD_TOKENS + n * L when a batch is cut into
+#: length groups (a larger value keeps more windows in one padded pass).
+PASS_OVERHEAD_TOKENS = 64
+
+
+def length_groups(
+    lengths: Sequence[int], overhead: int = PASS_OVERHEAD_TOKENS
+) -> list[tuple[int, int]]:
+    """Cut windows sorted longest first into contiguous groups [lo, hi), one forward pass each,
+    minimising the sum over groups of ``overhead + size * longest`` (exact: dynamic
+    programming over the cut points, O(n^2) for the <= max_batch_windows windows)."""
+    n = len(lengths)
+    best = [0.0] + [float("inf")] * n  # best[j]: cheapest cut of the first j windows
+    start = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):  # the last group is [i, j); its longest window is lengths[i]
+            cost = best[i] + overhead + (j - i) * lengths[i]
+            if cost < best[j]:
+                best[j], start[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append((start[j], j))
+        j = start[j]
+    return groups[::-1]
 
 
 class Batcher:
@@ -191,9 +219,15 @@ class Batcher:
                 break
 
     def _pick(self) -> list[tuple[Job, int]]:
-        """Up to max_batch_windows (job, window) pairs, one per job per turn of the ring; a
-        job with windows left goes to the back. Jobs whose caller gave up are dropped."""
+        """Up to max_batch_windows (job, window) pairs, one per job per turn of the ring, and
+        at most a fair share per job (max_batch_windows / waiting jobs, rounded up): a 1 MB
+        passage beside eight short requests adds two windows to their batch, not the eight
+        that would fill it. A job with windows left goes to the back of the ring. Jobs whose
+        caller gave up are dropped."""
         picked: list[tuple[Job, int]] = []
+        share = -(-self.max_batch_windows // max(1, len(self._ring)))
+        taken: dict[Job, int] = {}
+        held: list[Job] = []  # at their share: back in the ring after this batch
         while self._ring and len(picked) < self.max_batch_windows:
             job = self._ring.popleft()
             if job.future.cancelled():
@@ -202,8 +236,10 @@ class Batcher:
             picked.append((job, job.scheduled))
             job.scheduled += 1
             self._pending_windows -= 1
+            taken[job] = taken.get(job, 0) + 1
             if job.scheduled < job.windows:
-                self._ring.append(job)
+                (self._ring if taken[job] < share else held).append(job)
+        self._ring.extend(held)
         return picked
 
     def _run_call(self, fn: Callable[[], Any], fut: Future) -> None:
@@ -215,26 +251,32 @@ class Batcher:
             fut.set_exception(e)
 
     def _score(self, picked: list[tuple[Job, int]]) -> None:
+        """Score the picked windows: sorted by length and cut into groups of similar length,
+        one forward pass each (collate pads a pass to its longest window: a 384-token window
+        beside 100-token ones would triple their cost)."""
         t0 = time.perf_counter()
-        # longest first: rows of similar length sit together (collate pads to the longest)
         picked.sort(key=lambda p: -len(p[0].features[p[1]]))
-        features = [job.features[w] for job, w in picked]
         jobs = list(dict.fromkeys(job for job, _ in picked))
+        groups = length_groups([len(job.features[w]) for job, w in picked])
         try:
-            out, answer_mask = self._forward(features)
-            for job in jobs:
-                rows = [r for r, (j, _) in enumerate(picked) if j is job]
-                windows = torch.tensor([picked[r][1] for r in rows])
-                job.collector.add(_rows(out, rows), windows, answer_mask[rows])
-                job.scored += len(rows)
-                if job.scored == job.windows:
-                    self._finish(job)
+            for lo, hi in groups:
+                part = picked[lo:hi]
+                out, answer_mask = self._forward([job.features[w] for job, w in part])
+                for job in dict.fromkeys(job for job, _ in part):
+                    rows = [r for r, (j, _) in enumerate(part) if j is job]
+                    windows = torch.tensor([part[r][1] for r in rows])
+                    job.collector.add(_rows(out, rows), windows, answer_mask[rows])
+                    job.scored += len(rows)
+                    if job.scored == job.windows:
+                        self._finish(job)
         except Exception as e:
             log.exception("inference failed on a batch of %d windows", len(picked))
             for job in jobs:
-                self._fail(job, e)
+                if not job.future.done():
+                    self._fail(job, e)
         if self.on_batch is not None:
-            self.on_batch(BatchStats(len(picked), len(jobs), time.perf_counter() - t0))
+            stats = BatchStats(len(picked), len(jobs), time.perf_counter() - t0, len(groups))
+            self.on_batch(stats)
 
     @torch.inference_mode()
     def _forward(self, features: list[Feature]) -> tuple[HeadOutput, torch.Tensor]:

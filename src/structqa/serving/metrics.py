@@ -43,6 +43,12 @@ class ServeMetrics:
             buckets=WINDOW_BUCKETS,
             registry=r,
         )
+        self.batch_passes = Histogram(
+            "structqa_batch_passes",
+            "Forward passes of one batch (its windows cut into groups of similar length)",
+            buckets=(1, 2, 3, 4, 6, 8, 16),
+            registry=r,
+        )
         self.batch_seconds = Histogram(
             "structqa_batch_seconds",
             "Time of one forward pass and its decoding",
@@ -68,8 +74,9 @@ class ServeMetrics:
         self.requests.labels(route, method, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
-    def observe_batch(self, windows: int, requests: int, seconds: float) -> None:
+    def observe_batch(self, windows: int, requests: int, seconds: float, passes: int) -> None:
         self.batch_windows.observe(windows)
+        self.batch_passes.observe(passes)
         self.batch_requests.observe(requests)
         self.batch_seconds.observe(seconds)
 
