@@ -14,12 +14,15 @@ starting at its own offset.
 Scenarios on the batched server (its default flags): 1, 4, 16 and 64 clients; 15 clients
 alone and beside one client that sends 1 MB passages (the other clients' p99 is what must
 hold); 16 clients beside 200 slow connections (half trickle their headers, half their body,
-a byte a second). Then the same server with ``--max-batch-windows 1 --max-wait-ms 0`` (one
-window per forward pass: the one-request-at-a-time path) at 1 and 16 clients; ``ratio
-throughput@16`` is batched / serial req/s of the same run. Each scenario prints req/s,
-latency p50/p95/p99, errors by kind, the server's RSS and GET /health latency measured every
-100 ms on a connection of its own throughout. Results also go to ``--out`` as JSON.
-Needs an otherwise idle machine for meaningful figures (other load is recorded: loadavg).
+a byte a second). Beside it, the same server with ``--max-batch-windows 1 --max-wait-ms 0`` (one
+window per forward pass: the one-request-at-a-time path) at 1 client; then both at 16
+clients in ``--rounds`` alternating rounds, and ``ratio throughput@16`` is batched / serial
+req/s summed over the rounds (so drift in other load on the machine falls on both arms).
+Each scenario prints req/s, latency p50/p95/p99, errors by kind, the server's RSS and
+GET /health latency measured every 100 ms on a connection of its own throughout, and the
+server's batches (windows, requests and forward passes per batch, from GET /metrics).
+Results also go to ``--out`` as JSON. Needs an otherwise idle machine for meaningful
+figures (the 1-minute load average before each scenario is recorded).
 """
 
 from __future__ import annotations
@@ -147,6 +150,28 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
         return 0, b""
     finally:
         conn.close()
+
+
+def batch_means(port: int) -> dict[str, float]:
+    """Totals of the server's batch histograms so far (GET /metrics)."""
+    _, text = asyncio.run(_get(port, "/metrics"))
+    vals: dict[str, float] = {}
+    for line in text.decode().splitlines():
+        for name in ("windows", "requests", "passes"):
+            for part in ("sum", "count"):
+                key = f"structqa_batch_{name}_{part} "
+                if line.startswith(key):
+                    vals[f"{name}_{part}"] = float(line.split()[1])
+    return vals
+
+
+def _batch_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    batches = after.get("windows_count", 0) - before.get("windows_count", 0)
+    out = {"batches": batches}
+    for name in ("windows", "requests", "passes"):
+        total = after.get(f"{name}_sum", 0) - before.get(f"{name}_sum", 0)
+        out[f"{name}_per_batch"] = total / batches if batches else float("nan")
+    return out
 
 
 # ---- one scenario ----------------------------------------------------------------------
@@ -307,6 +332,7 @@ async def _scenario(
         "rss_mb_start": rss[0] if rss else float("nan"),
         "rss_mb_end": server.rss_mb(),
         "rss_mb_max": max(rss, default=float("nan")),
+        "rss_mb_every_10s": rss[::10],
         "loadavg_1m_before": load_before,
     }
     if big is not None:
@@ -364,6 +390,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=20, help="seconds per scenario")
     ap.add_argument("--big-duration", type=float, default=60, help="the 1 MB scenario")
     ap.add_argument("--clients", default="1,4,16,64")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds for the ratio")
     ap.add_argument("--questions", type=int, default=2000)
     ap.add_argument("--soak", type=float, default=0, help="only a soak of this many seconds")
     ap.add_argument("--out", type=Path, default=ROOT / "docs/results/serve/bench.json")
@@ -387,50 +414,66 @@ def main() -> None:
             server.stop()
         _print("soak 16 clients", r)
         growth = r["rss_mb_end"] - r["rss_mb_start"]
-        print(f"RSS growth over {args.soak:.0f} s: {growth:+.1f} MB", flush=True)
-        result["soak"] = {**r, "rss_growth_mb": growth}
+        after_1min = r["rss_mb_end"] - r["rss_mb_every_10s"][min(6, len(r["rss_mb_every_10s"]) - 1)]
+        print(
+            f"RSS growth over {args.soak:.0f} s: {growth:+.1f} MB from the start, "
+            f"{after_1min:+.1f} MB after the first minute",
+            flush=True,
+        )
+        result["soak"] = {**r, "rss_growth_mb": growth, "rss_growth_after_1min_mb": after_1min}
         out = args.out.with_name(args.out.stem + "-soak.json")
     else:
         counts = [int(c) for c in args.clients.split(",")]
         batched: dict[str, Any] = {}
         server = Server(args.checkpoint, SERVER_FLAGS)
+        serial_server = Server(args.checkpoint, SERVER_FLAGS + SERIAL_FLAGS)
         try:
+
+            def run(name: str, srv: Server, *a: Any, **kw: Any) -> dict[str, Any]:
+                before = batch_means(srv.port)
+                r = asyncio.run(_scenario(srv, bodies, *a, **kw))
+                r["batches"] = _batch_delta(before, batch_means(srv.port))
+                _print(name, r)
+                return r
+
             for n in counts:
-                batched[f"{n} clients"] = r = asyncio.run(
-                    _scenario(server, bodies, n, args.duration)
-                )
-                _print(f"batched {n}", r)
-            batched["15 clients"] = r = asyncio.run(
-                _scenario(server, bodies, 15, args.big_duration)
+                batched[f"{n} clients"] = run(f"batched {n}", server, n, args.duration)
+            batched["15 clients"] = run("batched 15", server, 15, args.big_duration)
+            batched["15 clients + 1 MB"] = run(
+                "batched 15 + 1 MB", server, 15, args.big_duration, big=big
             )
-            _print("batched 15", r)
-            batched["15 clients + 1 MB"] = r = asyncio.run(
-                _scenario(server, bodies, 15, args.big_duration, big=big)
+            batched["16 clients + 200 slow"] = run(
+                "batched 16 + 200 slow", server, 16, args.duration, slow=200
             )
-            _print("batched 15 + 1 MB", r)
-            batched["16 clients + 200 slow"] = r = asyncio.run(
-                _scenario(server, bodies, 16, args.duration, slow=200)
-            )
-            _print("batched 16 + 200 slow", r)
+            serial = {"1 client": run("serial 1", serial_server, 1, args.duration)}
+            # the ratio: both servers at 16 clients in alternating rounds (drift in the
+            # machine's other load then falls on both arms alike)
+            rounds: list[dict[str, Any]] = []
+            for i in range(args.rounds):
+                arms = [("batched", server), ("serial", serial_server)]
+                for arm, srv in arms if i % 2 == 0 else arms[::-1]:
+                    r = run(f"{arm} 16 (round {i + 1})", srv, 16, args.duration)
+                    rounds.append({"arm": arm, "round": i + 1, **r})
         finally:
             server.stop()
-        serial: dict[str, Any] = {}
-        server = Server(args.checkpoint, SERVER_FLAGS + SERIAL_FLAGS)
-        try:
-            for n in (1, 16):
-                serial[f"{n} clients"] = r = asyncio.run(
-                    _scenario(server, bodies, n, args.duration)
-                )
-                _print(f"serial {n}", r)
-        finally:
-            server.stop()
-        ratio = batched["16 clients"]["requests_per_s"] / serial["16 clients"]["requests_per_s"]
+            serial_server.stop()
+
+        def total(arm: str) -> float:
+            return sum(r["requests_per_s"] for r in rounds if r["arm"] == arm)
+
+        ratio = total("batched") / total("serial") if total("serial") else float("nan")
         p99_rise = batched["15 clients + 1 MB"]["p99_ms"] / batched["15 clients"]["p99_ms"]
-        print(f"ratio throughput@16: {ratio:.2f}x", flush=True)
+        print(
+            f"ratio throughput@16: {ratio:.2f}x  (batched {total('batched') / args.rounds:.1f} "
+            f"vs serial {total('serial') / args.rounds:.1f} req/s, mean of {args.rounds} "
+            "alternating rounds)",
+            flush=True,
+        )
         print(f"p99 of 15 clients beside a 1 MB client / alone: {p99_rise:.2f}x", flush=True)
         result.update(
             batched=batched,
             serial=serial,
+            rounds_at_16=rounds,
             serial_flags=SERIAL_FLAGS,
             ratio_throughput_at_16=ratio,
             p99_rise_beside_1mb=p99_rise,

@@ -146,3 +146,17 @@ def test_the_attention_toggle_colours_the_passage(driver, page_url, passage, tmp
     # the coloured passage still reads as the passage
     assert driver.find_element(By.ID, "passage-view").text.split() == passage[0].split()
     _screenshot(driver, tmp_path, "-attention")
+
+
+def test_a_txt_file_fills_the_passage(driver, page_url, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    text = "The Broncos won the game.\nThe Panthers lost it."
+    upload = tmp_path / "passage.txt"
+    upload.write_text(text, encoding="utf-8")
+    driver.get(page_url + "/")
+    driver.find_element(By.ID, "file").send_keys(str(upload))
+    passage = driver.find_element(By.ID, "passage")
+    WebDriverWait(driver, 30).until(lambda d: passage.get_attribute("value") == text)
+    assert "passage.txt" in driver.find_element(By.ID, "status").text
