@@ -256,30 +256,6 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
-    from structqa.serving.app import make_server
-    from structqa.serving.predictor import Predictor
-
-    server = make_server(
-        Predictor.from_checkpoint(args.checkpoint, bf16=args.bf16, whole_words=args.whole_words),
-        args.host,
-        args.port,
-    )
-    log.info(
-        "serving %s on http://%s:%d (POST /predict, GET /health)",
-        args.checkpoint,
-        args.host,
-        server.server_address[1],
-    )
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
-
-
 def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -417,13 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     anum.add_argument("--batch-size", type=int, default=8)
     anum.set_defaults(func=cmd_analyze_numbers)
 
-    sv = sub.add_parser("serve", help="answer questions over HTTP (POST /predict)")
-    sv.add_argument("checkpoint")
-    sv.add_argument("--host", default="127.0.0.1")
-    sv.add_argument("--port", type=int, default=8000)
-    sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    sv.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
-    sv.set_defaults(func=cmd_serve)
+    from structqa.serving.command import add_parser as add_serve_parser
+
+    add_serve_parser(sub)
 
     sy = sub.add_parser("synth", help="write synthetic numerical QA data (DROP JSON)")
     sy.add_argument("--out", required=True, help="DROP JSON file to write")
@@ -497,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in extra if not (x.startswith("--") and "=" in x and "." in x.split("=")[0])]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
-    if extra and args.func in (cmd_score, cmd_compare, cmd_predict, cmd_serve):
+    if extra and args.func in (cmd_score, cmd_compare, cmd_predict):
         parser.error(f"{args.command} takes no config overrides: {' '.join(extra)}")
     _setup_logging(args.verbose)
     try:

@@ -1,110 +1,89 @@
-"""The HTTP service answers over loopback exactly as the Predictor does."""
+"""The HTTP API answers exactly as the Predictor does, in the documented shapes."""
 
 from __future__ import annotations
 
-import json
-import threading
-import urllib.error
-import urllib.request
-
 import pytest
+from conftest import CONTEXT, QUESTION, client_for
 
-from structqa.serving.app import make_server
 from structqa.serving.predictor import Predictor
 
 
 @pytest.fixture(scope="module")
-def served(tiny_trained_run):
-    predictor = Predictor.from_checkpoint(tiny_trained_run / "best", bf16="off")
-    server = make_server(predictor, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield predictor, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def client(tiny_predictor: Predictor):
+    with client_for(tiny_predictor) as c:
+        yield c
 
 
-def _post(url: str, payload: object) -> tuple[int, object]:
-    req = urllib.request.Request(
-        url, json.dumps(payload).encode(), {"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+def test_answer_matches_the_predictor(client, tiny_predictor):
+    r = client.post("/v1/answer", json={"question": QUESTION, "context": CONTEXT, "top_k": 3})
+    assert r.status_code == 200
+    body = r.json()
+    expected = tiny_predictor.predict(QUESTION, CONTEXT)
+    assert body["answer"] == expected.text
+    assert (body["start"], body["end"]) == (expected.start, expected.end)
+    assert CONTEXT[body["start"] : body["end"]] == body["answer"]
+    assert body["probability"] == pytest.approx(expected.probability)
+    assert body["no_answer"] is expected.no_answer
+    assert [c["text"] for c in body["nbest"]] == [c.text for c in expected.nbest[:3]]
+    assert body["model"]["head"] == "independent"
 
 
-def test_health_and_single_and_batch(served):
-    predictor, url = served
-    with urllib.request.urlopen(url + "/health", timeout=10) as resp:
-        assert json.loads(resp.read()) == {"status": "ok"}
-    q, c = "Who won?", "The Denver Broncos won the game against the Panthers."
-    status, body = _post(url + "/predict", {"question": q, "context": c})
-    assert status == 200
-    expected = predictor.predict(q, c)
+def test_a_list_is_answered_in_order(client, tiny_predictor):
+    other = "The Panthers lost to the Broncos in Santa Clara, California, in February."
+    pairs = [(QUESTION, CONTEXT), ("Where was the game?", other), (QUESTION, CONTEXT)]
+    r = client.post("/v1/answer", json=[{"question": q, "context": c} for q, c in pairs])
+    assert r.status_code == 200
+    expected = tiny_predictor.predict_batch(pairs)
+    assert [b["answer"] for b in r.json()] == [a.text for a in expected]
+    assert all(len(b["nbest"]) <= 5 for b in r.json())  # the default top_k
+
+
+def test_predict_alias_keeps_the_old_shapes(client, tiny_predictor):
+    expected = tiny_predictor.predict(QUESTION, CONTEXT)
+    r = client.post("/predict", json={"question": QUESTION, "context": CONTEXT})
+    assert r.status_code == 200
+    body = r.json()
+    assert set(body) == {"answer", "start", "end", "score", "probability", "no_answer", "nbest"}
     assert body["answer"] == expected.text and body["start"] == expected.start
-    # a probability, the answer's share of the n-best (score is an unbounded logit sum)
-    assert 0.0 < body["probability"] <= 1.0
     assert body["probability"] == pytest.approx(body["nbest"][0]["probability"])
-    status, body = _post(url + "/predict", {"pairs": [{"question": q, "context": c}] * 2})
-    assert status == 200 and [b["answer"] for b in body] == [expected.text] * 2
+    r = client.post("/predict", json={"pairs": [{"question": QUESTION, "context": CONTEXT}] * 2})
+    assert r.status_code == 200 and [b["answer"] for b in r.json()] == [expected.text] * 2
 
 
-def test_bad_requests_are_400(served):
-    _, url = served
-    assert _post(url + "/predict", {"question": "only"})[0] == 400
-    status, body = _post(url + "/predict", {"question": "", "context": "x"})
-    assert status == 400 and "non-empty" in body["error"]
-    assert _post(url + "/nowhere", {})[0] == 404
+def test_health_ready_metrics(client):
+    assert client.get("/health").json() == {"status": "ok"}
+    ready = client.get("/ready")
+    assert ready.status_code == 200
+    assert ready.json()["status"] == "ready" and ready.json()["api_key_required"] is False
+    client.post("/v1/answer", json={"question": QUESTION, "context": CONTEXT})
+    text = client.get("/metrics").text
+    assert 'structqa_http_requests_total{method="POST",route="/v1/answer",status="200"}' in text
+    for name in (
+        "structqa_http_request_seconds_bucket",
+        "structqa_batch_windows_bucket",
+        "structqa_queue_requests",
+        "structqa_model_load_seconds",
+    ):
+        assert name in text
 
 
-@pytest.mark.parametrize(
-    ("payload", "needle"),
-    [
-        ({"question": None, "context": "The Broncos won."}, "'question' must be a string"),
-        ({"question": 123, "context": "The Broncos won."}, "'question' must be a string"),
-        ({"question": "Who?", "context": ["a", "b"]}, "'context' must be a string"),
-        ({"pairs": [{"question": "Who?", "context": 5}]}, "pairs[0]: 'context' must be"),
-        ({"pairs": {"question": "Who?"}}, "'pairs' must be a list"),
-        ({"pairs": ["Who?"]}, "pairs[0] is not an object"),
-        (["Who?", "ctx"], "the body is a JSON list"),
-    ],
-)
-def test_wrong_types_are_400_not_answered(served, payload, needle):
-    _, url = served
-    status, body = _post(url + "/predict", payload)
-    assert status == 400 and needle in body["error"]
+def test_docs_and_page_are_served_offline(client):
+    docs = client.get("/docs").text
+    assert "/docs-assets/swagger-ui-bundle.js" in docs and "http" not in docs.split("<body>")[1]
+    assert client.get("/docs-assets/swagger-ui-bundle.js").status_code == 200
+    assert client.get("/docs-assets/swagger-ui.css").status_code == 200
+    schema = client.get("/openapi.json").json()
+    assert "/v1/answer" in schema["paths"] and "AnswerRequest" in schema["components"]["schemas"]
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    for asset in ("/static/app.js", "/static/style.css"):
+        r = client.get(asset)
+        assert r.status_code == 200 and "http://" not in r.text and "https://" not in r.text
 
 
-def _raw(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
-    """A POST with exactly these bytes and headers (urllib would fix Content-Length)."""
-    import http.client
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-    try:
-        conn.putrequest("POST", "/predict")
-        for k, v in headers.items():
-            conn.putheader(k, v)
-        conn.endheaders(body)
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
-    finally:
-        conn.close()
-
-
-@pytest.mark.parametrize(
-    ("body", "length", "needle"),
-    [
-        ('{"question":"\xff\xfe","context":"abc"}'.encode("latin-1"), None, "not UTF-8"),
-        (b'{"question": "Who?", "context": "x"}', "abc", "Content-Length"),
-        (b'{"question": "Who?", "context": "x"}', "-5", "Content-Length"),
-        (b"{not json", None, "not JSON"),
-    ],
-)
-def test_malformed_http_gets_a_400_reply(served, body, length, needle):
-    _, url = served
-    status, reply = _raw(url, body, {"Content-Length": length or str(len(body))})
-    assert status == 400 and needle in reply["error"]
+def test_metrics_of_two_apps_do_not_collide(tiny_predictor):
+    with client_for(tiny_predictor) as a, client_for(tiny_predictor) as b:
+        a.get("/health")
+        assert 'route="/health"' in a.get("/metrics").text
+        assert 'route="/health"' not in b.get("/metrics").text

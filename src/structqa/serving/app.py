@@ -1,26 +1,237 @@
-"""A small JSON-over-HTTP service around a :class:`Predictor` (standard library only).
+"""The HTTP service (FastAPI): a :class:`Predictor` behind a micro-batching worker.
 
-POST /predict  {"question": ..., "context": ...}            -> one answer
-POST /predict  {"pairs": [{"question": ..., "context": ...}]} -> a list of answers
-GET  /health                                                  -> {"status": "ok"}
+POST /v1/answer   {question, context, top_k?} or a list of them -> answers (in order)
+POST /v1/explain  {question, context} -> where the start/end queries attend (JSON)
+POST /predict     the old shapes {question, context} / {pairs: [...]} (kept as an alias)
+GET  /health      liveness; GET /ready: model loaded and warmed; GET /metrics: Prometheus
+GET  /docs        the OpenAPI UI (assets served from the swagger-ui-bundle package, offline)
+GET  /            the web page (static files shipped in the package)
+
+The model is a resource created before the app (:class:`Service`); the event loop parses,
+checks limits and awaits futures, and never runs the model or the tokenizer: featurization
+runs on a small thread pool and every forward pass on the one inference thread
+(:class:`structqa.serving.batcher.Batcher`). Every refusal is a JSON ``{"error", "status"}``
+whose message says what to do; an unexpected failure is logged with its traceback and the
+client sees only a reference to the log line.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import threading
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from structqa.serving.batcher import Batcher, BatchStats, Featurizer
+from structqa.serving.edge import EdgeGuard, HttpMetrics, error_body
+from structqa.serving.metrics import ServeMetrics
+from structqa.serving.parsing import (
+    ApiError,
+    answer_items,
+    check_context_sizes,
+    explain_item,
+    legacy_items,
+    parse_json,
+    validation_fields,
+)
 from structqa.serving.predictor import Answer, Predictor
+from structqa.serving.schemas import AnswerOut, ErrorOut, Health, Readiness, check_text
+from structqa.serving.settings import ServeSettings
 
 log = logging.getLogger(__name__)
-MAX_BODY = 5 * 1024 * 1024
+
+STATIC = Path(__file__).resolve().parent / "static"
+CLIENT_GONE = 499  # (nginx's code) what the metrics count when the client left first
+EXPLAIN_MAX_CHARS = 20_000  # explain scores each window on its own, then the best again
+ROUTES = ("/", "/health", "/ready", "/metrics", "/docs", "/openapi.json")
+ROUTES += ("/v1/answer", "/v1/explain", "/predict")
 
 
-def answer_json(a: Answer, n_best: int = 5) -> dict[str, Any]:
+class Service:
+    """The model as a resource: featurizer, batcher, admission and deadline."""
+
+    def __init__(
+        self,
+        predictor: Predictor,
+        settings: ServeSettings,
+        metrics: ServeMetrics,
+        load_seconds: float = 0.0,
+    ):
+        self.predictor, self.settings, self.metrics = predictor, settings, metrics
+        cfg = predictor.config
+        # names, never the server's paths: the last parts of a checkpoint or encoder dir
+        self.info = {
+            "name": settings.model_name,
+            "head": str(cfg.model.head),
+            "encoder": Path(str(cfg.model.encoder)).name,
+        }
+        self.explain_kind = _explain_kind(predictor.model)
+        self.status = "loading"
+        self.admitted = 0  # touched on the event loop only
+        self.featurizer: Featurizer | None = None
+        self.batcher: Batcher | None = None
+        metrics.model_load_seconds.set(load_seconds)
+
+    def start(self) -> None:
+        """Start the workers and warm them up on a thread (GET /ready turns 200 after)."""
+        s = self.settings
+        self.featurizer = Featurizer(self.predictor, s.featurize_threads)
+        self.batcher = Batcher(self.predictor, s.max_batch_windows, s.max_wait_ms, self._batched)
+        self.metrics.track_queue(lambda: self.admitted, lambda: self.batcher.pending_windows)
+        threading.Thread(target=self._warm_up, name="warm-up", daemon=True).start()
+
+    def _batched(self, stats: BatchStats) -> None:
+        self.metrics.observe_batch(stats.windows, stats.requests, stats.seconds, stats.passes)
+
+    def _warm_up(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            assert self.featurizer is not None and self.batcher is not None
+            pair = ("What is warmed up?", "The model is warmed up before the first request.")
+            examples, features = self.featurizer.submit([pair]).result()
+            self.batcher.submit(examples, features).future.result()
+        except Exception:
+            log.exception("the warm-up answer failed; the service stays not ready")
+            self.status = "failed"
+            return
+        self.metrics.warmup_seconds.set(time.perf_counter() - t0)
+        self.status = "ready"
+        log.info("model warmed up in %.2f s; ready", time.perf_counter() - t0)
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        end = time.monotonic() + timeout
+        while self.status == "loading" and time.monotonic() < end:
+            time.sleep(0.02)
+        return self.status == "ready"
+
+    def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
+        if self.featurizer is not None:
+            self.featurizer.close()
+
+    def _admit(self) -> None:
+        if self.status != "ready":
+            raise ApiError(
+                503,
+                f"the model is not ready ({self.status}); see GET /ready",
+                {"Retry-After": "5"},
+            )
+        if self.admitted >= self.settings.queue_size:
+            raise ApiError(
+                503,
+                f"the server is busy: {self.admitted} requests are in progress, the most it "
+                "queues (--queue-size); retry shortly",
+                {"Retry-After": "1"},
+            )
+
+    async def _within(self, fut: Any, deadline: float, gone: asyncio.Future | None) -> Any:
+        """The result of the concurrent future ``fut``; cancelled (so the worker drops its
+        windows) at the deadline (504) or when the client disconnects (``gone``)."""
+        wrapped = asyncio.wrap_future(fut)
+        waiters = {wrapped} if gone is None else {wrapped, gone}
+        left = deadline - time.monotonic()
+        done, _ = await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        if wrapped in done:
+            return wrapped.result()
+        wrapped.cancel()
+        if gone is not None and gone in done:
+            raise ApiError(CLIENT_GONE, "the client disconnected before the answer")
+        raise ApiError(
+            504,
+            f"no answer within {self.settings.request_timeout:g} s (--request-timeout): the "
+            "server is overloaded or the passage is very long; retry or send less",
+        )
+
+    async def answer(
+        self, pairs: list[tuple[str, str]], gone: asyncio.Future | None = None
+    ) -> list[Answer]:
+        self._admit()
+        self.admitted += 1
+        deadline = time.monotonic() + self.settings.request_timeout
+        try:
+            assert self.featurizer is not None and self.batcher is not None
+            examples, features = await self._within(self.featurizer.submit(pairs), deadline, gone)
+            job = self.batcher.submit(examples, features)
+            return await self._within(job.future, deadline, gone)
+        finally:
+            self.admitted -= 1
+
+    async def explain(
+        self, question: str, context: str, gone: asyncio.Future | None = None
+    ) -> dict[str, Any]:
+        if self.explain_kind is None:
+            raise ApiError(404, f"no attention map for the {self.info['head']} head")
+        self._admit()
+        self.admitted += 1
+        deadline = time.monotonic() + self.settings.request_timeout
+        try:
+            assert self.batcher is not None
+            call = self.batcher.call(lambda: self._explain(question, context))
+            return await self._within(call, deadline, gone)
+        finally:
+            self.admitted -= 1
+
+    def _explain(self, question: str, context: str) -> dict[str, Any]:
+        from structqa.analysis import explain
+
+        p = self.predictor
+        att = explain(
+            p.model,
+            p.tokenizer,
+            p.config,
+            question,
+            context,
+            bf16="on" if p.bf16 else "off",
+            whole_words=p.decode.whole_words,
+        )
+        out = att.to_dict()
+        del out["question"], out["context"]  # the client has them
+        return out
+
+
+def _explain_kind(model: Any) -> str | None:
+    from structqa.analysis.attention_maps import MAP_MAKERS
+
+    source = getattr(getattr(model, "head", None), "queries", None)
+    for cls, (kind, _) in MAP_MAKERS.items():
+        if isinstance(source, cls):
+            return kind
+    return None
+
+
+def answer_json(a: Answer, top_k: int, info: dict[str, str]) -> dict[str, Any]:
+    """An Answer as the body of POST /v1/answer (:class:`AnswerOut`)."""
+    return {
+        "answer": a.text,
+        "start": a.start,
+        "end": a.end,
+        "probability": a.probability,
+        "score": a.score,
+        "null_odds": a.null_odds,
+        "no_answer": a.no_answer,
+        "nbest": [
+            {"text": c.text, "start": c.start_char, "end": c.end_char, "probability": c.probability}
+            for c in a.nbest[:top_k]
+        ],
+        "model": info,
+    }
+
+
+def legacy_json(a: Answer, n_best: int = 5) -> dict[str, Any]:
+    """An Answer as the old /predict replied (unchanged keys)."""
     return {
         "answer": a.text,
         "start": a.start,
@@ -32,89 +243,224 @@ def answer_json(a: Answer, n_best: int = 5) -> dict[str, Any]:
     }
 
 
-def parse_request(body: bytes) -> tuple[list[tuple[str, str]], bool]:
-    """The (question, context) pairs of a /predict body, and whether it asked for one answer.
+def route_label(path: str) -> str:
+    if path in ROUTES:
+        return path
+    if path.startswith("/static/") or path.startswith("/docs-assets/"):
+        return path.split("/", 2)[1]
+    return "other"
 
-    A body that is not UTF-8 JSON of the documented shape, or whose question or context is
-    not a string, is a ValueError whose message says what is wrong (the client gets a 400)."""
-    usage = 'expected {"question": str, "context": str} or {"pairs": [{...}, ...]}'
+
+def create_app(
+    predictor: Predictor, settings: ServeSettings | None = None, load_seconds: float = 0.0
+) -> FastAPI:
+    """The service around a loaded ``predictor``; its workers start with the app (lifespan)
+    and it reports ready once a warm-up answer went through them."""
+    settings = settings or ServeSettings()
+    metrics = ServeMetrics()
+    service = Service(predictor, settings, metrics, load_seconds)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service.start()
+        try:
+            yield
+        finally:
+            service.close()
+
+    errors = {s: {"model": ErrorOut} for s in (400, 401, 408, 413, 422, 503, 504)}
+    app = FastAPI(
+        title="structqa",
+        summary="Extractive question answering over a passage",
+        version="1",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    _add_error_handlers(app)
+    _add_docs(app)
+
+    @app.post(
+        "/v1/answer",
+        response_model=AnswerOut | list[AnswerOut],
+        responses=errors,
+        openapi_extra=_body_schema("AnswerRequest"),
+        summary="Answer one question, or a list of them, about a passage",
+    )
+    async def answer(request: Request) -> Response:
+        items, single = answer_items(parse_json(await request.body()), settings.max_questions)
+        check_context_sizes(items, settings.max_context_chars)
+        async with _disconnect_watch(request) as gone:
+            answers = await service.answer([(i.question, i.context) for i in items], gone)
+        out = [answer_json(a, i.top_k, service.info) for a, i in zip(answers, items, strict=True)]
+        return JSONResponse(out[0] if single else out)
+
+    @app.post("/predict", responses=errors, deprecated=True, summary="Old shape of /v1/answer")
+    async def predict(request: Request) -> Response:
+        items, single = legacy_items(parse_json(await request.body()), settings.max_questions)
+        check_context_sizes(items, settings.max_context_chars)
+        async with _disconnect_watch(request) as gone:
+            answers = await service.answer([(i.question, i.context) for i in items], gone)
+        out = [legacy_json(a) for a in answers]
+        return JSONResponse(out[0] if single else out)
+
+    @app.post(
+        "/v1/explain",
+        responses=errors,
+        openapi_extra=_body_schema("ExplainItem"),
+        summary="Where the start/end queries attend (DyREx, DyReF; static heads: the "
+        "start/end distributions)",
+    )
+    async def explain(request: Request) -> Response:
+        item = explain_item(parse_json(await request.body()))
+        check_context_sizes([item], min(settings.max_context_chars, EXPLAIN_MAX_CHARS))
+        async with _disconnect_watch(request) as gone:
+            return JSONResponse(await service.explain(item.question, item.context, gone))
+
+    @app.get("/health", response_model=Health, summary="Liveness")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/ready", response_model=Readiness, responses={503: {"model": Readiness}})
+    async def ready() -> Response:
+        body = {
+            "status": service.status,
+            "model": service.info,
+            "explain": service.explain_kind,
+            "api_key_required": settings.api_key is not None,
+            "max_context_chars": settings.max_context_chars,
+        }
+        return JSONResponse(body, status_code=200 if service.status == "ready" else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> Response:
+        return FileResponse(
+            STATIC / "index.html",
+            headers={"Content-Security-Policy": "default-src 'self'; img-src 'self' data:"},
+        )
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(
+        EdgeGuard,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout=settings.body_timeout,
+        api_key=settings.api_key,
+    )
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Content-Type", "Authorization", "X-API-Key"],
+        )
+    app.add_middleware(HttpMetrics, metrics=metrics, route_of=route_label)
+    return app
+
+
+@asynccontextmanager
+async def _disconnect_watch(request: Request):
+    """A future that completes when the client disconnects (the body is read by then, so the
+    next ASGI message can only be the disconnect)."""
+
+    async def wait() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    gone = asyncio.ensure_future(wait())
     try:
-        req = json.loads(body.decode("utf-8") or "{}")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"the body is not UTF-8: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"the body is not JSON ({e}); {usage}") from None
-    if not isinstance(req, dict):
-        raise ValueError(f"the body is a JSON {type(req).__name__}; {usage}")
-    single = "pairs" not in req
-    items = [req] if single else req["pairs"]
-    if not isinstance(items, list):
-        raise ValueError(f"'pairs' must be a list; {usage}")
-    pairs = []
-    for i, item in enumerate(items):
-        where = "the body" if single else f"pairs[{i}]"
-        if not isinstance(item, dict):
-            raise ValueError(f"{where} is not an object; {usage}")
-        for key in ("question", "context"):
-            if key not in item:
-                raise ValueError(f"{where}: missing '{key}'; {usage}")
-            if not isinstance(item[key], str):
-                raise ValueError(
-                    f"{where}: '{key}' must be a string, not {type(item[key]).__name__}"
-                )
-        pairs.append((item["question"], item["context"]))
-    return pairs, single
+        yield gone
+    finally:
+        gone.cancel()
 
 
-def make_server(
-    predictor: Predictor, host: str = "127.0.0.1", port: int = 8000
-) -> ThreadingHTTPServer:
-    lock = threading.Lock()  # one forward pass at a time: the CPU is the bottleneck anyway
+def _body_schema(name: str) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{name}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, status: int, payload: Any) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802
-            if self.path == "/health":
-                self._send(HTTPStatus.OK, {"status": "ok"})
-            else:
-                self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path}"})
+def _add_docs(app: FastAPI) -> None:
+    """/docs from local assets, and the request schemas the routes read themselves."""
+    import swagger_ui_bundle
+    from fastapi.openapi.utils import get_openapi
+    from pydantic import TypeAdapter
 
-        def do_POST(self) -> None:  # noqa: N802
-            if self.path != "/predict":
-                self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path}"})
-                return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = -1
-            if length < 0:
-                self._send(HTTPStatus.BAD_REQUEST, {"error": "bad Content-Length header"})
-                return
-            if length > MAX_BODY:
-                self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
-                return
-            try:
-                pairs, single = parse_request(self.rfile.read(length))
-            except ValueError as e:
-                self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)})
-                return
-            try:
-                with lock:
-                    answers = predictor.predict_batch(pairs)
-            except ValueError as e:
-                self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)})
-                return
-            out = [answer_json(a) for a in answers]
-            self._send(HTTPStatus.OK, out[0] if single else out)
+    from structqa.serving.schemas import AnswerBody, ExplainItem
 
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.info("%s %s", self.address_string(), fmt % args)
+    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path))
 
-    return ThreadingHTTPServer((host, port), Handler)
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="structqa API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+        )
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            template = "#/components/schemas/{model}"
+            for name, kind in (("AnswerRequest", AnswerBody), ("ExplainItem", ExplainItem)):
+                body = TypeAdapter(kind).json_schema(ref_template=template)
+                components.update(body.pop("$defs", {}))
+                components[name] = body
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _json_error(err: ApiError) -> Response:
+    return Response(
+        error_body(err.status, err.message, err.fields),
+        status_code=err.status,
+        headers=err.headers,
+        media_type="application/json",
+    )
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, err: ApiError) -> Response:
+        return _json_error(err)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> Response:
+        fields = validation_fields(err.errors())
+        text = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+        return _json_error(ApiError(422, text, fields=fields))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> Response:
+        method, path = request.method, request.url.path
+        try:
+            check_text(path)
+        except ValueError:
+            path = "(path)"
+        if err.status_code == 404:
+            msg = (
+                f"no route {method} {path}; the API: POST /v1/answer, POST /v1/explain, "
+                "GET /health, /ready, /metrics, /docs"
+            )
+        elif err.status_code == 405:
+            allowed = (err.headers or {}).get("Allow", "")
+            msg = f"{method} is not allowed on {path}; allowed: {allowed}"
+        else:
+            msg = str(err.detail)
+        return _json_error(ApiError(err.status_code, msg, dict(err.headers or {})))
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, err: Exception) -> Response:
+        ref = uuid.uuid4().hex[:12]
+        log.error("internal error %s on %s %s", ref, request.method, request.url.path, exc_info=err)
+        return _json_error(
+            ApiError(500, f"internal error; the server logged it as {ref}. Please report it.")
+        )

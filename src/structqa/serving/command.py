@@ -1,0 +1,151 @@
+"""`structqa serve CHECKPOINT`: the HTTP service (FastAPI on uvicorn) on 127.0.0.1 by default."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+WHOLE_WORDS_HELP = (
+    "widen answers that start or end inside a word to the whole word, or not "
+    "(--no-whole-words); default: the checkpoint's decode.whole_words"
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from structqa.serving.settings import API_KEY_ENV, ServeSettings
+
+    d = ServeSettings()
+    sv = subparsers.add_parser(
+        "serve",
+        help="answer questions over HTTP (POST /v1/answer, a web page at /)",
+        description="Serves a checkpoint: POST /v1/answer (and the old POST /predict), "
+        "POST /v1/explain, GET /health, /ready, /metrics, /docs and a web page at /. Requests "
+        "that arrive together share forward passes (micro-batching by windows).",
+    )
+    sv.add_argument("checkpoint")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    sv.add_argument("--port", type=int, default=8000, help="0: any free port (it is logged)")
+    sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    sv.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
+    b = sv.add_argument_group("batching")
+    b.add_argument(
+        "--max-batch-windows",
+        type=int,
+        default=d.max_batch_windows,
+        help="windows in one forward pass (1: one window at a time)",
+    )
+    b.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=d.max_wait_ms,
+        help="how long an idle worker waits for more windows before a batch that is not full",
+    )
+    b.add_argument(
+        "--queue-size",
+        type=int,
+        default=d.queue_size,
+        help="requests in progress at once; more get 503 with Retry-After",
+    )
+    lim = sv.add_argument_group("limits")
+    lim.add_argument("--max-context-chars", type=int, default=d.max_context_chars)
+    lim.add_argument("--max-questions", type=int, default=d.max_questions, help="per request")
+    lim.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
+    lim.add_argument(
+        "--request-timeout", type=float, default=d.request_timeout, help="seconds; then 504"
+    )
+    lim.add_argument(
+        "--body-timeout",
+        type=float,
+        default=d.body_timeout,
+        help="seconds for a whole body to arrive; then 408",
+    )
+    lim.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds for a connection's request line and headers",
+    )
+    lim.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        help="open connections and requests in flight; more get 503 (uvicorn limit_concurrency)",
+    )
+    lim.add_argument("--keep-alive", type=float, default=5.0, help="idle keep-alive seconds")
+    sec = sv.add_argument_group("security")
+    sec.add_argument(
+        "--api-key",
+        help=f"require this key on POST (header X-API-Key or Authorization: Bearer); "
+        f"default: ${API_KEY_ENV} when set, else no key",
+    )
+    sec.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser pages from ORIGIN (repeatable); default: no CORS",
+    )
+    sv.set_defaults(func=cmd_serve)
+    return sv
+
+
+def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
+    import uvicorn
+
+    from structqa.serving.app import create_app
+    from structqa.serving.edge import guarded_h11
+    from structqa.serving.predictor import Predictor
+    from structqa.serving.settings import ServeSettings, api_key_from_env
+
+    if extra:
+        raise ValueError(f"serve takes no config overrides: {' '.join(extra)}")
+    settings = ServeSettings(
+        max_batch_windows=args.max_batch_windows,
+        max_wait_ms=args.max_wait_ms,
+        queue_size=args.queue_size,
+        max_context_chars=args.max_context_chars,
+        max_questions=args.max_questions,
+        max_body_bytes=args.max_body_bytes,
+        request_timeout=args.request_timeout,
+        body_timeout=args.body_timeout,
+        api_key=api_key_from_env(args.api_key),
+        cors_origins=tuple(args.cors_origin),
+        model_name="/".join(Path(args.checkpoint).resolve().parts[-2:]),  # e.g. qs-dyrex/best
+    )
+    for name in ("max_batch_windows", "queue_size", "max_context_chars", "max_questions"):
+        if getattr(settings, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    # the socket first: a port in use fails before the model loads
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    t0 = time.perf_counter()
+    predictor = Predictor.from_checkpoint(
+        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words
+    )
+    app = create_app(predictor, settings, load_seconds=time.perf_counter() - t0)
+    config = uvicorn.Config(
+        app,
+        http=guarded_h11(args.header_timeout),
+        limit_concurrency=args.max_connections,
+        timeout_keep_alive=args.keep_alive,
+        server_header=False,
+        access_log=False,
+        log_config=None,  # structqa's logging setup
+    )
+    port = sock.getsockname()[1]
+    log.info(
+        "serving %s on http://%s:%d (page /, POST /v1/answer, /docs, /metrics)%s",
+        args.checkpoint,
+        args.host,
+        port,
+        "; an API key is required on POST" if settings.api_key else "",
+    )
+    print(f"structqa serve: listening on http://{args.host}:{port}", flush=True)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0

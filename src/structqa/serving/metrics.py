@@ -1,0 +1,89 @@
+"""The service's Prometheus metrics, on a registry of their own (one per app, so that several
+apps, e.g. in tests, never collide in the process-wide default registry)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+WINDOW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+class ServeMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "structqa_http_requests",
+            "HTTP replies by route, method and status code",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "structqa_http_request_seconds",
+            "Time from a request's arrival to its reply",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_windows = Histogram(
+            "structqa_batch_windows",
+            "Windows scored by one forward pass",
+            buckets=WINDOW_BUCKETS,
+            registry=r,
+        )
+        self.batch_requests = Histogram(
+            "structqa_batch_requests",
+            "Requests whose windows shared one forward pass",
+            buckets=WINDOW_BUCKETS,
+            registry=r,
+        )
+        self.batch_passes = Histogram(
+            "structqa_batch_passes",
+            "Forward passes of one batch (its windows cut into groups of similar length)",
+            buckets=(1, 2, 3, 4, 6, 8, 16),
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "structqa_batch_seconds",
+            "Time of one forward pass and its decoding",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_requests = Gauge(
+            "structqa_queue_requests",
+            "Requests admitted and not yet answered (featurizing, waiting or being scored)",
+            registry=r,
+        )
+        self.queue_windows = Gauge(
+            "structqa_queue_windows", "Windows waiting for a forward pass", registry=r
+        )
+        self.model_load_seconds = Gauge(
+            "structqa_model_load_seconds", "Time to load the checkpoint", registry=r
+        )
+        self.warmup_seconds = Gauge(
+            "structqa_model_warmup_seconds", "Time of the first (warm-up) answer", registry=r
+        )
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def observe_batch(self, windows: int, requests: int, seconds: float, passes: int) -> None:
+        self.batch_windows.observe(windows)
+        self.batch_passes.observe(passes)
+        self.batch_requests.observe(requests)
+        self.batch_seconds.observe(seconds)
+
+    def track_queue(self, requests: Callable[[], float], windows: Callable[[], float]) -> None:
+        """Read the queue depths when scraped."""
+        self.queue_requests.set_function(requests)
+        self.queue_windows.set_function(windows)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

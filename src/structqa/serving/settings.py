@@ -1,0 +1,35 @@
+"""The service's settings (no heavy imports: the CLI's parser reads the defaults)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+API_KEY_ENV = "STRUCTQA_API_KEY"
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    max_batch_windows: int = 16
+    max_wait_ms: float = 2.0
+    queue_size: int = 64  # requests admitted at once (featurizing, waiting or scored)
+    max_context_chars: int = 100_000
+    max_questions: int = 32  # items of one request
+    max_body_bytes: int = 4 * 1024 * 1024
+    request_timeout: float = 30.0  # seconds from admission to the answer
+    body_timeout: float = 10.0  # seconds for a request's whole body to arrive
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    featurize_threads: int = 2
+    model_name: str = "model"
+
+
+def api_key_from_env(given: str | None) -> str | None:
+    """``--api-key``, else $STRUCTQA_API_KEY, else None (no key needed); an empty key is an
+    error (it would let every request in)."""
+    key = given if given is not None else os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        raise ValueError(
+            f"the API key (--api-key or ${API_KEY_ENV}) is empty; set a key or unset it"
+        )
+    return key

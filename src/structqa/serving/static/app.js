@@ -1,0 +1,206 @@
+// The structqa page: ask questions about a passage through POST /v1/answer, mark the chosen
+// answer in the passage, and (DyREx/DyReF models) colour what the start/end queries attend to
+// through POST /v1/explain. No framework, no network beyond this server.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { ready: null, context: "", results: [], selected: -1, explained: new Map() };
+
+function headers() {
+  const h = { "Content-Type": "application/json" };
+  const key = $("api-key").value;
+  if (key) h["X-API-Key"] = key;
+  return h;
+}
+
+async function post(path, body) {
+  const resp = await fetch(path, { method: "POST", headers: headers(), body: JSON.stringify(body) });
+  let data = null;
+  try { data = await resp.json(); } catch (e) { data = null; }
+  if (!resp.ok) {
+    const msg = data && data.error ? data.error : `HTTP ${resp.status}`;
+    throw new Error(msg);
+  }
+  return data;
+}
+
+function setStatus(text, isError) {
+  const s = $("status");
+  s.textContent = text;
+  s.classList.toggle("error", Boolean(isError));
+}
+
+async function loadInfo() {
+  try {
+    const resp = await fetch("/ready");
+    const info = await resp.json();
+    state.ready = info;
+    const m = info.model;
+    $("model-info").textContent = m
+      ? `model ${m.name} · head ${m.head} · encoder ${m.encoder} · ${info.status}`
+      : `model: ${info.status}`;
+    $("key-row").hidden = !info.api_key_required;
+    if (info.explain === "dyrex" || info.explain === "dyref") {
+      $("explain-row").hidden = false;
+    }
+    if (info.status === "loading") setTimeout(loadInfo, 1000);
+  } catch (e) {
+    $("model-info").textContent = "the server does not answer /ready";
+  }
+}
+
+function renderPassage() {
+  const view = $("passage-view");
+  view.replaceChildren();
+  const ctx = state.context;
+  const r = state.results[state.selected];
+  const att = r && $("explain-toggle").checked ? state.explained.get(state.selected) : null;
+  if (att) {
+    renderAttention(view, ctx, att, r);
+    return;
+  }
+  if (!r || r.no_answer || r.start < 0) {
+    view.textContent = ctx;
+    return;
+  }
+  const mark = document.createElement("mark");
+  mark.id = "answer-mark";
+  mark.textContent = ctx.slice(r.start, r.end);
+  view.append(ctx.slice(0, r.start), mark, ctx.slice(r.end));
+  mark.scrollIntoView({ block: "nearest" });
+}
+
+function renderAttention(view, ctx, att, r) {
+  // context tokens of the window the map is of, in order; text between them stays plain
+  const toks = [];
+  att.offsets.forEach(([s, e], i) => { if (s >= 0) toks.push([s, e, att.start_weights[i], att.end_weights[i]]); });
+  const top = Math.max(1e-9, ...toks.map((t) => Math.max(t[2], t[3])));
+  let pos = 0;
+  for (const [s, e, ws, we] of toks) {
+    if (s > pos) view.append(ctx.slice(pos, s));
+    const span = document.createElement("span");
+    span.textContent = ctx.slice(s, e);
+    const a = (Math.max(ws, we) / top) ** 2;  // squared: max-pooled maps are high almost everywhere
+    span.style.backgroundColor = ws >= we ? `rgba(37, 99, 235, ${a.toFixed(3)})` : `rgba(234, 88, 12, ${a.toFixed(3)})`;
+    span.title = `start ${ws.toFixed(3)} · end ${we.toFixed(3)}`;
+    if (!r.no_answer && s >= r.start && e <= r.end) span.classList.add("in-answer");
+    view.append(span);
+    pos = e;
+  }
+  view.append(ctx.slice(pos));
+}
+
+function renderResults(latencyMs) {
+  const list = $("results");
+  list.replaceChildren();
+  state.results.forEach((r, i) => {
+    const li = document.createElement("li");
+    const pick = document.createElement("button");
+    pick.type = "button";
+    pick.className = "result";
+    pick.setAttribute("aria-pressed", String(i === state.selected));
+    const q = document.createElement("span");
+    q.className = "question";
+    q.textContent = r.question;
+    const a = document.createElement("span");
+    a.className = r.no_answer ? "answer none" : "answer";
+    a.textContent = r.no_answer ? "No answer found" : r.answer;
+    const p = document.createElement("span");
+    p.className = "prob";
+    p.textContent = r.no_answer ? "" : `${(100 * r.probability).toFixed(1)}%`;
+    pick.append(q, a, p);
+    pick.addEventListener("click", () => select(i));
+    li.append(pick);
+    if (r.nbest.length) {
+      const details = document.createElement("details");
+      const sum = document.createElement("summary");
+      sum.textContent = `n-best (${r.nbest.length})`;
+      const table = document.createElement("table");
+      const head = table.createTHead().insertRow();
+      for (const t of ["answer", "probability", "chars"]) {
+        const th = document.createElement("th");
+        th.textContent = t;
+        head.append(th);
+      }
+      const body = table.createTBody();
+      for (const c of r.nbest) {
+        const row = body.insertRow();
+        row.insertCell().textContent = c.text;
+        row.insertCell().textContent = `${(100 * c.probability).toFixed(1)}%`;
+        row.insertCell().textContent = `${c.start}–${c.end}`;
+      }
+      details.append(sum, table);
+      li.append(details);
+    }
+    list.append(li);
+  });
+  const n = state.results.length;
+  setStatus(`${n} answer${n === 1 ? "" : "s"} in ${Math.round(latencyMs)} ms`);
+  $("status").dataset.latencyMs = String(Math.round(latencyMs));
+}
+
+async function select(i) {
+  state.selected = i;
+  document.querySelectorAll("#results .result").forEach((b, j) => b.setAttribute("aria-pressed", String(i === j)));
+  await maybeExplain();
+  renderPassage();
+}
+
+async function maybeExplain() {
+  const on = $("explain-toggle").checked;
+  $("explain-legend").hidden = !on;
+  const r = state.results[state.selected];
+  if (!on || !r || state.explained.has(state.selected)) return;
+  try {
+    setStatus("computing the attention map…");
+    state.explained.set(state.selected, await post("/v1/explain", { question: r.question, context: state.context }));
+    setStatus("attention map of the window that holds the answer");
+  } catch (e) {
+    setStatus(e.message, true);
+  }
+}
+
+async function ask(ev) {
+  if (ev) ev.preventDefault();
+  const context = $("passage").value;
+  const questions = $("questions").value.split("\n").map((q) => q.trim()).filter(Boolean);
+  if (!context.trim()) { setStatus("Paste a passage first.", true); $("passage").focus(); return; }
+  if (!questions.length) { setStatus("Type at least one question.", true); $("questions").focus(); return; }
+  $("ask").disabled = true;
+  setStatus("answering…");
+  const t0 = performance.now();
+  try {
+    const out = await post("/v1/answer", questions.map((q) => ({ question: q, context, top_k: 5 })));
+    state.context = context;
+    state.results = out.map((r, i) => ({ ...r, question: questions[i] }));
+    state.explained = new Map();
+    state.selected = 0;
+    renderResults(performance.now() - t0);
+    await select(0);
+  } catch (e) {
+    setStatus(e.message, true);
+  } finally {
+    $("ask").disabled = false;
+  }
+}
+
+function readFile() {
+  const f = $("file").files[0];
+  if (!f) return;
+  const reader = new FileReader();
+  reader.onload = () => { $("passage").value = String(reader.result); setStatus(`read ${f.name}`); };
+  reader.onerror = () => setStatus(`could not read ${f.name}`, true);
+  reader.readAsText(f);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("ask-form").addEventListener("submit", ask);
+  $("file").addEventListener("change", readFile);
+  $("explain-toggle").addEventListener("change", async () => { await maybeExplain(); renderPassage(); });
+  for (const id of ["passage", "questions"]) {
+    $(id).addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) ask(ev);
+    });
+  }
+  loadInfo();
+});

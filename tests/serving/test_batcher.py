@@ -1,0 +1,135 @@
+"""The micro-batcher answers as the Predictor does, whatever windows share a forward pass, and
+schedules windows round-robin across requests."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+from conftest import CONTEXT
+
+from structqa.serving.batcher import Batcher, BatchStats, Featurizer, length_groups
+from structqa.serving.predictor import Predictor
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see tests/conftest.py
+
+LONG = " ".join([CONTEXT] * 12)  # many windows of the small-window predictor below
+
+
+@pytest.fixture(scope="module")
+def small_windows(tiny_predictor: Predictor) -> Predictor:
+    """The tiny model with 48-token windows: a context of a few sentences spans many."""
+    p = Predictor(tiny_predictor.model, tiny_predictor.tokenizer, tiny_predictor.config)
+    p.features = replace(p.features, max_seq_len=48, doc_stride=16, max_query_len=16)
+    return p
+
+
+def _run(predictor: Predictor, batcher: Batcher, pairs: list[tuple[str, str]]):
+    examples, features = Featurizer(predictor, 1).featurize(pairs)
+    return examples, features, batcher.submit(examples, features)
+
+
+def test_answers_equal_the_predictors(small_windows):
+    pairs = [("Who won?", LONG), ("Who lost?", CONTEXT), ("Who played?", LONG[:300])]
+    stats: list[BatchStats] = []
+    batcher = Batcher(small_windows, max_batch_windows=4, max_wait_ms=0, on_batch=stats.append)
+    try:
+        jobs = [_run(small_windows, batcher, [pair])[2] for pair in pairs]
+        got = [job.future.result(60)[0] for job in jobs]
+    finally:
+        batcher.close()
+    assert sum(job.windows for job in jobs) > 10  # the long contexts really are split
+    assert max(s.windows for s in stats) <= 4
+    for answer, expected in zip(got, small_windows.predict_batch(pairs), strict=True):
+        assert (answer.text, answer.start, answer.end) == (
+            expected.text,
+            expected.start,
+            expected.end,
+        )
+        assert answer.score == pytest.approx(expected.score, abs=1e-4)
+        # (the tail of the n-best can swap near-tied spans: padding differs by the float noise)
+        assert [c.text for c in answer.nbest[:5]] == [c.text for c in expected.nbest[:5]]
+
+
+def test_a_long_request_shares_batches_with_short_ones(small_windows):
+    """Windows are taken one per request per turn: short requests queued behind a long one
+    are answered in the first batch, not after all of the long one's windows."""
+    stats: list[BatchStats] = []
+    batcher = Batcher(small_windows, max_batch_windows=4, max_wait_ms=0, on_batch=stats.append)
+    release = threading.Event()
+    batcher.call(lambda: release.wait(30))  # hold the worker while the queue fills
+    done: list[str] = []
+    try:
+        jobs = {}
+        for name, context in [("long", LONG), ("a", CONTEXT), ("b", CONTEXT), ("c", CONTEXT)]:
+            jobs[name] = _run(small_windows, batcher, [("Who won?", context)])[2]
+            jobs[name].future.add_done_callback(lambda _, n=name: done.append(n))
+        release.set()
+        for job in jobs.values():
+            job.future.result(60)
+    finally:
+        batcher.close()
+    assert jobs["long"].windows > 8
+    assert (stats[0].windows, stats[0].requests) == (4, 4)  # one window of each request
+    assert done[-1] == "long" and set(done[:3]) == {"a", "b", "c"}
+    assert sum(s.windows for s in stats) == sum(j.windows for j in jobs.values())
+
+
+def test_an_abandoned_request_is_dropped(small_windows):
+    stats: list[BatchStats] = []
+    batcher = Batcher(small_windows, max_batch_windows=4, max_wait_ms=0, on_batch=stats.append)
+    release = threading.Event()
+    batcher.call(lambda: release.wait(30))
+    try:
+        gone = _run(small_windows, batcher, [("Who won?", LONG)])[2]
+        kept = _run(small_windows, batcher, [("Who won?", CONTEXT)])[2]
+        assert gone.future.cancel()  # what a deadline does (asyncio.wait_for cancels it)
+        release.set()
+        assert kept.future.result(60)[0].text
+    finally:
+        batcher.close()
+    assert sum(s.windows for s in stats) == kept.windows
+    assert batcher.pending_windows == 0
+
+
+def test_featurizer_threads_agree_with_one_thread(small_windows):
+    pairs = [("Who won?", LONG), ("Who lost?", CONTEXT)] * 4
+    one = Featurizer(small_windows, 1).featurize(pairs)[1]
+    pool = Featurizer(small_windows, 3)
+    try:
+        futures = [pool.submit(pairs) for _ in range(6)]
+        for fut in futures:
+            many = fut.result(60)[1]
+            assert [f.input_ids.tolist() for f in many] == [f.input_ids.tolist() for f in one]
+    finally:
+        pool.close()
+
+
+def test_a_long_request_takes_only_its_share_of_a_batch(small_windows):
+    """Beside one short request, a long one adds max_batch_windows / 2 windows (its share), not
+    the three that would fill the batch."""
+    stats: list[BatchStats] = []
+    batcher = Batcher(small_windows, max_batch_windows=4, max_wait_ms=0, on_batch=stats.append)
+    release = threading.Event()
+    batcher.call(lambda: release.wait(30))
+    try:
+        long = _run(small_windows, batcher, [("Who won?", LONG)])[2]
+        short = _run(small_windows, batcher, [("Who won?", "The Denver Broncos won.")])[2]
+        assert short.windows == 1
+        release.set()
+        short.future.result(60)
+        long.future.result(60)
+    finally:
+        batcher.close()
+    assert (stats[0].windows, stats[0].requests) == (3, 2), stats
+    assert all(s.windows == 4 for s in stats[1:-1])  # alone, the long request fills batches
+
+
+def test_length_groups_minimise_padded_cost():
+    # one pass: 50 + 4 * 100 = 450; [100, 100] + [10, 10]: 50 + 200 + 50 + 20 = 320;
+    # three passes: 370
+    assert length_groups([100, 100, 10, 10], overhead=50) == [(0, 2), (2, 4)]
+    assert length_groups([100, 100, 10, 10], overhead=1000) == [(0, 4)]
+    assert length_groups([100, 90, 80], overhead=0) == [(0, 1), (1, 2), (2, 3)]
+    assert length_groups([]) == []

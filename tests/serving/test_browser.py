@@ -1,0 +1,162 @@
+"""The web page in a real browser (headless Chromium through selenium): type a passage and a
+question, click, and the highlighted text is the API's answer.
+
+Needs /usr/bin/chromium (or chromium-browser) and chromedriver: `bash scripts/install-browser.sh`
+installs them (Debian packages, as root); without them the test skips and says so. A screenshot
+is always saved under the test's tmp dir, and also to $STRUCTQA_SCREENSHOT when set (e.g.
+docs/images/serve-page.png). $STRUCTQA_BROWSER_CHECKPOINT serves another checkpoint than the
+tiny DyREx one (e.g. a trained quickstart model, for the README's screenshot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import serve_command
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,1000",
+)
+
+
+def _browser_paths() -> tuple[str, str]:
+    chromium = next(
+        (p for p in ("chromium", "chromium-browser", "google-chrome") if shutil.which(p)), None
+    )
+    driver = shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        pytest.skip(
+            "NO BROWSER: the page test needs chromium and chromedriver; run "
+            "`bash scripts/install-browser.sh` (as root, installs Debian's chromium "
+            "chromium-driver)"
+        )
+    return shutil.which(chromium) or chromium, driver
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    pytest.importorskip("selenium", reason="pip install -e '.[dev]' installs selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, chromedriver = _browser_paths()
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    browser = webdriver.Chrome(options=options, service=Service(executable_path=chromedriver))
+    browser.set_page_load_timeout(60)
+    yield browser
+    browser.quit()
+
+
+@pytest.fixture(scope="module")
+def page_url(tiny_dyrex_run: Path):
+    checkpoint = os.environ.get("STRUCTQA_BROWSER_CHECKPOINT") or tiny_dyrex_run
+    with serve_command(Path(checkpoint)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def passage(shared_data: Path) -> tuple[str, list[str]]:
+    """The first paragraph of the mini SQuAD fixture and two of its questions."""
+    data = json.loads((shared_data / "fixtures/squad-v1.1-mini.json").read_text("utf-8"))
+    paragraph = data["data"][0]["paragraphs"][0]
+    return paragraph["context"], [qa["question"] for qa in paragraph["qas"][:2]]
+
+
+def _api(url: str, question: str, context: str) -> dict:
+    req = urllib.request.Request(
+        url + "/v1/answer",
+        json.dumps({"question": question, "context": context}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def _screenshot(driver, tmp_path: Path, suffix: str = "") -> None:
+    """To the test's tmp dir, and to $STRUCTQA_SCREENSHOT (with ``suffix`` before .png)."""
+    driver.save_screenshot(str(tmp_path / f"serve-page{suffix}.png"))
+    target = os.environ.get("STRUCTQA_SCREENSHOT")
+    if target:
+        path = Path(target)
+        path = path.with_name(path.stem + suffix + path.suffix)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(path))
+
+
+def test_the_page_highlights_the_apis_answer(driver, page_url, passage, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    context, questions = passage
+    driver.get(page_url + "/")
+    wait = WebDriverWait(driver, 60)
+    wait.until(lambda d: "head" in d.find_element(By.ID, "model-info").text)
+    driver.find_element(By.ID, "passage").send_keys(context)
+    driver.find_element(By.ID, "questions").send_keys("\n".join(questions))
+    driver.find_element(By.ID, "ask").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results li")) == 2)
+    expected = [_api(page_url, q, context) for q in questions]
+    for i, answer in enumerate(expected):
+        driver.find_elements(By.CSS_SELECTOR, "#results button.result")[i].click()
+        if answer["no_answer"]:
+            assert "No answer found" in driver.find_element(By.ID, "results").text
+            continue
+        mark = wait.until(ec.presence_of_element_located((By.ID, "answer-mark")))
+        wait.until(lambda d, a=answer: d.find_element(By.ID, "answer-mark").text == a["answer"])
+        assert mark.text == answer["answer"]  # (re-read: the page re-renders on select)
+    # back to the first question for the picture; the status line carries the latency
+    driver.find_elements(By.CSS_SELECTOR, "#results button.result")[0].click()
+    assert "ms" in driver.find_element(By.ID, "status").text
+    _screenshot(driver, tmp_path)
+
+
+def test_the_attention_toggle_colours_the_passage(driver, page_url, passage, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    explain = json.loads(urllib.request.urlopen(page_url + "/ready", timeout=10).read())["explain"]
+    if explain not in ("dyrex", "dyref"):
+        pytest.skip(f"the served head has no query attention ({explain})")
+    toggle = driver.find_element(By.ID, "explain-toggle")
+    assert toggle.is_displayed()
+    toggle.send_keys(" ")  # the keyboard, as a user without a mouse would
+    wait = WebDriverWait(driver, 60)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#passage-view span[title^='start']"))
+    spans = driver.find_elements(By.CSS_SELECTOR, "#passage-view span[title^='start']")
+    assert len(spans) > 10
+    # the coloured passage still reads as the passage
+    assert driver.find_element(By.ID, "passage-view").text.split() == passage[0].split()
+    _screenshot(driver, tmp_path, "-attention")
+
+
+def test_a_txt_file_fills_the_passage(driver, page_url, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    text = "The Broncos won the game.\nThe Panthers lost it."
+    upload = tmp_path / "passage.txt"
+    upload.write_text(text, encoding="utf-8")
+    driver.get(page_url + "/")
+    driver.find_element(By.ID, "file").send_keys(str(upload))
+    passage = driver.find_element(By.ID, "passage")
+    WebDriverWait(driver, 30).until(lambda d: passage.get_attribute("value") == text)
+    assert "passage.txt" in driver.find_element(By.ID, "status").text

@@ -1,0 +1,44 @@
+"""`structqa serve`: its flags, and the command itself started as a user starts it."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+from conftest import CONTEXT, QUESTION, serve_command
+
+from structqa.cli import build_parser
+
+
+def test_flags_and_defaults():
+    args = build_parser().parse_args(["serve", "ckpt"])
+    assert args.host == "127.0.0.1" and args.port == 8000  # loopback unless told
+    assert args.api_key is None and args.cors_origin == []
+    assert args.max_batch_windows >= 1 and args.queue_size >= 1
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "ckpt",
+            "--max-batch-windows",
+            "1",
+            "--max-context-chars",
+            "5",
+            "--no-whole-words",
+        ]
+    )
+    assert (args.max_batch_windows, args.max_context_chars, args.whole_words) == (1, 5, False)
+
+
+def test_serve_command_answers_and_hides_paths(tiny_trained_run, monkeypatch):
+    monkeypatch.setenv("STRUCTQA_API_KEY", "k")
+    with serve_command(tiny_trained_run / "best", "--bf16", "off") as url:
+        ready = json.loads(urllib.request.urlopen(url + "/ready", timeout=10).read())
+        assert ready["api_key_required"] is True
+        assert ready["model"]["name"] == "run/best" and "/" not in ready["model"]["encoder"]
+        req = urllib.request.Request(
+            url + "/v1/answer",
+            json.dumps({"question": QUESTION, "context": CONTEXT}).encode(),
+            {"Content-Type": "application/json", "X-API-Key": "k"},
+        )
+        body = json.loads(urllib.request.urlopen(req, timeout=30).read())
+        assert CONTEXT[body["start"] : body["end"]] == body["answer"]

@@ -1,0 +1,237 @@
+"""Every malformed or refused request gets the right 4xx (or 503/504) with a clear message, as
+JSON, and never a traceback or a path of the server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from conftest import CONTEXT, QUESTION, client_for
+
+from structqa.serving.predictor import Predictor
+
+LIMITS = dict(max_context_chars=200, max_questions=3, max_body_bytes=250_000, api_key="s3cret")
+KEY = {"X-API-Key": "s3cret"}
+
+
+@pytest.fixture(scope="module")
+def client(tiny_predictor: Predictor):
+    with client_for(tiny_predictor, **LIMITS) as c:
+        yield c
+
+
+def _error(r, status: int, *needles: str) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["status"] == status
+    for needle in needles:
+        assert needle in body["error"], body["error"]
+    assert "Traceback" not in r.text and "/structqa/" not in r.text
+    return body
+
+
+def _ok(q: str = QUESTION, c: str = CONTEXT) -> dict:
+    return {"question": q, "context": c}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needles"),
+    [
+        (b"{not json", 400, ["not valid JSON", "line 1 column 2"]),
+        (b"", 400, ["body is empty"]),
+        ('{"question":"\xff\xfe","context":"abc"}'.encode("latin-1"), 400, ["not UTF-8"]),
+        (b"[" * 100_000 + b"]" * 100_000, 400, ["nested too deeply"]),
+        (b'{"question": "\\ud800", "context": "abc"}', 422, ["question:", "lone surrogate"]),
+        (b'{"question": "Who?", "context": "a\\udfffb"}', 422, ["context:", "U+DFFF"]),
+        (b'{"question": "Who\\u0000?", "context": "abc"}', 422, ["question:", "NUL"]),
+    ],
+    ids=["invalid-json", "empty", "not-utf8", "deep-json", "surrogate", "low-surrogate", "nul"],
+)
+def test_bodies_the_model_cannot_read(client, body, status, needles):
+    _error(client.post("/v1/answer", content=body, headers=KEY), status, *needles)
+
+
+@pytest.mark.parametrize(
+    ("payload", "needles"),
+    [
+        ({"question": None, "context": CONTEXT}, ["question: Input should be a valid string"]),
+        ({"question": 123, "context": CONTEXT}, ["question: Input should be a valid string"]),
+        ({"question": "Who?", "context": ["a", "b"]}, ["context: Input should be a valid string"]),
+        ({"question": "Who?"}, ["context: missing"]),
+        ([_ok(), {"question": "Who?"}], ["[1].context: missing"]),
+        ({**_ok(), "contxt": "x"}, ["contxt: unknown field"]),
+        ({**_ok(), "top_k": "3"}, ["top_k: Input should be a valid integer"]),
+        ({**_ok(), "top_k": 0}, ["top_k: Input should be greater than or equal to 1"]),
+        ({"question": "  ", "context": CONTEXT}, ["question: must not be empty"]),
+        ("Who won?", ["(body): must be a JSON object"]),
+        ([], ["the list of questions is empty"]),
+    ],
+)
+def test_wrong_shapes_are_422_naming_the_field(client, payload, needles):
+    body = _error(client.post("/v1/answer", json=payload, headers=KEY), 422, *needles)
+    assert body.get("fields") or "empty" in body["error"]
+    assert CONTEXT not in body["error"]  # the input is never echoed
+
+
+@pytest.mark.parametrize(
+    ("payload", "needle"),
+    [
+        ({"pairs": {"question": "Who?"}}, "pairs: must be a list"),
+        ({"pairs": ["Who?"]}, "[0]: must be a JSON object"),
+        ({"pairs": [{"question": "Who?", "context": 5}]}, "[0].context: Input should be"),
+        (["Who?", "ctx"], "the body is a JSON list"),
+    ],
+)
+def test_predict_alias_names_the_field_too(client, payload, needle):
+    _error(client.post("/predict", json=payload, headers=KEY), 422, needle)
+
+
+def test_limits_are_413_with_the_limit(client):
+    _error(
+        client.post("/v1/answer", json=_ok(c="x " * 150), headers=KEY),
+        413,
+        "300 characters",
+        "at most 200",
+        "--max-context-chars",
+    )
+    _error(
+        client.post("/v1/answer", json=[_ok()] * 4, headers=KEY), 413, "4 questions", "at most 3"
+    )
+    big = json.dumps(_ok(c="x" * 300_000)).encode()
+    _error(client.post("/v1/answer", content=big, headers=KEY), 413, "300,0", "250,000 bytes")
+
+
+def test_a_streamed_body_is_counted(client):
+    """Without a Content-Length (chunked), the bytes are counted as they arrive."""
+
+    def chunks():
+        for _ in range(10):
+            yield b" " * 30_000
+
+    _error(client.post("/v1/answer", content=chunks(), headers=KEY), 413, "250,000 bytes")
+
+
+def test_api_key(client):
+    _error(client.post("/v1/answer", json=_ok()), 401, "no API key", "X-API-Key")
+    r = client.post("/v1/answer", json=_ok(), headers={"X-API-Key": "wrong"})
+    assert _error(r, 401, "wrong API key") and r.headers["www-authenticate"] == "Bearer"
+    bearer = {"Authorization": "Bearer s3cret"}
+    assert client.post("/v1/answer", json=_ok(), headers=bearer).status_code == 200
+    assert client.get("/health").status_code == 200  # GETs need no key
+    assert client.get("/ready").json()["api_key_required"] is True
+
+
+def test_unknown_route_and_method(client):
+    _error(client.get("/nowhere"), 404, "no route GET /nowhere", "POST /v1/answer")
+    r = client.get("/v1/answer")
+    _error(r, 405, "GET is not allowed on /v1/answer", "POST")
+    assert r.headers["allow"] == "POST"
+    _error(client.delete("/health"), 405, "DELETE is not allowed")
+
+
+def _blocked_worker(client):
+    """Hold the inference thread until the returned event is set."""
+    release = threading.Event()
+    client.app.state.service.batcher.call(lambda: release.wait(30))
+    return release
+
+
+def test_a_full_queue_is_503_with_retry_after(tiny_predictor):
+    with client_for(tiny_predictor, queue_size=1) as client:
+        release = _blocked_worker(client)
+        first: dict = {}
+        t = threading.Thread(target=lambda: first.update(r=client.post("/v1/answer", json=_ok())))
+        t.start()
+        service = client.app.state.service
+        for _ in range(500):
+            if service.admitted:
+                break
+            time.sleep(0.01)
+        r = client.post("/v1/answer", json=_ok())
+        _error(r, 503, "busy", "--queue-size")
+        assert r.headers["retry-after"] == "1"
+        release.set()
+        t.join(30)
+        assert first["r"].status_code == 200
+
+
+def test_a_request_past_its_deadline_is_504(tiny_predictor):
+    with client_for(tiny_predictor, request_timeout=0.3) as client:
+        release = _blocked_worker(client)
+        try:
+            _error(client.post("/v1/answer", json=_ok()), 504, "--request-timeout")
+        finally:
+            release.set()
+        # the abandoned job is dropped; the next request is answered
+        assert client.post("/v1/answer", json=_ok()).status_code == 200
+
+
+def test_an_internal_error_is_500_without_internals(tiny_predictor, monkeypatch):
+    with client_for(tiny_predictor) as client:
+
+        def boom(*args, **kwargs):
+            raise RuntimeError("secret internal detail in /srv/app/module.py")
+
+        monkeypatch.setattr(client.app.state.service.batcher, "_forward", boom)
+        r = client.post("/v1/answer", json=_ok())
+        assert r.status_code == 500
+        assert "logged it as" in r.json()["error"]
+        assert "secret" not in r.text and "/srv/" not in r.text
+
+
+def test_a_client_that_leaves_is_dropped(tiny_predictor):
+    """A request whose client disconnects is cancelled: its windows never reach the model."""
+    import asyncio
+
+    from structqa.serving.app import create_app
+    from structqa.serving.settings import ServeSettings
+
+    app = create_app(tiny_predictor, ServeSettings())
+    service = app.state.service
+    service.start()
+    try:
+        assert service.wait_ready(60)
+        release = threading.Event()
+        service.batcher.call(lambda: release.wait(30))
+        body = json.dumps(_ok()).encode()
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            if not sent and not getattr(receive, "done", False):
+                receive.done = True  # type: ignore[attr-defined]
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(0.2)  # then the client goes away
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/answer",
+            "raw_path": b"/v1/answer",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 2),
+            "scheme": "http",
+            "root_path": "",
+            "http_version": "1.1",
+            "asgi": {"version": "3.0"},
+        }
+        asyncio.run(app(scope, receive, send))
+        assert sent[0]["status"] == 499
+        release.set()
+        for _ in range(500):
+            if service.batcher.pending_windows == 0:
+                break
+            time.sleep(0.01)
+        assert service.batcher.pending_windows == 0
+        text = service.metrics.render().decode()
+        assert 'status="499"' in text
+        assert "structqa_batch_windows_count 1.0" in text  # the warm-up's batch only
+    finally:
+        service.close()
