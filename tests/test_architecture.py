@@ -31,8 +31,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inference",),  # batched prediction over features
     ("evaluation",),  # predictions -> metrics
     ("training",),  # the training scaffold shared by the tasks
-    ("pretrain", "ncbert", "serving"),  # the MLM and DROP tasks; the HTTP service
+    ("pretrain", "ncbert"),  # the MLM and DROP tasks
     ("analysis", "experiments"),  # reports on trained models; grids of runs and tables
+    ("serving",),  # the Predictor and the HTTP service (its page shows analysis' maps)
     ("commands",),  # the larger subcommands (quickstart, evaluate, config)
     ("cli",),  # the `structqa` command
     ("__main__",),

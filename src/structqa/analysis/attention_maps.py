@@ -249,6 +249,35 @@ def _query_source(model: ExtractiveQAModel) -> tuple[QuerySource, str, Callable]
 # ---- the entry point ---------------------------------------------------------------------
 
 
+@dataclass
+class _Setup:
+    """What the Predictor would window and decode with (built here, not imported from the
+    service above this layer): window sizes, token tags, decoding, device and bf16."""
+
+    features: Any
+    annotator: Any
+    decode: Any
+    device: torch.device
+    bf16: bool
+
+    @classmethod
+    def of(cls, model: ExtractiveQAModel, config: Any, bf16: str) -> _Setup:
+        from structqa.decoding import DecodeConfig
+        from structqa.features.squad import tag_annotator
+        from structqa.runtime import use_bf16
+        from structqa.training.data import feature_config
+
+        device = next(model.parameters()).device
+        features = feature_config(config)
+        return cls(
+            features,
+            tag_annotator(features),
+            DecodeConfig.from_settings(config.decode),
+            device,
+            use_bf16(bf16, device),
+        )
+
+
 def _decode(predictor: Any, out: HeadOutput, batch: Batch, example: Example, features) -> Any:
     """The window's best span, decoded exactly as the Predictor decodes (one example)."""
     from structqa.decoding import SpanCollector
@@ -309,13 +338,12 @@ def explain(
     ``decode.whole_words``) widens an answer that starts or ends inside a word to the word,
     as ``structqa predict --whole-words`` does; the maps themselves do not change.
     """
-    from structqa.serving.predictor import Predictor
-
     if not question.strip() or not context.strip():
         raise ValueError("explain: question and context must be non-empty")
     source, kind, maker = _query_source(model)
     was_training = model.training
-    predictor = Predictor(model, tokenizer, config, bf16=bf16)  # puts the model in eval mode
+    model.eval()
+    predictor = _Setup.of(model, config, bf16)
     if whole_words is not None:  # (the caller's config is left as it is)
         predictor.decode = replace(predictor.decode, whole_words=whole_words)
     try:
