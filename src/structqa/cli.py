@@ -168,13 +168,12 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.evaluation import evaluate_model, write_outputs
     from structqa.features.squad import featurize
-    from structqa.models.build import model_from_checkpoint
-    from structqa.runtime import default_device, use_bf16
+    from structqa.runtimes.select import load
     from structqa.training.data import feature_config, load_eval_examples
 
-    model, tokenizer, cfg = model_from_checkpoint(args.checkpoint)
-    device = default_device()  # a checkpoint loads on the CPU; score on the GPU if any
-    model.to(device)
+    # a checkpoint (torch) or an export (onnxruntime); on the GPU if any
+    loaded = load(args.checkpoint, args.runtime, bf16=args.bf16)
+    model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
     from structqa.config import _apply  # reuse validation for the command-line overrides
 
     if args.data:
@@ -196,8 +195,8 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     log.info("eval: %s", rep.summary())
     from structqa.decoding import DecodeConfig
 
-    bf16 = use_bf16(args.bf16, device)
-    log.info("scoring on %s, bf16 %s", device, "on" if bf16 else "off")
+    bf16 = loaded.bf16
+    log.info("scoring with %s (%s)", loaded.choice.runtime, loaded.choice.reason)
     t0 = time.perf_counter()
     result = evaluate_model(
         model,
@@ -246,7 +245,7 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
             if not value.strip():
                 raise ValueError(f"--{name} is empty")
     predictor = Predictor.from_checkpoint(
-        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words
+        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words, runtime=args.runtime
     )
     if args.file:
         from structqa.data.readers import read_extractive
@@ -395,7 +394,9 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.serving.predictor import Predictor
 
     server = make_server(
-        Predictor.from_checkpoint(args.checkpoint, bf16=args.bf16, whole_words=args.whole_words),
+        Predictor.from_checkpoint(
+            args.checkpoint, bf16=args.bf16, whole_words=args.whole_words, runtime=args.runtime
+        ),
         args.host,
         args.port,
     )
@@ -458,6 +459,8 @@ def cmd_corpus(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from structqa.runtimes.command import add_runtime_argument
+
     p = argparse.ArgumentParser(
         prog="structqa",
         description="Extractive QA with structural attention biases.",
@@ -506,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--eval-size", type=int)
     e.add_argument("--out", help="output directory (default CHECKPOINT/eval)")
     e.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_runtime_argument(e)
     e.set_defaults(func=cmd_evaluate)
 
     pr = sub.add_parser("predict", help="answer one question, or every question of a file")
@@ -515,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--file", help="SQuAD/MRQA file to answer")
     pr.add_argument("--out", help="predictions file (default predictions.json)")
     pr.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_runtime_argument(pr)
     pr.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     pr.set_defaults(func=cmd_predict)
 
@@ -555,6 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_runtime_argument(sv)
     sv.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     sv.set_defaults(func=cmd_serve)
 
@@ -579,8 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
     co.set_defaults(func=cmd_corpus)
 
     from structqa.experiments.command import add_parser as add_experiment_parser
+    from structqa.runtimes.command import add_parser as add_export_parser
 
     add_experiment_parser(sub)
+    add_export_parser(sub)
 
     cp = sub.add_parser(
         "compare",
