@@ -1,55 +1,26 @@
 """`structqa export --format transformers`: BertForQuestionAnswering, and the QA pipeline.
 
 transformers 5 dropped the question-answering pipeline. The pipeline check runs with
-transformers 4.x: the installed one if it has the task, else one at ``$STRUCTQA_HF4_PATH``
-(a ``pip install --target`` directory of transformers 4.x, huggingface_hub < 1 and a matching
-tokenizers), in a subprocess; without either it is skipped with that reason."""
+transformers 4.x (:mod:`structqa.runtimes.hf_pipeline`: ``$STRUCTQA_HF4_PATH``, which
+``.ci/run`` provides); without it that test is skipped with the reason."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import HELDOUT, make_checkpoint
+from export_cases import HELDOUT, make_checkpoint
 
 from structqa.cli import main
 from structqa.data import read_examples
 from structqa.data.records import Example
 from structqa.features.squad import featurize
 from structqa.runtimes.hf_export import export_transformers
+from structqa.runtimes.hf_pipeline import hf4_path, pipeline_answers, pipeline_settings
 from structqa.runtimes.onnx_export import ExportRefused
 from structqa.serving.predictor import Predictor
-
-PIPELINE = """
-import json, sys
-from transformers import pipeline
-job = json.load(open(sys.argv[1]))
-qa = pipeline("question-answering", model=job["model"], device=-1)
-out = {}
-for ex in job["examples"]:
-    a = qa(question=ex["question"], context=ex["context"], top_k=1, align_to_words=False,
-           handle_impossible_answer=False, **job["settings"])
-    out[ex["id"]] = [a["answer"], a["start"], a["end"]]
-print(json.dumps({"version": __import__("transformers").__version__, "answers": out}))
-"""
-
-
-def pipeline_python() -> dict[str, str] | None:
-    """Environment additions under which ``python`` has the QA pipeline, or None."""
-    import transformers
-
-    if transformers.__version__.startswith("4."):
-        return {}
-    extra = os.environ.get("STRUCTQA_HF4_PATH")
-    if extra and (Path(extra) / "transformers").is_dir():
-        return {"PYTHONPATH": extra}
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +88,9 @@ def test_cli_refuses_quantizing_a_transformers_export(checkpoint_of, capsys) -> 
     assert code == 2 and "--quantize applies to --format onnx" in capsys.readouterr().err
 
 
-def test_the_pipeline_answers_as_structqa(hf_dir, wide, questions, tmp_path) -> None:
-    env = pipeline_python()
-    if env is None:
+def test_the_pipeline_answers_as_structqa(hf_dir, wide, questions) -> None:
+    path = hf4_path()
+    if path is None:
         pytest.skip(
             "no transformers 4.x with the question-answering pipeline (set STRUCTQA_HF4_PATH)"
         )
@@ -135,29 +106,10 @@ def test_the_pipeline_answers_as_structqa(hf_dir, wide, questions, tmp_path) -> 
     # structqa by scores (BERT's run_squad), so only single-window answers must agree
     single = [ex for ex, w in zip(questions, windows, strict=True) if w == 1]
     assert len(single) >= 40
-    d = predictor.config.data
-    job = {
-        "model": str(hf_dir),
-        "settings": {
-            "max_answer_len": predictor.decode.max_answer_length,
-            "max_seq_len": d.max_seq_len,
-            "doc_stride": d.doc_stride,
-            "max_question_len": d.max_query_len,
-        },
-        "examples": [{"id": e.id, "question": e.question, "context": e.context} for e in single],
-    }
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    (tmp_path / "qa.py").write_text(PIPELINE)
-    run = subprocess.run(
-        [sys.executable, str(tmp_path / "qa.py"), str(tmp_path / "job.json")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    theirs = json.loads(run.stdout.strip().splitlines()[-1])["answers"]
+    settings = pipeline_settings(predictor.config)
+    version, theirs = pipeline_answers(hf_dir, single, settings, path)
+    assert version.startswith("4.")
     ours = predictor.predict_examples(single)
     for ex in single:
         p = ours[ex.id]
-        assert theirs[ex.id] == [p.text, p.start_char, p.end_char], ex.id
+        assert theirs[ex.id] == (p.text, p.start_char, p.end_char), ex.id

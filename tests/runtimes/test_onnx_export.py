@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 import torch
-from conftest import CASES
+from export_cases import CASES
 
 from structqa.features.batching import collate, sorted_batches
 from structqa.features.squad import featurize
@@ -101,3 +103,15 @@ def test_only_int8_quantization_exists(checkpoint_of, tmp_path) -> None:
 def test_a_directory_without_a_checkpoint_is_named(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="not a structqa checkpoint"):
         export_onnx(tmp_path, tmp_path / "onnx")
+
+
+def test_a_drop_checkpoint_is_refused(checkpoint_of, tmp_path) -> None:
+    from dataclasses import asdict
+
+    from structqa.ncbert.config import DropConfig
+
+    drop = tmp_path / "drop"
+    shutil.copytree(checkpoint_of("independent"), drop)
+    (drop / "structqa_config.json").write_text(json.dumps(asdict(DropConfig())))
+    with pytest.raises(ExportRefused, match="drop-train checkpoint"):
+        export_onnx(drop, tmp_path / "onnx")

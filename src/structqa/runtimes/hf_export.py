@@ -21,7 +21,7 @@ from structqa.encoders.stacking import attention_options, encoder_hf_state
 from structqa.heads.base import QueryHead
 from structqa.heads.independent import IndependentScorer, StaticQueries
 from structqa.io import replace_dir, write_json
-from structqa.runtimes.onnx_export import COPIED, Exported, ExportRefused, check_exportable
+from structqa.runtimes.onnx_export import COPIED, Exported, ExportRefused, load_span_model
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +55,9 @@ def refusal(model, head_name: str) -> str | None:
 def export_transformers(checkpoint: str | Path, out: str | Path) -> Exported:
     from safetensors.torch import save_file
 
-    from structqa.models.build import model_from_checkpoint
-
     t0 = time.perf_counter()
     checkpoint, out = Path(checkpoint), Path(out)
-    model, tokenizer, cfg = model_from_checkpoint(checkpoint)
-    model = check_exportable(model)
+    model, tokenizer, cfg = load_span_model(checkpoint)
     why = refusal(model, cfg.model.head)
     if why:
         raise ExportRefused(f"{checkpoint}: {why}")

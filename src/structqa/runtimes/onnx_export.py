@@ -20,6 +20,7 @@ match torch within ``atol`` on every output, else the export is refused.
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
 import shutil
@@ -28,6 +29,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -88,13 +90,22 @@ def tag_fields(token_tags: list[str] | tuple[str, ...] | None) -> tuple[str, ...
     return tuple(TOKEN_TAGS[t][0] for t in token_tags or ())
 
 
-def check_exportable(model: object) -> ExtractiveQAModel:
-    if not isinstance(model, ExtractiveQAModel):
+def load_span_model(checkpoint: Path) -> tuple[ExtractiveQAModel, Any, Any]:
+    """The model, tokenizer and config of a span-extraction checkpoint (``structqa train``);
+    other checkpoints are refused with the reason."""
+    from structqa.models.build import model_from_checkpoint
+
+    cfg_file = checkpoint / "structqa_config.json"
+    if cfg_file.is_file() and "head" not in json.loads(cfg_file.read_text()).get("model", {}):
         raise ExportRefused(
-            f"only extractive span models export (an encoder + a span head), not "
-            f"{type(model).__name__}"
+            f"{checkpoint}: a drop-train checkpoint (GenBERT / NC-BERT: answers come from a "
+            "decoder and arithmetic, not from span scores); only span-extraction checkpoints "
+            "(`structqa train`) export"
         )
-    return model
+    model, tokenizer, cfg = model_from_checkpoint(checkpoint)
+    if not isinstance(model, ExtractiveQAModel):  # pragma: no cover (the loader builds one)
+        raise ExportRefused(f"{checkpoint}: {type(model).__name__} is no span model")
+    return model, tokenizer, cfg
 
 
 def trace(graph: SpanGraph, sig: GraphSignature, batch: Batch, path: Path) -> list[str]:
@@ -166,14 +177,12 @@ def export_onnx(
     atol: float = 1e-4,
 ) -> Exported:
     """Export ``checkpoint`` (a training checkpoint directory) to the directory ``out``."""
-    from structqa.models.build import model_from_checkpoint
-
     if quantize not in (None, "int8"):
         raise ExportRefused(f"--quantize {quantize}: only int8 is supported")
     t0 = time.perf_counter()
     checkpoint, out = Path(checkpoint), Path(out)
-    model, tokenizer, cfg = model_from_checkpoint(checkpoint)
-    model = check_exportable(model).float().eval()
+    model, tokenizer, cfg = load_span_model(checkpoint)
+    model = model.float().eval()
     tags = tag_fields(cfg.data.token_tags)
     sig = signature(model, tags)
     graph = SpanGraph(model, sig).eval()
