@@ -4,13 +4,13 @@ A path is a training checkpoint (``model.safetensors``: the torch runtimes, plus
 export in its ``onnx/`` folder when there is one, the default ``structqa export --out``) or an
 export directory (``structqa_export.json``: its ONNX graphs only).
 
-``auto`` takes the fastest path measured on the machine that keeps the answers
-(docs/results/runtimes/README.md):
+``auto`` (docs/results/runtimes/README.md has the measurements):
 
 1. torch bf16, where the device computes bf16 natively (AVX512-BF16/AMX CPUs, bf16 GPUs) and
-   torch weights are at hand: near the int8 speed at fp32 accuracy;
-2. else ONNX int8, when exported: ~4x torch fp32 on a CPU without bf16;
-3. else ONNX fp32, when exported (~2x torch fp32);
+   torch weights are at hand: fp32 accuracy (ONNX int8 measured 2.2-2.7x faster on the 2-core
+   AVX512-BF16 CPU, but about 1 F1 lower, so it is not chosen over bf16);
+2. else ONNX int8, when exported: 3.8-4.4x torch fp32 end to end there;
+3. else ONNX fp32, when exported: 2.3-2.6x torch fp32;
 4. else torch fp32.
 """
 
