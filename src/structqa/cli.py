@@ -112,7 +112,7 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
             if not value.strip():
                 raise ValueError(f"--{name} is empty")
     predictor = Predictor.from_checkpoint(
-        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words
+        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words, runtime=args.runtime
     )
     if args.file:
         from structqa.data.readers import read_extractive
@@ -300,6 +300,8 @@ def cmd_corpus(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from structqa.runtimes.command import add_runtime_argument
+
     p = argparse.ArgumentParser(
         prog="structqa",
         description="Extractive QA with structural attention biases.",
@@ -358,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--file", help="SQuAD/MRQA file to answer")
     pr.add_argument("--out", help="predictions file (default predictions.json)")
     pr.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_runtime_argument(pr)
     pr.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     pr.set_defaults(func=cmd_predict)
 
@@ -419,10 +422,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     from structqa.commands import evaluate, quickstart, settings
     from structqa.experiments.command import add_parser as add_experiment_parser
+    from structqa.runtimes.command import add_parser as add_export_parser
 
     for module in (quickstart, evaluate, settings):
         module.add_parser(sub)
     add_experiment_parser(sub)
+    add_export_parser(sub)
 
     cp = sub.add_parser(
         "compare",

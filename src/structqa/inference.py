@@ -47,7 +47,11 @@ def run_inference(
     model is bf16 already), under autocast for any op that still meets float32 inputs.
     ``shard=(rank, world)`` scores every world-th batch from the rank-th on (each process of
     a distributed evaluation takes one shard; :meth:`SpanCollector.merge` joins them)."""
-    device = device or next(model.parameters()).device
+    # a torch module, or an exported graph on onnxruntime (structqa.runtimes: it has a
+    # device of its own and no bf16 weights to make)
+    device = device or getattr(model, "device", None) or next(model.parameters()).device
+    if bf16 and not isinstance(model, nn.Module):
+        raise ValueError(f"bf16 is a torch precision; {type(model).__name__} has its own")
     was_training = model.training
     model.eval()
     net = bf16_weights(model) if bf16 else model

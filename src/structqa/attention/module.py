@@ -70,8 +70,10 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         probs = None
         has_key = None if mask is None else mask.any(-1, keepdim=True)  # (B|1, H|1, Q|1, 1)
-        if has_key is not None and bool(has_key.all()):
-            has_key = None  # the common case: every query row may attend somewhere
+        if has_key is not None and not torch.onnx.is_in_onnx_export() and bool(has_key.all()):
+            # the common case: every query row may attend somewhere (an exported graph keeps
+            # the product, the same values, since a traced branch would be fixed for all inputs)
+            has_key = None
         if need_weights:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, Q, K)
             if bias is not None:
@@ -118,7 +120,7 @@ class MultiHeadAttention(nn.Module):
             scores = scores + to_additive_bias(mask, scores.dtype)
         probs = scores.softmax(-1)
         has_key = None if mask is None else mask.any(-1, keepdim=True)
-        if has_key is not None and not bool(has_key.all()):
+        if has_key is not None and (torch.onnx.is_in_onnx_export() or not bool(has_key.all())):
             probs = probs * has_key
         weights = F.dropout(probs, self.dropout, self.training) if self.training else probs
         pooled = torch.bmm(weights.reshape(b, h * nq, nk), mem).view(b, h, nq, -1)  # (B,H,Q,Dm)

@@ -59,9 +59,10 @@ def with_prefix_queries(
     def mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
         q_is_query, kv_is_query = q < num_queries, kv < num_queries
         among_queries = q_is_query & kv_is_query & pair(b, h, q, kv)
-        to_tokens = ~kv_is_query
-        token_to_query = ~q_is_query & kv_is_query & tokens_see_queries
-        return among_queries | to_tokens | token_to_query
+        allowed = among_queries | ~kv_is_query  # ... | to tokens
+        if tokens_see_queries:  # a Python branch: the mask stays a graph of tensor ops
+            allowed = allowed | (~q_is_query & kv_is_query)
+        return allowed
 
     return mod
 

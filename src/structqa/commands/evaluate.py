@@ -8,6 +8,8 @@ import logging
 import time
 from pathlib import Path
 
+import torch
+
 from structqa.commands.settings import sections_epilog
 
 log = logging.getLogger("structqa")
@@ -16,13 +18,15 @@ log = logging.getLogger("structqa")
 def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.config import _apply  # the config's own checks for the overrides
     from structqa.evaluation import write_outputs
-    from structqa.models.build import model_from_checkpoint
     from structqa.runtime import default_device
+    from structqa.runtimes.select import load
     from structqa.training.heldout import score_file
 
-    model, tokenizer, cfg = model_from_checkpoint(args.checkpoint)
-    device = default_device()  # a checkpoint loads on the CPU; score on the GPU if any
-    model.to(device)
+    # a checkpoint (torch) or an export (onnxruntime); a checkpoint scores on the GPU if any
+    loaded = load(args.checkpoint, args.runtime, bf16=args.bf16)
+    model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
+    device = default_device() if loaded.choice.onnx_dir is None else torch.device("cpu")
+    log.info("scoring with %s (%s)", loaded.choice.runtime, loaded.choice.reason)
     if args.data:
         cfg.data.dir = args.data
     # the whole file unless --eval-size says otherwise (the checkpoint's data.eval_size was
@@ -38,7 +42,8 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
             )
         _apply(cfg, {section: {key: v}}, "")
     t0 = time.perf_counter()
-    result, examples = score_file(model, tokenizer, cfg, args.eval, args.bf16, device)
+    precision = "on" if loaded.bf16 else "off"  # the runtime chosen above decides
+    result, examples = score_file(model, tokenizer, cfg, args.eval, precision, device)
     log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
     out = Path(args.out or Path(args.checkpoint) / "eval")
     write_outputs(result, out)
@@ -50,6 +55,8 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def add_parser(subparsers) -> None:
+    from structqa.runtimes.command import add_runtime_argument
+
     e = subparsers.add_parser(
         "evaluate",
         help="score a checkpoint on a test file",
@@ -67,4 +74,5 @@ def add_parser(subparsers) -> None:
     e.add_argument("--eval-size", type=int, help="score only the first N questions")
     e.add_argument("--out", help="output directory (default CHECKPOINT/eval)")
     e.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_runtime_argument(e)
     e.set_defaults(func=cmd_evaluate)

@@ -66,11 +66,25 @@ def start_end_loss(start: Tensor, end: Tensor, batch: Batch) -> Tensor:
     return (ce(start, batch.start_positions) + ce(end, batch.end_positions)) / 2
 
 
+def sliding_windows(x: Tensor, size: int, step: int) -> Tensor:
+    """``x.unfold(1, size, step)``: windows along dim 1, the window offset as the last dim.
+
+    While exporting to ONNX, the same values by a gather: the TorchScript exporter cannot
+    unfold a dimension whose size is dynamic (batch and length axes of an export are)."""
+    if not torch.onnx.is_in_onnx_export():
+        return x.unfold(1, size, step)  # a view, no copy
+    count = (x.shape[1] - size) // step + 1
+    index = torch.arange(count, device=x.device)[:, None] * step + torch.arange(
+        size, device=x.device
+    )  # (W, size)
+    return x[:, index].movedim(2, -1)  # (B, W, ..., size)
+
+
 def span_band(start: Tensor, end: Tensor, max_len: int) -> Tensor:
     """Scores of spans (i, i + l) for l < max_len: (B, N, L); spans past the end get NEG."""
     b, n = end.shape
     padded = torch.cat([end, end.new_full((b, max_len - 1), NEG)], dim=1)
-    end_band = padded.unfold(1, max_len, 1)  # (B, N, L)
+    end_band = sliding_windows(padded, max_len, 1)  # (B, N, L)
     return start[:, :, None] + end_band
 
 

@@ -44,6 +44,7 @@ from structqa.heads.base import (
     at_least_fp32,
     dot_logits,
     masked_start_end,
+    sliding_windows,
     span_band,
 )
 
@@ -60,7 +61,7 @@ def passage_mask(batch: Batch) -> Tensor:
 def valid_band(ctx: Tensor, max_len: int) -> Tensor:
     """(B, N, L) bool: span (i, i + l) lies in the passage (the passage is contiguous)."""
     b = ctx.shape[0]
-    end_ok = torch.cat([ctx, ctx.new_zeros(b, max_len - 1)], 1).unfold(1, max_len, 1)
+    end_ok = sliding_windows(torch.cat([ctx, ctx.new_zeros(b, max_len - 1)], 1), max_len, 1)
     return ctx[:, :, None] & end_ok
 
 
@@ -118,10 +119,10 @@ class BandJointScorer(JointScorer):
 
     def _bilinear_band_fp32(self, h: Tensor, b: int, n: int, d: int, L: int, c: int) -> Tensor:
         hw = h @ self.W.to(h.dtype)  # (B, N, D), once for all spans
-        k = -(-n // c)  # blocks
+        k = (n + c - 1) // c  # blocks
         tail = k * c - n
         starts = F.pad(hw, (0, 0, 0, tail)).view(b, k, c, d)  # (B, K, C, D)
-        ends = F.pad(h, (0, 0, 0, tail + L - 1)).unfold(1, c + L - 1, c)  # (B, K, D, C + L - 1)
+        ends = sliding_windows(F.pad(h, (0, 0, 0, tail + L - 1)), c + L - 1, c)  # (B,K,D,C+L-1)
         block = starts @ ends  # (B, K, C, C + L - 1)
         arange = torch.arange(c, device=h.device)
         offsets = arange[:, None] + arange[None, :L]  # (C, L): row r's end r + l

@@ -17,6 +17,7 @@ WHOLE_WORDS_HELP = (
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from structqa.runtimes.command import add_runtime_argument
     from structqa.serving.settings import API_KEY_ENV, ServeSettings
 
     d = ServeSettings()
@@ -31,6 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     sv.add_argument("--port", type=int, default=8000, help="0: any free port (it is logged)")
     sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_runtime_argument(sv)
     sv.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     b = sv.add_argument_group("batching")
     b.add_argument(
@@ -126,7 +128,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     sock.bind((args.host, args.port))
     t0 = time.perf_counter()
     predictor = Predictor.from_checkpoint(
-        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words
+        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words, runtime=args.runtime
     )
     app = create_app(predictor, settings, load_seconds=time.perf_counter() - t0)
     config = uvicorn.Config(

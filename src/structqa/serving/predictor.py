@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from structqa.data.hygiene import InvalidText, check_text
 from structqa.data.records import Example
@@ -14,9 +13,10 @@ from structqa.decoding import Candidate, DecodeConfig
 from structqa.features.squad import QuestionTooLong, featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
 from structqa.io import read_json
-from structqa.models.build import model_from_checkpoint
-from structqa.runtime import default_device, use_bf16
+from structqa.runtime import use_bf16
 from structqa.training.data import feature_config
+
+log = logging.getLogger(__name__)
 
 # the errors a caller maps to its own (the HTTP service: 422), besides ValueError's others
 __all__ = ["Answer", "InvalidText", "Predictor", "QuestionTooLong"]
@@ -51,10 +51,14 @@ class Predictor:
         batch_size: int = 16,
     ):
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
-        self.device = next(model.parameters()).device
-        self.bf16 = use_bf16(bf16, self.device)
+        # a torch module, or an exported graph on onnxruntime (structqa.runtimes), which
+        # names its own runtime and device
+        onnx_runtime = getattr(model, "runtime", None)
+        self.device = model.device if onnx_runtime else next(model.parameters()).device
+        self.bf16 = use_bf16(bf16, self.device) if not onnx_runtime else False
         if self.bf16:  # converted once here, not on every call (see run_inference)
             self.model = bf16_weights(self.model)
+        self.runtime = onnx_runtime or ("torch-bf16" if self.bf16 else "torch-fp32")
         self.null_threshold = null_threshold
         self.batch_size = batch_size
         self.features = feature_config(config)
@@ -69,21 +73,30 @@ class Predictor:
         bf16: str = "auto",
         null_threshold: float | None = None,
         whole_words: bool | None = None,
+        runtime: str = "auto",
     ) -> Predictor:
-        """Load a checkpoint written by ``structqa train`` (its ``best`` or ``last`` dir).
+        """Load a checkpoint written by ``structqa train`` (its ``best`` or ``last`` dir), or
+        a directory written by ``structqa export --format onnx``.
+
+        ``runtime`` (:data:`structqa.runtimes.select.RUNTIMES`) picks torch bf16/fp32 or
+        onnxruntime int8/fp32; ``auto`` the fastest at hand for the machine, logged with why.
 
         For SQuAD 2.0-style models the no-answer threshold tuned at evaluation is used
         unless ``null_threshold`` is given. ``whole_words`` (default: the checkpoint's
         ``decode.whole_words``) widens answers that start or end inside a word to the word.
         ``device`` defaults to the first GPU when there is one, else the CPU."""
-        model, tokenizer, cfg = model_from_checkpoint(path)
+        from structqa.runtimes.select import load
+
+        loaded = load(path, runtime, device, bf16)
+        log.info("runtime %s (%s)", loaded.choice.runtime, loaded.choice.reason)
+        cfg = loaded.config
         if whole_words is not None:
             cfg.decode.whole_words = whole_words
-        model.to(torch.device(device) if device else default_device())
         metrics_file = Path(path) / "metrics.json"
         if null_threshold is None and metrics_file.exists():
             null_threshold = read_json(metrics_file).get("null_threshold")
-        return cls(model, tokenizer, cfg, null_threshold, bf16)
+        precision = "on" if loaded.bf16 else "off"
+        return cls(loaded.model, loaded.tokenizer, cfg, null_threshold, precision)
 
     def predict(self, question: str, context: str) -> Answer:
         return self.predict_batch([(question, context)])[0]

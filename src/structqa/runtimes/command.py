@@ -1,0 +1,74 @@
+"""`structqa export` and the ``--runtime`` option of evaluate, predict and serve."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from structqa.runtimes.select import DEFAULT_EXPORT_DIR, RUNTIMES
+
+RUNTIME_HELP = (
+    "torch (bf16 per --bf16), torch-bf16, torch-fp32, onnx (int8 if exported, else fp32), "
+    "onnx-int8, onnx-fp32, or auto: bf16 torch where the hardware computes bf16 natively, "
+    "else int8 ONNX when exported (CHECKPOINT/onnx or an export dir), else fp32"
+)
+
+
+def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runtime", default="auto", choices=RUNTIMES, help=RUNTIME_HELP)
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "export",
+        help="export a checkpoint for deployment: ONNX (fp32, int8) or transformers",
+        description="Writes a checkpoint as an ONNX graph (encoder + span head, dynamic batch "
+        "and length axes, with the tokenizer and decoding settings) that `structqa evaluate | "
+        "predict | serve` and Predictor.from_checkpoint run on onnxruntime, or, for Independent "
+        "heads on a BERT encoder, as a transformers BertForQuestionAnswering directory.",
+    )
+    p.add_argument("checkpoint", help="a training checkpoint directory (e.g. runs/x/best)")
+    p.add_argument("--format", choices=["onnx", "transformers"], default="onnx")
+    p.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="also write onnxruntime's dynamic int8 graph (model.int8.onnx)",
+    )
+    p.add_argument(
+        "--out",
+        help=f"output directory (default: CHECKPOINT/{DEFAULT_EXPORT_DIR} for onnx, where "
+        "--runtime auto finds it; CHECKPOINT/transformers for transformers)",
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=1e-4,
+        help="largest |onnx - torch| allowed on any output of the export check",
+    )
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace, extra: list[str]) -> int:
+    if extra:
+        raise ValueError(f"export takes no config overrides: {' '.join(extra)}")
+    checkpoint = Path(args.checkpoint)
+    if args.format == "transformers":
+        from structqa.runtimes.hf_export import export_transformers
+
+        if args.quantize:
+            raise ValueError("--quantize applies to --format onnx only")
+        done = export_transformers(checkpoint, args.out or checkpoint / "transformers")
+        print(f"wrote {done.directory} ({done.sizes['fp32'] / 1e6:.1f} MB, {done.seconds:.1f} s)")
+        return 0
+    from structqa.runtimes.onnx_export import export_onnx
+
+    done = export_onnx(
+        checkpoint, args.out or checkpoint / DEFAULT_EXPORT_DIR, args.quantize, args.atol
+    )
+    for precision, size in done.sizes.items():
+        print(
+            f"{precision}: {size / 1e6:.1f} MB, max |onnx - torch| "
+            f"{done.max_abs_diff[precision]:.2e}"
+        )
+    print(f"wrote {done.directory} in {done.seconds:.1f} s")
+    return 0

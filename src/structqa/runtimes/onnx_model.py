@@ -1,0 +1,99 @@
+"""An exported span model running on onnxruntime, behind the torch model's call signature.
+
+:class:`OnnxSpanModel` takes a collated :class:`~structqa.features.batching.Batch` and returns
+the :class:`~structqa.heads.base.HeadOutput` fields decoding reads, so
+:func:`~structqa.inference.run_inference`, :class:`~structqa.decoding.SpanCollector`, the
+evaluation and the Predictor run it unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from structqa.features.batching import Batch
+from structqa.heads.base import HeadOutput
+
+log = logging.getLogger(__name__)
+
+EXPORT_FILE = "structqa_export.json"  # marks an export directory and describes it
+ONNX_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
+
+
+def read_export(directory: str | Path) -> dict:
+    """The ``structqa_export.json`` of an export directory (an error naming it if absent)."""
+    path = Path(directory) / EXPORT_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{directory}: not a structqa export (no {EXPORT_FILE}); "
+            "write one with `structqa export CHECKPOINT --format onnx --out DIR`"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def session(path: Path, threads: int | None = None):
+    """An onnxruntime CPU session with every graph optimization, ``threads`` intra-op threads
+    (default: torch's, so both runtimes use the same cores)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads or torch.get_num_threads()
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class OnnxSpanModel:
+    """The ``precision`` graph (``fp32`` or ``int8``) of an export directory on onnxruntime."""
+
+    training = False  # duck-types the parts of nn.Module that inference touches
+    device = torch.device("cpu")
+
+    def __init__(self, directory: str | Path, precision: str = "fp32", threads: int | None = None):
+        self.directory = Path(directory)
+        meta = read_export(self.directory)
+        if meta.get("format") != "onnx":
+            raise ValueError(f"{self.directory}: a {meta.get('format')!r} export, not onnx")
+        files = meta["files"]
+        if precision not in files:
+            held = ", ".join(sorted(files)) or "none"
+            hint = " (export with --quantize int8)" if precision == "int8" else ""
+            raise FileNotFoundError(
+                f"{self.directory}: no {precision} graph in this export (it holds: {held}){hint}"
+            )
+        self.precision = precision
+        self.runtime = f"onnx-{precision}"
+        self.inputs: tuple[str, ...] = tuple(meta["inputs"])
+        self.outputs: tuple[str, ...] = tuple(meta["outputs"])
+        self.session = session(self.directory / files[precision]["file"], threads)
+
+    def eval(self) -> OnnxSpanModel:
+        return self
+
+    def train(self, mode: bool = True) -> OnnxSpanModel:
+        if mode:
+            raise ValueError("an exported ONNX model runs inference only; train the checkpoint")
+        return self
+
+    def __call__(self, batch: Batch) -> HeadOutput:
+        feed = {}
+        for name in self.inputs:
+            value = getattr(batch, name)
+            if value is None:
+                raise ValueError(
+                    f"{self.directory}: the graph reads {name!r} but the batch has none "
+                    "(featurize with the export's structqa_config.json data.token_tags)"
+                )
+            feed[name] = value.numpy()
+        got = dict(zip(self.outputs, self.session.run(list(self.outputs), feed), strict=True))
+        as_tensor = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in got.items()}
+        return HeadOutput(
+            as_tensor["start_logits"],
+            as_tensor["end_logits"],
+            span_scores=as_tensor.get("span_scores"),
+            null_scores=as_tensor.get("null_scores"),
+        )

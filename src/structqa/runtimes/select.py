@@ -1,0 +1,131 @@
+"""Which runtime answers: torch (bf16 or fp32) or onnxruntime (int8 or fp32), and loading it.
+
+A path is a training checkpoint (``model.safetensors``: the torch runtimes, plus the ONNX
+export in its ``onnx/`` folder when there is one, the default ``structqa export --out``) or an
+export directory (``structqa_export.json``: its ONNX graphs only).
+
+``auto`` (docs/results/runtimes/README.md has the measurements):
+
+1. torch bf16, where the device computes bf16 natively (AVX512-BF16/AMX CPUs, bf16 GPUs) and
+   torch weights are at hand: fp32 accuracy (ONNX int8 measured 2.2-2.7x faster on the 2-core
+   AVX512-BF16 CPU, but about 1 F1 lower, so it is not chosen over bf16);
+2. else ONNX int8, when exported: 3.8-4.4x torch fp32 end to end there;
+3. else ONNX fp32, when exported: 2.3-2.6x torch fp32;
+4. else torch fp32.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from structqa.runtime import cpu_has_native_bf16, default_device, use_bf16
+from structqa.runtimes.onnx_model import EXPORT_FILE, OnnxSpanModel, read_export
+
+log = logging.getLogger(__name__)
+
+RUNTIMES = ("auto", "torch", "torch-bf16", "torch-fp32", "onnx", "onnx-int8", "onnx-fp32")
+DEFAULT_EXPORT_DIR = "onnx"  # inside a checkpoint: where `structqa export` writes by default
+
+
+@dataclass(frozen=True)
+class Choice:
+    runtime: str  # one of torch-bf16, torch-fp32, onnx-int8, onnx-fp32
+    reason: str
+    onnx_dir: Path | None = None
+
+
+@dataclass
+class Loaded:
+    model: Any  # ExtractiveQAModel (torch) or OnnxSpanModel
+    tokenizer: Any
+    config: Any  # structqa.config.Config
+    choice: Choice
+
+    @property
+    def bf16(self) -> bool:
+        return self.choice.runtime == "torch-bf16"
+
+
+def is_export(path: str | Path) -> bool:
+    return (Path(path) / EXPORT_FILE).is_file()
+
+
+def onnx_export_of(path: Path) -> Path | None:
+    """The ONNX export a path holds: itself, or a checkpoint's ``onnx/`` folder."""
+    for candidate in (path, path / DEFAULT_EXPORT_DIR):
+        if is_export(candidate) and read_export(candidate).get("format") == "onnx":
+            return candidate
+    return None
+
+
+def choose(
+    path: str | Path, runtime: str = "auto", device: torch.device | None = None, bf16: str = "auto"
+) -> Choice:
+    """The runtime for ``path`` (see the module docstring); ``bf16`` (auto|on|off) is the
+    torch precision setting, which ``auto`` and ``torch`` honour."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+    path = Path(path)
+    device = device or default_device()
+    has_torch = (path / "model.safetensors").is_file()
+    export = onnx_export_of(path)
+    precisions = set(read_export(export)["files"]) if export else set()
+    if not has_torch and export is None:
+        from structqa.models.build import not_a_checkpoint
+
+        raise FileNotFoundError(f"{not_a_checkpoint(path)}; nor an export ({EXPORT_FILE})")
+    if runtime.startswith("torch"):
+        if not has_torch:
+            raise FileNotFoundError(
+                f"{path}: an ONNX export holds no torch weights; use --runtime onnx, or give "
+                "the checkpoint it was exported from"
+            )
+        on = {"torch-bf16": True, "torch-fp32": False}.get(runtime, None)
+        if on is None:
+            on = use_bf16(bf16, device)
+        return Choice("torch-bf16" if on else "torch-fp32", f"--runtime {runtime}")
+    if runtime.startswith("onnx"):
+        if export is None:
+            raise FileNotFoundError(
+                f"{path}: no ONNX export here or in {path / DEFAULT_EXPORT_DIR}; write one with "
+                f"`structqa export {path} --format onnx`"
+            )
+        default = "int8" if "int8" in precisions else "fp32"
+        wanted = runtime.removeprefix("onnx").lstrip("-") or default
+        return Choice(f"onnx-{wanted}", f"--runtime {runtime}", export)
+    # auto
+    if has_torch and use_bf16(bf16, device):
+        why = "the GPU computes bf16" if device.type == "cuda" else "the CPU computes bf16 natively"
+        return Choice("torch-bf16", f"auto: {why}")
+    if device.type == "cuda" and has_torch:
+        return Choice("torch-fp32", "auto: a GPU without bf16 (onnxruntime here runs on the CPU)")
+    no_bf16 = "no native bf16" if not cpu_has_native_bf16() else f"bf16 {bf16}"
+    if "int8" in precisions:
+        return Choice("onnx-int8", f"auto: {no_bf16}, an int8 ONNX export is at hand", export)
+    if "fp32" in precisions:
+        return Choice("onnx-fp32", f"auto: {no_bf16}, an fp32 ONNX export is at hand", export)
+    return Choice("torch-fp32", f"auto: {no_bf16} and no ONNX export")
+
+
+def load(
+    path: str | Path, runtime: str = "auto", device: str | None = None, bf16: str = "auto"
+) -> Loaded:
+    """The model (torch or onnxruntime), tokenizer and config that answer for ``path``."""
+    from structqa.config import config_from_dict
+    from structqa.models.build import load_tokenizer, model_from_checkpoint
+
+    dev = torch.device(device) if device else default_device()
+    choice = choose(path, runtime, dev, bf16)
+    if choice.onnx_dir is not None:
+        d = choice.onnx_dir
+        model = OnnxSpanModel(d, choice.runtime.removeprefix("onnx-"))
+        cfg = config_from_dict(json.loads((d / "structqa_config.json").read_text()))
+        return Loaded(model, load_tokenizer(d), cfg, choice)
+    model, tokenizer, cfg = model_from_checkpoint(path)
+    return Loaded(model.to(dev), tokenizer, cfg, choice)

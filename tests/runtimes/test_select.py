@@ -1,0 +1,94 @@
+"""Which runtime answers for a path, and the CLI commands that take an export."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from structqa.cli import main
+from structqa.runtimes.onnx_export import export_onnx
+from structqa.runtimes.select import choose
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def with_export(checkpoint_of, tmp_path_factory) -> Path:
+    """An Independent checkpoint with its int8 export where `auto` looks (CHECKPOINT/onnx)."""
+    ckpt = tmp_path_factory.mktemp("with-export") / "best"
+    shutil.copytree(checkpoint_of("independent"), ckpt)
+    assert main(["export", str(ckpt), "--quantize", "int8"]) == 0
+    return ckpt
+
+
+def test_auto_without_native_bf16_or_export_is_torch_fp32(checkpoint_of) -> None:
+    choice = choose(checkpoint_of("independent"), "auto", CPU, bf16="off")
+    assert choice.runtime == "torch-fp32" and "no ONNX export" in choice.reason
+
+
+def test_auto_takes_bf16_torch_where_bf16_is_on(with_export) -> None:
+    assert choose(with_export, "auto", CPU, bf16="on").runtime == "torch-bf16"
+
+
+def test_auto_takes_the_int8_export_without_bf16(with_export) -> None:
+    choice = choose(with_export, "auto", CPU, bf16="off")
+    assert choice.runtime == "onnx-int8" and choice.onnx_dir == with_export / "onnx"
+    assert choose(with_export / "onnx", "auto", CPU, bf16="on").runtime == "onnx-int8"
+
+
+def test_an_fp32_only_export_gives_onnx_fp32(checkpoint_of, tmp_path) -> None:
+    export_onnx(checkpoint_of("dyref"), tmp_path / "onnx")
+    assert choose(tmp_path / "onnx", "auto", CPU).runtime == "onnx-fp32"
+    with pytest.raises(FileNotFoundError, match="no int8 graph"):
+        from structqa.runtimes.select import load
+
+        load(tmp_path / "onnx", "onnx-int8")
+
+
+def test_explicit_runtimes(with_export) -> None:
+    assert choose(with_export, "onnx", CPU).runtime == "onnx-int8"
+    assert choose(with_export, "onnx-fp32", CPU).runtime == "onnx-fp32"
+    assert choose(with_export, "torch", CPU, bf16="off").runtime == "torch-fp32"
+    with pytest.raises(FileNotFoundError, match="holds no torch weights"):
+        choose(with_export / "onnx", "torch-bf16", CPU)
+    with pytest.raises(ValueError, match="unknown runtime"):
+        choose(with_export, "tensorrt", CPU)
+
+
+def test_neither_checkpoint_nor_export_is_named(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="not a structqa checkpoint.*nor an export"):
+        choose(tmp_path, "auto", CPU)
+
+
+def test_evaluate_an_export_gives_the_checkpoints_metrics(
+    with_export, shared_data, tmp_path
+) -> None:
+    common = [f"--data={shared_data}", "--eval", "splits/squad1-heldout.mrqa.jsonl.gz"]
+    common += ["--eval-size", "40"]
+    scores = {}
+    for name, path, runtime in (
+        ("torch", with_export, "torch-fp32"),
+        ("onnx", with_export / "onnx", "onnx-fp32"),
+    ):
+        out = tmp_path / name
+        code = main(["evaluate", str(path), *common, "--runtime", runtime, "--out", str(out)])
+        assert code == 0
+        scores[name] = (
+            json.loads((out / "metrics.json").read_text()),
+            json.loads((out / "predictions.json").read_text()),
+        )
+    assert scores["onnx"] == scores["torch"]
+
+
+def test_predict_runs_an_export(with_export, capsys) -> None:
+    question = "Who won Super Bowl 50?"
+    context = "The Denver Broncos defeated the Carolina Panthers to win Super Bowl 50."
+    args = ["--question", question, "--context", context]
+    for path in (with_export / "onnx", with_export):
+        assert main(["predict", str(path), *args, "--runtime", "onnx-int8"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["answer"] and answer["answer"] in context
