@@ -13,8 +13,8 @@ from export_cases import CASES, HELDOUT, make_checkpoint
 
 from structqa.data import read_examples
 from structqa.data.records import Example
+from structqa.encoders import AttentionOptions, convert_stacking, save_encoder
 from structqa.encoders.bert import BertEncoder
-from structqa.encoders.stacking import AttentionOptions, convert_stacking, save_encoder
 
 
 @dataclass

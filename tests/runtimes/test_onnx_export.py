@@ -115,3 +115,19 @@ def test_a_drop_checkpoint_is_refused(checkpoint_of, tmp_path) -> None:
     (drop / "structqa_config.json").write_text(json.dumps(asdict(DropConfig())))
     with pytest.raises(ExportRefused, match="drop-train checkpoint"):
         export_onnx(drop, tmp_path / "onnx")
+
+
+def test_an_export_carries_a_manifest_and_an_altered_graph_is_refused(
+    checkpoint_of, tmp_path
+) -> None:
+    from structqa.manifest import MANIFEST, ManifestMismatch
+
+    done = export_onnx(checkpoint_of("independent"), tmp_path / "onnx")
+    assert (done.directory / MANIFEST).is_file()
+    Predictor.from_checkpoint(done.directory, runtime="onnx-fp32")  # intact: loads
+    graph = done.directory / "model.onnx"
+    data = bytearray(graph.read_bytes())
+    data[-1] ^= 0x01  # one bit of the last weight
+    graph.write_bytes(bytes(data))
+    with pytest.raises(ManifestMismatch, match="model.onnx"):
+        Predictor.from_checkpoint(done.directory, runtime="onnx-fp32")

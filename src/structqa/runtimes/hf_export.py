@@ -17,10 +17,12 @@ from pathlib import Path
 
 import torch
 
-from structqa.encoders.stacking import attention_options, encoder_hf_state
+from structqa.encoders import attention_options
+from structqa.encoders.bert import encoder_hf_state
 from structqa.heads.base import QueryHead
 from structqa.heads.independent import IndependentScorer, StaticQueries
 from structqa.io import replace_dir, write_json
+from structqa.manifest import write_manifest
 from structqa.runtimes.onnx_export import COPIED, Exported, ExportRefused, load_span_model
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,7 @@ def export_transformers(checkpoint: str | Path, out: str | Path) -> Exported:
     for name in COPIED:  # structqa's settings travel along (transformers ignores them)
         if (checkpoint / name).is_file():
             shutil.copy2(checkpoint / name, tmp / name)
+    write_manifest(tmp)  # last: it records every file above, verified at loading
     replace_dir(tmp, out)
     seconds = time.perf_counter() - t0
     size = (out / "model.safetensors").stat().st_size

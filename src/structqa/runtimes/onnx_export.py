@@ -37,6 +37,7 @@ import torch
 from structqa.features.batching import Batch
 from structqa.features.squad import TOKEN_TAGS
 from structqa.io import replace_dir, write_json
+from structqa.manifest import write_manifest
 from structqa.models.extractive import ExtractiveQAModel
 from structqa.runtimes.graph import GraphSignature, SpanGraph, batch_inputs, signature
 from structqa.runtimes.onnx_model import EXPORT_FILE, ONNX_FILES, session
@@ -244,6 +245,7 @@ def export_onnx(
             "export_seconds": round(seconds, 2),
         },
     )
+    write_manifest(tmp)  # last: it records every file above, verified at loading
     replace_dir(tmp, out)
     log.info("exported %s to %s in %.1f s (%s)", checkpoint, out, seconds, sizes)
     return Exported(out, seconds, sizes, {p: max(d.values()) for p, d in diffs.items()})

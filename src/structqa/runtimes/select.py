@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from structqa.manifest import verify_manifest
 from structqa.runtime import cpu_has_native_bf16, default_device, use_bf16
 from structqa.runtimes.onnx_model import EXPORT_FILE, OnnxSpanModel, read_export
 
@@ -124,6 +125,7 @@ def load(
     choice = choose(path, runtime, dev, bf16)
     if choice.onnx_dir is not None:
         d = choice.onnx_dir
+        verify_manifest(d, warn_if_absent=True)  # refuses a missing or altered file
         model = OnnxSpanModel(d, choice.runtime.removeprefix("onnx-"))
         cfg = config_from_dict(json.loads((d / "structqa_config.json").read_text()))
         return Loaded(model, load_tokenizer(d), cfg, choice)
