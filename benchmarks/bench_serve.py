@@ -1,7 +1,8 @@
-"""Load on `structqa serve` over loopback: micro-batching vs one window at a time.
+"""Load on `structqa serve` over loopback: micro-batching vs one request at a time.
 
-    python benchmarks/bench_serve.py CHECKPOINT                 # every scenario, ~6 min
+    python benchmarks/bench_serve.py CHECKPOINT                 # every scenario, ~8 min
     python benchmarks/bench_serve.py CHECKPOINT --duration 10   # shorter scenarios
+    python benchmarks/bench_serve.py CHECKPOINT --only-ratio    # the rounds at 16 clients
     python benchmarks/bench_serve.py CHECKPOINT --soak 300      # 16 clients for 5 min: RSS
 
 Starts `structqa serve CHECKPOINT` as a subprocess on a free loopback port (its context limit
@@ -14,10 +15,14 @@ starting at its own offset.
 Scenarios on the batched server (its default flags): 1, 4, 16 and 64 clients; 15 clients
 alone and beside one client that sends 1 MB passages (the other clients' p99 is what must
 hold); 16 clients beside 200 slow connections (half trickle their headers, half their body,
-a byte a second). Beside it, the same server with ``--max-batch-windows 1 --max-wait-ms 0`` (one
-window per forward pass: the one-request-at-a-time path) at 1 client; then both at 16
-clients in ``--rounds`` alternating rounds, and ``ratio throughput@16`` is batched / serial
-req/s summed over the rounds (so drift in other load on the machine falls on both arms).
+a byte a second). Beside it, two baselines, each its own server: one window per forward
+pass (``--max-batch-windows 1 --max-wait-ms 0``: still pipelined, tokenizing and decoding
+overlap the model) and one request at a time (``--one-at-a-time``: each request tokenized,
+scored and decoded whole before the next, as a plain server with one lock), each at 1 client;
+then the three at 16 clients in ``--rounds`` rounds, the order reversed each round.
+``ratio throughput@16`` is batched / one-request-at-a-time req/s summed over the rounds (so
+drift in other load on the machine falls on every arm), ``... vs one-window passes`` the same
+against one window per pass. ``--only-ratio`` runs only those rounds.
 Each scenario prints req/s, latency p50/p95/p99, errors by kind, the server's RSS and
 GET /health latency measured every 100 ms on a connection of its own throughout, and the
 server's batches (windows, requests and forward passes per batch, from GET /metrics).
@@ -48,7 +53,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared/data/splits/squad1-heldout.mrqa.jsonl.gz"
 ONE_MB = 1_000_000
 SERVER_FLAGS = ["--max-context-chars", "1100000", "--request-timeout", "300"]
-SERIAL_FLAGS = ["--max-batch-windows", "1", "--max-wait-ms", "0"]
+#: the baselines: one window per forward pass (still pipelined: tokenizing and decoding overlap
+#: the model, one request's windows beside another's), and one request at a time, whole (as a
+#: plain server with one lock: the baseline of the throughput target)
+ARMS = {
+    "batched": [],
+    "one-window": ["--max-batch-windows", "1", "--max-wait-ms", "0"],
+    "one-request": ["--one-at-a-time"],
+}
 
 
 # ---- the server ------------------------------------------------------------------------
@@ -393,6 +405,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds for the ratio")
     ap.add_argument("--questions", type=int, default=2000)
     ap.add_argument("--soak", type=float, default=0, help="only a soak of this many seconds")
+    ap.add_argument(
+        "--only-ratio",
+        action="store_true",
+        help="only the alternating rounds at 16 clients (JSON to OUT-ratio.json)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "docs/results/serve/bench.json")
     args = ap.parse_args()
     bodies, big = _bodies(args.data, args.questions)
@@ -423,65 +440,82 @@ def main() -> None:
         result["soak"] = {**r, "rss_growth_mb": growth, "rss_growth_after_1min_mb": after_1min}
         out = args.out.with_name(args.out.stem + "-soak.json")
     else:
-        counts = [int(c) for c in args.clients.split(",")]
-        batched: dict[str, Any] = {}
-        server = Server(args.checkpoint, SERVER_FLAGS)
-        serial_server = Server(args.checkpoint, SERVER_FLAGS + SERIAL_FLAGS)
-        try:
-
-            def run(name: str, srv: Server, *a: Any, **kw: Any) -> dict[str, Any]:
-                before = batch_means(srv.port)
-                r = asyncio.run(_scenario(srv, bodies, *a, **kw))
-                r["batches"] = _batch_delta(before, batch_means(srv.port))
-                _print(name, r)
-                return r
-
-            for n in counts:
-                batched[f"{n} clients"] = run(f"batched {n}", server, n, args.duration)
-            batched["15 clients"] = run("batched 15", server, 15, args.big_duration)
-            batched["15 clients + 1 MB"] = run(
-                "batched 15 + 1 MB", server, 15, args.big_duration, big=big
-            )
-            batched["16 clients + 200 slow"] = run(
-                "batched 16 + 200 slow", server, 16, args.duration, slow=200
-            )
-            serial = {"1 client": run("serial 1", serial_server, 1, args.duration)}
-            # the ratio: both servers at 16 clients in alternating rounds (drift in the
-            # machine's other load then falls on both arms alike)
-            rounds: list[dict[str, Any]] = []
-            for i in range(args.rounds):
-                arms = [("batched", server), ("serial", serial_server)]
-                for arm, srv in arms if i % 2 == 0 else arms[::-1]:
-                    r = run(f"{arm} 16 (round {i + 1})", srv, 16, args.duration)
-                    rounds.append({"arm": arm, "round": i + 1, **r})
-        finally:
-            server.stop()
-            serial_server.stop()
-
-        def total(arm: str) -> float:
-            return sum(r["requests_per_s"] for r in rounds if r["arm"] == arm)
-
-        ratio = total("batched") / total("serial") if total("serial") else float("nan")
-        p99_rise = batched["15 clients + 1 MB"]["p99_ms"] / batched["15 clients"]["p99_ms"]
-        print(
-            f"ratio throughput@16: {ratio:.2f}x  (batched {total('batched') / args.rounds:.1f} "
-            f"vs serial {total('serial') / args.rounds:.1f} req/s, mean of {args.rounds} "
-            "alternating rounds)",
-            flush=True,
-        )
-        print(f"p99 of 15 clients beside a 1 MB client / alone: {p99_rise:.2f}x", flush=True)
-        result.update(
-            batched=batched,
-            serial=serial,
-            rounds_at_16=rounds,
-            serial_flags=SERIAL_FLAGS,
-            ratio_throughput_at_16=ratio,
-            p99_rise_beside_1mb=p99_rise,
-        )
-        out = args.out
+        result.update(_comparison(args, bodies, big))
+        out = args.out.with_name(args.out.stem + "-ratio.json") if args.only_ratio else args.out
     result["wall_s"] = time.monotonic() - t0
     write_json(out, result)
     print(f"wrote {out}", flush=True)
+
+
+def _comparison(args: argparse.Namespace, bodies: list[bytes], big: bytes) -> dict[str, Any]:
+    """The batched server's scenarios (unless --only-ratio), the baselines at 1 client, and the
+    three servers at 16 clients in alternating rounds; the ratios are printed."""
+    servers = {arm: Server(args.checkpoint, SERVER_FLAGS + flags) for arm, flags in ARMS.items()}
+    batched: dict[str, Any] = {}
+    baselines: dict[str, Any] = {}
+    rounds: list[dict[str, Any]] = []
+    try:
+
+        def run(name: str, arm: str, *a: Any, **kw: Any) -> dict[str, Any]:
+            port = servers[arm].port
+            before = batch_means(port)
+            r = asyncio.run(_scenario(servers[arm], bodies, *a, **kw))
+            r["batches"] = _batch_delta(before, batch_means(port))
+            _print(name, r)
+            return r
+
+        if not args.only_ratio:
+            for n in [int(c) for c in args.clients.split(",")]:
+                batched[f"{n} clients"] = run(f"batched {n}", "batched", n, args.duration)
+            batched["15 clients"] = run("batched 15", "batched", 15, args.big_duration)
+            batched["15 clients + 1 MB"] = run(
+                "batched 15 + 1 MB", "batched", 15, args.big_duration, big=big
+            )
+            batched["16 clients + 200 slow"] = run(
+                "batched 16 + 200 slow", "batched", 16, args.duration, slow=200
+            )
+            for arm in ("one-window", "one-request"):
+                baselines[arm] = {"1 client": run(f"{arm} 1", arm, 1, args.duration)}
+        # the ratios: the servers at 16 clients in alternating rounds, the order reversed each
+        # round (drift in the machine's other load then falls on every arm alike)
+        for i in range(args.rounds):
+            order = list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]
+            for arm in order:
+                r = run(f"{arm} 16 (round {i + 1})", arm, 16, args.duration)
+                rounds.append({"arm": arm, "round": i + 1, **r})
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    def mean(arm: str) -> float:
+        return sum(r["requests_per_s"] for r in rounds if r["arm"] == arm) / args.rounds
+
+    def ratio(arm: str) -> float:
+        return mean("batched") / mean(arm) if mean(arm) else float("nan")
+
+    print(
+        f"ratio throughput@16: {ratio('one-request'):.2f}x  (batched {mean('batched'):.1f} vs "
+        f"one request at a time {mean('one-request'):.1f} req/s, mean of {args.rounds} "
+        "alternating rounds)",
+        flush=True,
+    )
+    print(
+        f"ratio throughput@16 vs one-window passes: {ratio('one-window'):.2f}x  (one window "
+        f"per pass {mean('one-window'):.1f} req/s)",
+        flush=True,
+    )
+    out: dict[str, Any] = {
+        "arm_flags": ARMS,
+        "rounds_at_16": rounds,
+        "requests_per_s_at_16": {arm: mean(arm) for arm in ARMS},
+        "ratio_throughput_at_16": ratio("one-request"),
+        "ratio_throughput_at_16_vs_one_window": ratio("one-window"),
+    }
+    if not args.only_ratio:
+        p99_rise = batched["15 clients + 1 MB"]["p99_ms"] / batched["15 clients"]["p99_ms"]
+        print(f"p99 of 15 clients beside a 1 MB client / alone: {p99_rise:.2f}x", flush=True)
+        out.update(batched=batched, baselines=baselines, p99_rise_beside_1mb=p99_rise)
+    return out
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ def test_flags_and_defaults():
     assert args.host == "127.0.0.1" and args.port == 8000  # loopback unless told
     assert args.api_key is None and args.cors_origin == []
     assert args.max_batch_windows >= 1 and args.queue_size >= 1
+    assert args.one_at_a_time is False  # micro-batching unless told
+    assert build_parser().parse_args(["serve", "ckpt", "--one-at-a-time"]).one_at_a_time
     args = build_parser().parse_args(
         [
             "serve",

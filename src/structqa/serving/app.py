@@ -10,9 +10,10 @@ GET  /            the web page (static files shipped in the package)
 The model is a resource created before the app (:class:`Service`); the event loop parses,
 checks limits and awaits futures, and never runs the model or the tokenizer: featurization
 runs on a small thread pool and every forward pass on the one inference thread
-(:class:`structqa.serving.batcher.Batcher`). Every refusal is a JSON ``{"error", "status"}``
-whose message says what to do; an unexpected failure is logged with its traceback and the
-client sees only a reference to the log line.
+(:class:`structqa.serving.batcher.Batcher`); with ``one_at_a_time`` (a benchmark's baseline)
+that thread instead runs each request whole, ``Predictor.predict_batch``, before the next.
+Every refusal is a JSON ``{"error", "status"}`` whose message says what to do; an unexpected
+failure is logged with its traceback and the client sees only a reference to the log line.
 """
 
 from __future__ import annotations
@@ -163,6 +164,9 @@ class Service:
         deadline = time.monotonic() + self.settings.request_timeout
         try:
             assert self.featurizer is not None and self.batcher is not None
+            if self.settings.one_at_a_time:  # the whole request on the inference thread
+                whole = self.batcher.call(lambda: self.predictor.predict_batch(pairs))
+                return await self._within(whole, deadline, gone)
             examples, features = await self._within(self.featurizer.submit(pairs), deadline, gone)
             job = self.batcher.submit(examples, features)
             return await self._within(job.future, deadline, gone)

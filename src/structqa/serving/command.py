@@ -48,6 +48,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="how long an idle worker waits for more windows before a batch that is not full",
     )
     b.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="process one request at a time, as a plain server with one lock would: a "
+        "baseline for benchmarks",
+    )
+    b.add_argument(
         "--queue-size",
         type=int,
         default=d.queue_size,
@@ -109,6 +115,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     settings = ServeSettings(
         max_batch_windows=args.max_batch_windows,
         max_wait_ms=args.max_wait_ms,
+        one_at_a_time=args.one_at_a_time,
         queue_size=args.queue_size,
         max_context_chars=args.max_context_chars,
         max_questions=args.max_questions,

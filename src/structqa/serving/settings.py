@@ -21,6 +21,9 @@ class ServeSettings:
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     featurize_threads: int = 2
+    # each request whole (tokenize, all its windows, decode) before the next: no overlap, no
+    # batching across requests (a plain server with one lock; a baseline for benchmarks)
+    one_at_a_time: bool = False
     model_name: str = "model"
 
 
