@@ -166,6 +166,7 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.calibration.report import calibration_report, load_calibration
     from structqa.evaluation import evaluate_model, write_outputs
     from structqa.features.squad import featurize
     from structqa.models.build import model_from_checkpoint
@@ -199,6 +200,7 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     bf16 = use_bf16(args.bf16, device)
     log.info("scoring on %s, bf16 %s", device, "on" if bf16 else "off")
     t0 = time.perf_counter()
+    calibrator = load_calibration(args.checkpoint)
     result = evaluate_model(
         model,
         examples,
@@ -207,9 +209,11 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
         v2,
         cfg.train.eval_batch_size,
         bf16,
+        null_threshold=calibrator.null_threshold if calibrator and v2 else None,
     )
     log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
     out = Path(args.out or Path(args.checkpoint) / "eval")
+    result.metrics.update(calibration_report(result, examples, v2, calibrator, out))
     write_outputs(result, out)
     print(json.dumps(result.metrics, indent=2))
     log.info(
@@ -271,6 +275,8 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
                 "score": ans.score,
                 "probability": round(ans.probability, 4),
                 "no_answer": ans.no_answer,
+                "answerable": ans.answerable,
+                "calibrated": ans.calibrated,
                 "nbest": [
                     {"text": c.text, "probability": round(c.probability, 4)} for c in ans.nbest[:5]
                 ],
@@ -578,9 +584,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--no-progress", action="store_true")
     co.set_defaults(func=cmd_corpus)
 
+    from structqa.calibration.command import add_parser as add_calibrate_parser
     from structqa.experiments.command import add_parser as add_experiment_parser
 
     add_experiment_parser(sub)
+    add_calibrate_parser(sub)
 
     cp = sub.add_parser(
         "compare",

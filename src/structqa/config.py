@@ -36,6 +36,13 @@ class ModelConfig:
     # embeddings it sits beside). A static q of norm 0.4 gives logits q.h of a few units;
     # DyREx's and DyReF's queries reach norm ~20 (docs/results/lowdata-recipe-query-scale/)
     query_init_std: float | None = None
+    # how "no answer" is scored (structqa.heads.answerability): span (BERT: the [CLS] span in
+    # the start/end softmaxes) | cls (a binary answerability classifier on [CLS]) | queries
+    # (on [CLS] and the start/end queries); the classifier's loss weight, and whether its two
+    # classes weigh the same in every batch
+    null_head: str = "span"
+    null_loss_weight: float = 1.0
+    null_balanced: bool = True
 
 
 @dataclass

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import torch
 
+from structqa.calibration import Calibrator, load_calibration, raw_probability
+from structqa.calibration import scores_from_predictions as calibration_scores
 from structqa.data.records import Example
-from structqa.decoding import Candidate, DecodeConfig
+from structqa.decoding import Candidate, DecodeConfig, Prediction
 from structqa.features.squad import featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
 from structqa.models.build import model_from_checkpoint
@@ -22,8 +24,13 @@ class Answer:
     """An answer: its text, its char span in the context, its score and the n-best list.
 
     ``score`` is the span's start + end logit (unbounded, comparable between spans of one
-    model); ``probability`` is its softmax share among the n-best spans (0 to 1; 0.0 when
-    the model abstains)."""
+    model). ``probability`` is the chance that this answer, "no answer" included, is correct
+    (:mod:`structqa.calibration.fit` defines it: F1 >= 0.5 with a gold answer, or "no answer"
+    to an unanswerable question); ``calibrated`` says whether it comes from a map fitted on
+    validation questions (``structqa calibrate``, or training with a validation split) or is
+    the uncalibrated formula. ``answerable`` is whether the best span clears the no-answer
+    threshold (always True for a model without one); ``no_answer`` whether "no answer" is
+    returned (the text is then empty)."""
 
     text: str
     start: int
@@ -33,6 +40,8 @@ class Answer:
     nbest: tuple[Candidate, ...]
     no_answer: bool = False
     probability: float = 0.0
+    answerable: bool = True
+    calibrated: bool = False
 
 
 class Predictor:
@@ -44,6 +53,7 @@ class Predictor:
         null_threshold: float | None = None,
         bf16: str = "auto",
         batch_size: int = 16,
+        calibrator: Calibrator | None = None,
     ):
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.device = next(model.parameters()).device
@@ -51,6 +61,7 @@ class Predictor:
         if self.bf16:  # converted once here, not on every call (see run_inference)
             self.model = bf16_weights(self.model)
         self.null_threshold = null_threshold
+        self.calibrator = calibrator
         self.batch_size = batch_size
         self.features = feature_config(config)
         self.annotator = tag_annotator(self.features)  # kept: spaCy loads once
@@ -67,9 +78,11 @@ class Predictor:
     ) -> Predictor:
         """Load a checkpoint written by ``structqa train`` (its ``best`` or ``last`` dir).
 
-        For SQuAD 2.0-style models the no-answer threshold tuned at evaluation is used
-        unless ``null_threshold`` is given. ``whole_words`` (default: the checkpoint's
-        ``decode.whole_words``) widens answers that start or end inside a word to the word.
+        For SQuAD 2.0-style models the no-answer threshold is ``null_threshold`` when given,
+        else the one fitted on validation questions (calibration.json, which also maps the
+        answers' probabilities), else the one tuned at the last evaluation (metrics.json).
+        ``whole_words`` (default: the checkpoint's ``decode.whole_words``) widens answers that
+        start or end inside a word to the word.
         ``device`` defaults to the first GPU when there is one, else the CPU."""
         import json
 
@@ -77,10 +90,16 @@ class Predictor:
         if whole_words is not None:
             cfg.decode.whole_words = whole_words
         model.to(torch.device(device) if device else default_device())
+        calibrator = load_calibration(path)
+        if null_threshold is None and calibrator is not None:
+            null_threshold = calibrator.null_threshold
         metrics_file = Path(path) / "metrics.json"
         if null_threshold is None and metrics_file.exists():
             null_threshold = json.loads(metrics_file.read_text()).get("null_threshold")
-        return cls(model, tokenizer, cfg, null_threshold, bf16)
+        if calibrator is not None and null_threshold != calibrator.null_threshold:
+            # its map was fitted for the answers at its own threshold
+            calibrator = None
+        return cls(model, tokenizer, cfg, null_threshold, bf16, calibrator=calibrator)
 
     def predict(self, question: str, context: str) -> Answer:
         return self.predict_batch([(question, context)])[0]
@@ -92,7 +111,20 @@ class Predictor:
             if not ex.question.strip() or not ex.context.strip():
                 raise ValueError(f"pair {ex.id}: question and context must be non-empty")
         predictions = self.predict_examples(examples)  # keyed by id; order is not the input's
-        return [self._answer(predictions[ex.id]) for ex in examples]
+        ordered = [predictions[ex.id] for ex in examples]
+        probabilities = self.probabilities(ordered)
+        return [self._answer(p, float(q)) for p, q in zip(ordered, probabilities, strict=True)]
+
+    def probabilities(self, predictions: Sequence[Prediction]):
+        """(Q,) the probability of each prediction's returned answer (see :class:`Answer`)."""
+        scores = calibration_scores(
+            {str(i): p for i, p in enumerate(predictions)},
+            [str(i) for i in range(len(predictions))],
+            version_2=self.null_threshold is not None,
+        )
+        if self.calibrator is not None:
+            return self.calibrator.probability(scores)
+        return raw_probability(scores, self.null_threshold)
 
     def predict_examples(self, examples: Sequence[Example]):
         """Raw predictions (``structqa.decoding.Prediction``) keyed by example id."""
@@ -102,7 +134,7 @@ class Predictor:
         )
         return collector.predictions(examples, features)
 
-    def _answer(self, p) -> Answer:
+    def _answer(self, p: Prediction, probability: float) -> Answer:
         text = p.answer(self.null_threshold)
         return Answer(
             text=text,
@@ -112,5 +144,7 @@ class Predictor:
             null_odds=p.null_odds,
             nbest=p.nbest,
             no_answer=not text,
-            probability=p.nbest[0].probability if text and p.nbest else 0.0,
+            probability=probability,
+            answerable=self.null_threshold is None or p.null_odds <= self.null_threshold,
+            calibrated=self.calibrator is not None,
         )
