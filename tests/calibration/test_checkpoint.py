@@ -123,3 +123,47 @@ def test_squad2_grids_train_and_choose_on_the_training_file_only(shared_data, tm
             cfg, split = resolve_config(experiment, run, paths, str(shared_data))
             assert "heldout" not in cfg.data.train + cfg.data.eval, (path, run.name)
             assert split["source"].endswith("squad2-train.v2.0.json")
+
+
+def test_saved_answers_give_the_models_predictions(checkpoint, shared_data, capsys):
+    """best/'s n-best files stand in for running the model (the runner calibrates from them)."""
+    from structqa.calibration.report import predictions_from_files
+
+    saved = predictions_from_files(checkpoint)
+    examples = read_extractive(shared_data / MINI).examples
+    fresh = Predictor.from_checkpoint(checkpoint, bf16="off").predict_examples(examples)
+    assert set(saved) == set(fresh)
+    for qid, p in fresh.items():
+        assert saved[qid].text == p.text and saved[qid].null_odds == pytest.approx(p.null_odds)
+        assert [c.score for c in saved[qid].nbest] == pytest.approx([c.score for c in p.nbest])
+    args = ["calibrate", str(checkpoint), "--on", str(shared_data / MINI), "--bf16", "off"]
+    assert main([*args, "--method", "temperature"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["null_threshold"] is None and printed["method"] == "temperature"
+    assert load_calibration(checkpoint).t_span == pytest.approx(printed["t_span"])
+
+
+def test_a_grid_with_a_validation_split_saves_its_calibration(
+    tiny_checkpoint, shared_data, tmp_path
+):
+    """The runner fits the threshold and probabilities on the validation part of the split
+    (the part it scored best/ on) and saves them in best/."""
+    from tiny import tiny_finetune_base
+
+    from structqa.experiments.command import Paths, run_experiment
+    from structqa.experiments.grid import experiment_from_dict
+
+    raw = {
+        "name": "tiny-val",
+        "base": tiny_finetune_base(tiny_checkpoint, shared_data),
+        "grid": {"train.seed": [0]},
+        "validation": {"fraction": 0.4, "seed": 0},
+    }
+    exp = experiment_from_dict(raw, source="configs/tiny.yaml")
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    assert run_experiment(exp, paths, command="x", progress=False) == 0
+    run = exp.runs()[0]
+    result = json.loads(paths.result(run).read_text())
+    cal = load_calibration(paths.output(run) / "best")
+    assert cal is not None and result["calibration"]["t_span"] == pytest.approx(cal.t_span)
+    assert result["calibration"]["fit"]["source"].endswith("val.json")

@@ -24,7 +24,7 @@ from structqa.calibration.fit import (
     scores_from_predictions,
 )
 from structqa.data.records import Example
-from structqa.decoding import Prediction
+from structqa.decoding import Candidate, Prediction
 from structqa.evaluation import EvalResult, best_null_threshold
 from structqa.io import write_json
 
@@ -83,6 +83,36 @@ def with_null_answers(
     out = {ex.id: Prediction(ex.id, "", -1, -1, 0.0, 0.0, 0.0, ()) for ex in examples}
     out.update(predictions)
     return out
+
+
+def predictions_from_files(directory: str | Path) -> dict[str, Prediction]:
+    """The predictions an evaluation wrote (nbest_predictions.json and null_odds.json, as
+    ``evaluation.write_outputs`` writes them into best/), enough to fit a calibration
+    without running the model again."""
+    directory = Path(directory)
+    nbest = json.loads((directory / "nbest_predictions.json").read_text(encoding="utf-8"))
+    odds = json.loads((directory / "null_odds.json").read_text(encoding="utf-8"))
+    out = {}
+    for qid, rows in nbest.items():
+        cands = tuple(
+            Candidate(r["text"], r["start_char"], r["end_char"], r["score"], r["probability"])
+            for r in rows
+        )
+        top = cands[0] if cands else Candidate("", -1, -1, 0.0)
+        out[qid] = Prediction(
+            qid, top.text, top.start_char, top.end_char, top.score, 0.0, odds[qid], cands
+        )
+    return out
+
+
+def calibrate_evaluated(
+    directory: str | Path, examples: Sequence[Example], version_2: bool, source: str
+) -> Calibrator:
+    """Fit and save the calibration of a checkpoint whose evaluation files (best/'s) answer
+    ``examples``, validation questions (the experiment runner's validation split)."""
+    cal = calibrate(examples, predictions_from_files(directory), version_2, source=source)
+    save_calibration(directory, cal)
+    return cal
 
 
 def save_calibration(checkpoint: str | Path, cal: Calibrator) -> Path:

@@ -65,7 +65,7 @@ from structqa.pretrain.config import PretrainConfig
 from structqa.provenance import git_info, machine_info
 from structqa.training import loop
 from structqa.training.checkpoint import RESUME_MAY_CHANGE
-from structqa.training.data import data_path
+from structqa.training.data import data_path, load_eval_examples
 
 log = logging.getLogger(__name__)
 
@@ -496,6 +496,8 @@ def execute_run(
         raise FileNotFoundError(
             f"{run.name}: training finished but {out / 'best' / 'predictions.json'} is missing"
         )
+    if split is not None and not isinstance(cfg, DropConfig):
+        scores["calibration"] = calibrate_on_validation(out / "best", cfg)
     device, bf16 = _device_and_bf16(cfg)
     result = {
         "experiment": experiment.name,
@@ -529,6 +531,16 @@ def execute_run(
         result["best_epoch"],
     )
     return True
+
+
+def calibrate_on_validation(best: Path, cfg: Config) -> dict[str, Any]:
+    """Fit the null threshold and answer probabilities of ``best`` on the validation slice it
+    was scored on (calibration.json, used by evaluate, predict and serve); what was fitted."""
+    from structqa.calibration.report import calibrate_evaluated
+
+    examples, v2 = load_eval_examples(cfg)
+    cal = calibrate_evaluated(best, examples, v2, source=cfg.data.eval)
+    return {k: v for k, v in cal.to_dict().items() if k != "isotonic"}
 
 
 def _who(paths: Paths, name: str) -> str:
