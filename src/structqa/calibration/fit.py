@@ -1,4 +1,5 @@
-"""What ``probability`` means, and fitting it: a null threshold, temperatures, an isotonic map.
+"""What ``probability`` means, and fitting it: a null threshold, temperatures, a Platt or an
+isotonic map.
 
 **Definition.** The probability of an answer is the chance that the answer returned for the
 question, "no answer" included, is *correct*: a text is correct when the question is
@@ -17,10 +18,11 @@ answerable and its token F1 (SQuAD normalization, best over the gold answers) is
 At ``T_span = T_null = 1`` that is the *uncalibrated* probability (on SQuAD 1.1, the n-best
 share ``predict`` returned before calibration existed). A :class:`Calibrator` holds the null
 threshold (the F1-best one on the validation questions), the two temperatures (fitted by the
-binary log-loss of "correct" on the same questions) and optionally an isotonic map applied
-after them (pool-adjacent-violators, piecewise linear between its knots). ``method="auto"``
-keeps the isotonic map only when it has the lower expected calibration error on held-back
-halves of the validation questions (two-fold, split by question id).
+binary log-loss of "correct" on the same questions) and optionally a map applied after them:
+Platt scaling (``sigmoid(a logit(p) + b)``, by the same log-loss) or an isotonic map
+(pool-adjacent-violators, piecewise linear between its knots). ``method="auto"`` keeps the
+one of the three with the lowest expected calibration error on held-back halves of the
+validation questions (two-fold, split by question id).
 
 **Expected calibration error** (:func:`expected_calibration_error`): :data:`ECE_BINS`
 equal-width confidence bins; the question-weighted mean of |accuracy - mean confidence| per
@@ -29,6 +31,7 @@ bin. Every function here takes plain arrays: no model, no files.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -43,7 +46,8 @@ from structqa.metrics.squad import raw_scores_v2
 
 CORRECT_F1 = 0.5  # a returned text with token F1 >= this against a gold answer is correct
 ECE_BINS = 15
-METHODS = ("temperature", "isotonic", "auto")
+MAPS = ("temperature", "platt", "isotonic")
+METHODS = (*MAPS, "auto")
 _T_RANGE = (1e-2, 1e2)  # temperatures are searched (in log space) inside this range
 
 
@@ -144,6 +148,29 @@ class Isotonic:
         return np.interp(p, self.x, self.y)
 
 
+@dataclass(frozen=True)
+class Platt:
+    """p -> sigmoid(a logit(p) + b)."""
+
+    a: float
+    b: float
+
+    def __call__(self, p: np.ndarray) -> np.ndarray:
+        q = np.clip(p, 1e-6, 1 - 1e-6)
+        return _sigmoid(self.a * np.log(q / (1 - q)) + self.b)
+
+
+def fit_platt(p: np.ndarray, correct: np.ndarray) -> Platt:
+    """The Platt map of ``p`` with the lowest log-loss of ``correct``."""
+    best = minimize(
+        lambda ab: log_loss(Platt(float(ab[0]), float(ab[1]))(p), correct),
+        np.array([1.0, 0.0]),
+        method="Nelder-Mead",
+        options={"xatol": 1e-4, "fatol": 1e-7},
+    )
+    return Platt(float(best.x[0]), float(best.x[1]))
+
+
 def fit_isotonic(p: np.ndarray, correct: np.ndarray) -> Isotonic:
     """Pool-adjacent-violators on (p, correct) sorted by p: each block of the fitted step
     function gives a knot at its mean p with its mean accuracy."""
@@ -225,11 +252,12 @@ def reliability_bins(p: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS) -
 class Calibrator:
     """A fitted null threshold and probability map, saved with a checkpoint."""
 
-    method: str  # "temperature" or "isotonic" (temperatures, then the isotonic map)
+    method: str  # "temperature", or "platt"/"isotonic" (temperatures, then that map)
     null_threshold: float | None  # None: SQuAD 1.1-style, always answer
     t_span: float = 1.0
     t_null: float = 1.0
     isotonic: Isotonic | None = None
+    platt: Platt | None = None
     definition: str = (
         f"P(the returned answer is correct): a text with token F1 >= {CORRECT_F1} against a gold "
         "answer of an answerable question, or 'no answer' to an unanswerable one"
@@ -238,6 +266,8 @@ class Calibrator:
 
     def probability(self, scores: Scores) -> np.ndarray:
         p = raw_probability(scores, self.null_threshold, self.t_span, self.t_null)
+        if self.platt is not None:
+            return self.platt(p)
         return self.isotonic(p) if self.isotonic is not None else p
 
     def to_dict(self) -> dict[str, Any]:
@@ -246,8 +276,10 @@ class Calibrator:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Calibrator:
         d = dict(d)
-        iso = d.pop("isotonic", None)
-        return cls(**d, isotonic=Isotonic(**iso) if iso else None)
+        iso, platt = d.pop("isotonic", None), d.pop("platt", None)
+        return cls(
+            **d, isotonic=Isotonic(**iso) if iso else None, platt=Platt(**platt) if platt else None
+        )
 
 
 def _halves(ids: Sequence[str]) -> np.ndarray:
@@ -257,11 +289,12 @@ def _halves(ids: Sequence[str]) -> np.ndarray:
 
 def _fit_method(
     method: str, scores: Scores, correct: np.ndarray, threshold: float | None
-) -> tuple[float, float, Isotonic | None]:
+) -> Calibrator:
     t_span, t_null = fit_temperatures(scores, correct, threshold)
-    if method == "temperature":
-        return t_span, t_null, None
-    return t_span, t_null, fit_isotonic(raw_probability(scores, threshold, t_span, t_null), correct)
+    p = raw_probability(scores, threshold, t_span, t_null)
+    iso = fit_isotonic(p, correct) if method == "isotonic" else None
+    platt = fit_platt(p, correct) if method == "platt" else None
+    return Calibrator(method, threshold, t_span, t_null, isotonic=iso, platt=platt)
 
 
 def _subset(scores: Scores, keep: np.ndarray) -> Scores:
@@ -273,8 +306,9 @@ def _subset(scores: Scores, keep: np.ndarray) -> Scores:
 def fit_calibrator(
     scores: Scores, gold: Outcomes, threshold: float | None, method: str = "auto"
 ) -> Calibrator:
-    """Temperatures (and an isotonic map, for ``isotonic``; for ``auto`` when it calibrates
-    the held-back half better) for the returned answers at ``threshold``."""
+    """Temperatures, then the Platt or isotonic map that ``method`` names (``auto``: the
+    one of the three that calibrates held-back halves best) for the returned answers at
+    ``threshold``."""
     if method not in METHODS:
         raise ValueError(f"calibration method must be one of {METHODS}, not {method!r}")
     if len(scores) < 2:
@@ -284,20 +318,18 @@ def fit_calibrator(
     if method == "auto":
         half = _halves(scores.ids)
         cv: dict[str, float] = {}
-        for m in ("temperature", "isotonic"):
+        for m in MAPS:
             errors = []
             for part in (half, ~half):
                 if part.sum() < 2 or (~part).sum() < 2:
                     continue
-                t_s, t_n, iso = _fit_method(m, _subset(scores, part), correct[part], threshold)
-                held = _subset(scores, ~part)
-                p = raw_probability(held, threshold, t_s, t_n)
-                errors.append(expected_calibration_error(iso(p) if iso else p, correct[~part]))
+                fitted = _fit_method(m, _subset(scores, part), correct[part], threshold)
+                p = fitted.probability(_subset(scores, ~part))
+                errors.append(expected_calibration_error(p, correct[~part]))
             cv[m] = float(np.mean(errors)) if errors else math.inf
         fit["two_fold_ece"] = cv
-        method = "isotonic" if cv["isotonic"] < cv["temperature"] else "temperature"
-    t_span, t_null, iso = _fit_method(method, scores, correct, threshold)
-    cal = Calibrator(method, threshold, t_span, t_null, iso, fit=fit)
+        method = min(MAPS, key=lambda m: cv[m])  # (ties: the simpler map, first in MAPS)
+    cal = dataclasses.replace(_fit_method(method, scores, correct, threshold), fit=fit)
     p = cal.probability(scores)
     fit["ece"] = expected_calibration_error(p, correct)
     fit["ece_uncalibrated"] = expected_calibration_error(
