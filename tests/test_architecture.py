@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inference",),  # batched prediction over features
     ("evaluation",),  # predictions -> metrics
     ("training",),  # the training scaffold shared by the tasks
-    ("pretrain", "ncbert"),  # the MLM and DROP tasks
+    ("pretrain", "ncbert", "calibration"),  # MLM and DROP tasks; answer probabilities
     ("analysis", "experiments"),  # reports on trained models; grids of runs and tables
     ("serving",),  # the Predictor and the HTTP service (its page shows analysis' maps)
     ("commands",),  # the larger subcommands (quickstart, evaluate, config)

@@ -96,7 +96,9 @@ def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_dat
         )
         == 0
     )
-    assert _stdout_json(capsys) == pytest.approx(metrics)  # same model, same data
+    evaluated = _stdout_json(capsys)
+    assert {k: evaluated[k] for k in metrics} == pytest.approx(metrics)  # same model and data
+    assert 0.0 <= evaluated["ece"] <= 1.0 and evaluated["calibrated"] is False
     preds = json.loads((tmp_path / "ev" / "predictions.json").read_text())
     assert len(preds) == 5
     for name in ("nbest_predictions.json", "null_odds.json", "metrics.json"):

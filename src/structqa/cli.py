@@ -137,6 +137,8 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
                 "score": ans.score,
                 "probability": round(ans.probability, 4),
                 "no_answer": ans.no_answer,
+                "answerable": ans.answerable,
+                "calibrated": ans.calibrated,
                 "nbest": [
                     {"text": c.text, "probability": round(c.probability, 4)} for c in ans.nbest[:5]
                 ],
@@ -421,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.set_defaults(func=cmd_corpus)
 
     from structqa.commands import evaluate, quickstart, settings
+    from structqa.commands.calibrate import add_parser as add_calibrate_parser
     from structqa.experiments.command import add_parser as add_experiment_parser
     from structqa.runtimes.command import add_parser as add_export_parser
 
@@ -428,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_parser(sub)
     add_experiment_parser(sub)
     add_export_parser(sub)
+    add_calibrate_parser(sub)
 
     cp = sub.add_parser(
         "compare",

@@ -70,6 +70,15 @@ class ModelConfig:
     query_init_std: float | None = setting(
         None, "std of the learned queries' normal init; null: the head's own (0.02, DyReF 1.0)"
     )
+    null_head: str = setting(
+        "span",
+        "how 'no answer' is scored: span (the [CLS] span in the start/end softmaxes, as BERT) "
+        "| cls (a binary answerability classifier on [CLS]) | queries ([CLS] and the queries)",
+    )
+    null_loss_weight: float = setting(1.0, "weight of the answerability classifier's loss")
+    null_balanced: bool = setting(
+        True, "weigh the classifier's two classes (answerable or not) equally in every batch"
+    )
 
 
 @dataclass

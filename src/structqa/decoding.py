@@ -165,7 +165,9 @@ class Prediction(NamedTuple):
     end_char: int
     score: float
     null_score: float  # score of the no-answer span (lowest over windows)
-    null_odds: float  # null_score - best span score; > threshold -> "no answer"
+    # null_score - best span score (or, from a head with an answerability classifier, the
+    # classifier's no-answer log-odds); > threshold -> "no answer"
+    null_odds: float
     nbest_source: tuple[Candidate, ...] | LazyNBest = ()
 
     @property
@@ -257,6 +259,9 @@ class SpanCollector:
         self.flush_rows = flush_rows
         self._parts: list[tuple[np.ndarray, ...]] = []
         self._nulls: list[tuple[np.ndarray, np.ndarray]] = []
+        # the windows' null values are a classifier's no-answer odds (HeadOutput.null_odds),
+        # not the score of the [CLS] span
+        self._null_is_odds = False
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_rows = 0
 
@@ -264,12 +269,14 @@ class SpanCollector:
     def add(self, output: HeadOutput, feature_index: Tensor, answer_mask: Tensor) -> None:
         cfg = self.cfg
         rows = feature_index.cpu().numpy()
+        odds = None if output.null_odds is None else output.null_odds.float().cpu().numpy()
+        self._null_is_odds = odds is not None
         if output.span_scores is None and cfg.candidates == "topk":
             start = output.start_logits.float().cpu().numpy()
             end = output.end_logits.float().cpu().numpy()
             ctx = answer_mask.cpu().numpy().copy()
             ctx[:, 0] = False  # [CLS] is the null answer, not a span
-            self._nulls.append((rows, start[:, 0] + end[:, 0]))
+            self._nulls.append((rows, start[:, 0] + end[:, 0] if odds is None else odds))
             self._pending.append((rows, start, end, ctx))
             self._pending_rows += len(rows)
             if self._pending_rows >= self.flush_rows:
@@ -292,7 +299,7 @@ class SpanCollector:
             band = span_band(start_t, end_t, cfg.max_answer_length)
         found = _band_candidates(band, ctx_t, cfg.n_best * cfg.window_factor)
         self._keep(rows, *(t.cpu().numpy() for t in found))
-        self._nulls.append((rows, null_t.cpu().numpy()))
+        self._nulls.append((rows, null_t.cpu().numpy() if odds is None else odds))
 
     def _flush(self) -> None:
         """Search the buffered windows' logits. The best starts and ends are selected per
@@ -356,6 +363,7 @@ class SpanCollector:
             other._flush()
             self._parts.extend(other._parts)
             self._nulls.extend(other._nulls)
+            self._null_is_odds = self._null_is_odds or other._null_is_odds
         return self
 
     def predictions(
@@ -407,13 +415,15 @@ class SpanCollector:
         null_by_ex[present] = np.minimum.reduceat(null[by_ex], first_window)
         null_list = null_by_ex.tolist()
         n_best, whole_words = self.cfg.n_best, self.cfg.whole_words
+        is_odds = self._null_is_odds
         out: dict[str, Prediction] = {}
         for e in present.tolist():
             ex = examples[e]
             null_score = null_list[e]
             lo, hi = bounds[e], bounds[e + 1]
             if lo == hi:
-                out[ex.id] = Prediction(ex.id, "", -1, -1, NEG, null_score, null_score - NEG)
+                odds = null_score if is_odds else null_score - NEG
+                out[ex.id] = Prediction(ex.id, "", -1, -1, NEG, null_score, odds)
                 continue
             cs, ce, score = best_s[e], best_e[e], best_score[e]
             if whole_words:
@@ -425,7 +435,7 @@ class SpanCollector:
                 ce,
                 score,
                 null_score,
-                null_score - score,
+                null_score if is_odds else null_score - score,
                 LazyNBest(ex.context, table, lo, hi, n_best, whole_words),
             )
         return out

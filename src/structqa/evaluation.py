@@ -63,14 +63,19 @@ def best_null_threshold(gold: dict[str, list[str]], predictions: dict[str, Predi
 
 
 def score_predictions(
-    examples: Sequence[Example], predictions: dict[str, Prediction], version_2: bool
+    examples: Sequence[Example],
+    predictions: dict[str, Prediction],
+    version_2: bool,
+    null_threshold: float | None = None,
 ) -> EvalResult:
     """SQuAD v1.1 metrics (also MRQA), or v2.0 with the null threshold tuned on this set.
 
     For SQuAD 2.0, ``exact``, ``f1`` and the ``HasAns_*``/``NoAns_*`` keys score the answers
     as written to predictions.json ("" where the null odds exceed the tuned threshold), so
     ``structqa score DATA predictions.json`` gives the same numbers; ``best_*`` are the
-    official script's threshold search over the spans and null_odds.json. (The official
+    official script's threshold search over the spans and null_odds.json. A given
+    ``null_threshold`` (one fitted on validation data) is applied instead of tuning one here.
+    (The official
     ``exact``/``f1`` at its default threshold 1.0 are not reported: the null odds are logit
     differences, not probabilities, so a threshold of 1.0 means nothing for them.)"""
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
@@ -80,13 +85,36 @@ def score_predictions(
     na = {k: p.null_odds for k, p in predictions.items()}
     texts = {k: p.text for k, p in predictions.items()}
     official = squad_v2(gold, texts, na_probs=na)
-    thresh = best_null_threshold(gold, predictions)
+    thresh = best_null_threshold(gold, predictions) if null_threshold is None else null_threshold
     final = {k: p.answer(thresh) for k, p in predictions.items()}
     metrics = {
         **squad_v2(gold, final),
         **{k: v for k, v in official.items() if k.startswith("best_")},
+        **answerability_metrics(gold, predictions),
     }
     return EvalResult(metrics, predictions, thresh)
+
+
+def answerability_metrics(
+    gold: dict[str, list[str]], predictions: dict[str, Prediction]
+) -> dict[str, float]:
+    """Threshold-free diagnostics of a SQuAD 2.0 model: ``NoAns_auc`` (percent), the chance that
+    an unanswerable question gets higher null odds than an answerable one (the Mann-Whitney
+    U statistic over the two groups; 50 = no separation), and ``forced_HasAns_f1``, the F1 of
+    the best non-empty span on the answerable questions (abstention taken out)."""
+    from scipy.stats import mannwhitneyu
+
+    ids = [k for k in gold if k in predictions]
+    has = [predictions[k].null_odds for k in ids if gold[k]]
+    no = [predictions[k].null_odds for k in ids if not gold[k]]
+    out: dict[str, float] = {}
+    if has and no:
+        out["NoAns_auc"] = 100 * float(mannwhitneyu(no, has).statistic) / (len(no) * len(has))
+    answerable = {k: gold[k] for k in ids if gold[k]}
+    if answerable:
+        _, f1 = raw_scores_v2(answerable, {k: predictions[k].text for k in answerable})
+        out["forced_HasAns_f1"] = 100 * float(np.mean([f1[k] for k in answerable]))
+    return out
 
 
 def write_outputs(result: EvalResult, out_dir: str | Path) -> None:
@@ -123,11 +151,14 @@ def evaluate_model(
     batch_size: int = 64,
     bf16: bool = False,
     progress=None,
+    null_threshold: float | None = None,
 ) -> EvalResult:
+    """Answers and metrics; SQuAD 2.0 at ``null_threshold`` when given (one fitted on
+    validation data), else at the threshold with the best F1 on these examples."""
     from structqa.inference import run_inference
 
     collector = run_inference(model, features, decode, batch_size, bf16, progress=progress)
-    return score_collector(collector, examples, features, version_2)
+    return score_collector(collector, examples, features, version_2, null_threshold)
 
 
 def score_collector(
@@ -135,10 +166,11 @@ def score_collector(
     examples: Sequence[Example],
     features: Sequence[Feature],
     version_2: bool,
+    null_threshold: float | None = None,
 ) -> EvalResult:
     """Answers and metrics from the windows' collected spans."""
     predictions = collector.predictions(examples, features)
     for ex in examples:  # an example whose windows all vanished still gets a (null) answer
         if ex.id not in predictions:
             predictions[ex.id] = Prediction(ex.id, "", -1, -1, 0.0, 0.0, 0.0, ())
-    return score_predictions(examples, predictions, version_2)
+    return score_predictions(examples, predictions, version_2, null_threshold)

@@ -16,6 +16,7 @@ log = logging.getLogger("structqa")
 
 
 def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.calibration.report import calibration_report, load_calibration
     from structqa.config import _apply  # the config's own checks for the overrides
     from structqa.evaluation import write_outputs
     from structqa.runtime import default_device
@@ -43,9 +44,19 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
         _apply(cfg, {section: {key: v}}, "")
     t0 = time.perf_counter()
     precision = "on" if loaded.bf16 else "off"  # the runtime chosen above decides
-    result, examples = score_file(model, tokenizer, cfg, args.eval, precision, device)
+    # the no-answer threshold fitted on validation questions (calibration.json), if any;
+    # else evaluate_model tunes one on this file and says so
+    calibrator = load_calibration(args.checkpoint)
+    threshold = calibrator.null_threshold if calibrator else None
+    result, examples = score_file(
+        model, tokenizer, cfg, args.eval, precision, device, null_threshold=threshold
+    )
     log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
     out = Path(args.out or Path(args.checkpoint) / "eval")
+    v2 = cfg.decode.version_2
+    if v2 is None:  # as the scoring decided: any unanswerable question makes it v2.0
+        v2 = any(ex.is_impossible for ex in examples)
+    result.metrics.update(calibration_report(result, examples, v2, calibrator, out))
     write_outputs(result, out)
     print(json.dumps(result.metrics, indent=2))
     log.info(

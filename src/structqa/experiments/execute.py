@@ -105,6 +105,8 @@ def execute_run(
         raise FileNotFoundError(
             f"{run.name}: training finished but {out / 'best' / 'predictions.json'} is missing"
         )
+    if split is not None and not isinstance(cfg, DropConfig):
+        scores["calibration"] = calibrate_on_validation(out / "best", cfg)
     device, bf16 = device_and_bf16(cfg)
     result = {
         "experiment": experiment.name,
@@ -138,3 +140,14 @@ def execute_run(
         result["best_epoch"],
     )
     return True
+
+
+def calibrate_on_validation(best: Path, cfg: Any) -> dict[str, Any]:
+    """Fit the null threshold and answer probabilities of ``best`` on the validation slice it
+    was scored on (calibration.json, used by evaluate, predict and serve); what was fitted."""
+    from structqa.calibration.report import calibrate_evaluated
+    from structqa.training.data import load_eval_examples
+
+    examples, v2 = load_eval_examples(cfg)
+    cal = calibrate_evaluated(best, examples, v2, source=cfg.data.eval)
+    return {k: v for k, v in cal.to_dict().items() if k != "isotonic"}

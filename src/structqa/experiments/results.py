@@ -42,6 +42,7 @@ EXTRACTIVE_METRIC_NAMES = frozenset(
     {"f1", "em", "exact_match", "exact", "total", "null_threshold"}
     | {f"best_{m}" for m in ("exact", "exact_thresh", "f1", "f1_thresh")}
     | {f"{part}_{m}" for part in ("HasAns", "NoAns") for m in ("exact", "f1", "total")}
+    | {"NoAns_auc", "forced_HasAns_f1"}  # structqa.evaluation.answerability_metrics
 )
 
 DROP_METRIC_NAMES = frozenset(

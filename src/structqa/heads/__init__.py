@@ -25,6 +25,10 @@ The paper's "static" variant (Table 3, a) is the ``independent`` head. Options, 
   own, 0.02 for static queries and DyREx, 1.0 for DyReF).
 - ``max_answer_length``: L of the joint scorers; must equal the decoder's max_answer_length,
   since their span_scores are (B, N, L).
+- ``null_head``: how "no answer" is scored: ``span`` (BERT: the [CLS] span inside the start/end
+  softmaxes) or a separate answerability classifier (:mod:`structqa.heads.answerability`) on
+  the [CLS] state (``cls``) or on [CLS] and the start/end queries (``queries``), its binary loss
+  weighted by ``null_loss_weight`` and class-balanced per batch when ``null_balanced``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from structqa.encoders.bert import EncoderConfig
+from structqa.heads.answerability import NULL_SOURCES, AnswerabilityHead
 from structqa.heads.base import HeadOutput, QueryHead, QuerySource, Scorer, SpanHead
 from structqa.heads.dyref import DyReFQueries
 from structqa.heads.dyrex import DyRExQueries
@@ -48,6 +53,9 @@ class HeadOptions:
     joint_mode: str = "band"
     max_answer_length: int = 30
     query_init_std: float | None = None
+    null_head: str = "span"
+    null_loss_weight: float = 1.0
+    null_balanced: bool = True
 
 
 QUERY_SOURCES: dict[str, Callable[[EncoderConfig, HeadOptions], QuerySource]] = {
@@ -107,11 +115,22 @@ def build_head(
         encoder = EncoderConfig(
             hidden_size=encoder, num_heads=num_heads or 1, intermediate_size=4 * encoder
         )
-    return HEADS[name](encoder, HeadOptions(**options))  # type: ignore[arg-type]
+    opts = HeadOptions(**options)  # type: ignore[arg-type]
+    head = HEADS[name](encoder, opts)
+    if opts.null_head == "span":
+        return head
+    if opts.null_head not in NULL_SOURCES:
+        raise _unknown("null head", opts.null_head, ["span", *NULL_SOURCES])
+    if not isinstance(head, QueryHead):
+        raise ValueError(f"head {name!r} cannot take a separate answerability classifier")
+    return AnswerabilityHead(
+        head, encoder.hidden_size, opts.null_head, opts.null_loss_weight, opts.null_balanced
+    )
 
 
 __all__ = [
     "HEADS",
+    "AnswerabilityHead",
     "QUERY_SOURCES",
     "SCORERS",
     "DyReFQueries",

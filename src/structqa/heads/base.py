@@ -28,6 +28,9 @@ class HeadOutput:
     loss: Tensor | None = None
     span_scores: Tensor | None = None  # (B, N, L) for heads that score spans jointly
     null_scores: Tensor | None = None  # (B,) score of the no-answer span
+    # (B,) the window's own no-answer log-odds, from a separate answerability classifier
+    # (heads.answerability): decoding thresholds it as is, not against the best span's score
+    null_odds: Tensor | None = None
     # (B,) bool: rows left out of the loss because their gold span cannot be scored (the joint
     # band scorer cannot represent a gold span longer than its max answer length)
     loss_skipped: Tensor | None = None

@@ -105,6 +105,23 @@ def resolve_token_tags(cfg: Config, encoder: BertEncoder) -> None:
         )
 
 
+def head_from_config(cfg: Config, encoder: BertEncoder):
+    """The span head ``cfg.model`` names, for ``encoder`` (a fresh init)."""
+    m = cfg.model
+    return build_head(
+        m.head,
+        encoder.config,
+        query_mask=m.query_mask,
+        dyrex_layers=m.dyrex_layers,
+        joint_mode=m.joint_mode,
+        max_answer_length=cfg.decode.max_answer_length,
+        query_init_std=m.query_init_std,
+        null_head=m.null_head,
+        null_loss_weight=m.null_loss_weight,
+        null_balanced=m.null_balanced,
+    )
+
+
 def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     """A pretrained encoder (from cfg.model.encoder, with the structure it was saved with)
     plus a freshly initialized head; resolves ``cfg.data.token_tags`` from the encoder.
@@ -129,15 +146,7 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
             f"encoder {cfg.model.encoder}; windows longer than that cannot be encoded"
         )
     resolve_token_tags(cfg, encoder)
-    head = build_head(
-        cfg.model.head,
-        encoder.config,
-        query_mask=cfg.model.query_mask,
-        dyrex_layers=cfg.model.dyrex_layers,
-        joint_mode=cfg.model.joint_mode,
-        max_answer_length=cfg.decode.max_answer_length,
-        query_init_std=cfg.model.query_init_std,
-    )
+    head = head_from_config(cfg, encoder)
     model = ExtractiveQAModel(encoder, head)
     # after the head exists: DyREx's layers take the checkpoint's dropout from its config
     set_dropout(model, cfg.train.dropout, cfg.train.attention_dropout)
@@ -173,15 +182,7 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
     cfg = config_from_dict(read_json(path / "structqa_config.json"))
     encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
     resolve_token_tags(cfg, encoder)  # null in checkpoints from before token tags
-    head = build_head(
-        cfg.model.head,
-        encoder.config,
-        query_mask=cfg.model.query_mask,
-        dyrex_layers=cfg.model.dyrex_layers,
-        joint_mode=cfg.model.joint_mode,
-        max_answer_length=cfg.decode.max_answer_length,
-        query_init_std=cfg.model.query_init_std,
-    )
+    head = head_from_config(cfg, encoder)
     model = ExtractiveQAModel(encoder, head)
     model.load_state_dict(read_safetensors(path / "model.safetensors"))
     model.eval()

@@ -293,7 +293,11 @@ class Batcher:
         try:
             preds = job.collector.predictions(job.examples, job.features)
             # (the Predictor's own conversion: null threshold, probability, n-best)
-            answers = [self.predictor._answer(preds[ex.id]) for ex in job.examples]
+            ordered = [preds[ex.id] for ex in job.examples]
+            chances = self.predictor.probabilities(ordered)  # calibrated where fitted
+            answers = [
+                self.predictor._answer(p, float(q)) for p, q in zip(ordered, chances, strict=True)
+            ]
         except Exception as e:
             log.exception("decoding failed for a request of %d windows", job.windows)
             self._fail(job, e)

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from structqa.calibration import Calibrator, load_calibration, raw_probability
+from structqa.calibration import scores_from_predictions as calibration_scores
 from structqa.data.hygiene import InvalidText, check_text
 from structqa.data.records import Example
-from structqa.decoding import Candidate, DecodeConfig
+from structqa.decoding import Candidate, DecodeConfig, Prediction
 from structqa.features.squad import QuestionTooLong, featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
 from structqa.io import read_json
@@ -27,8 +29,13 @@ class Answer:
     """An answer: its text, its char span in the context, its score and the n-best list.
 
     ``score`` is the span's start + end logit (unbounded, comparable between spans of one
-    model); ``probability`` is its softmax share among the n-best spans (0 to 1; 0.0 when
-    the model abstains)."""
+    model). ``probability`` is the chance that this answer, "no answer" included, is correct
+    (:mod:`structqa.calibration.fit` defines it: F1 >= 0.5 with a gold answer, or "no answer"
+    to an unanswerable question); ``calibrated`` says whether it comes from a map fitted on
+    validation questions (``structqa calibrate``, or training with a validation split) or is
+    the uncalibrated formula. ``answerable`` is whether the best span clears the no-answer
+    threshold (always True for a model without one); ``no_answer`` whether "no answer" is
+    returned (the text is then empty)."""
 
     text: str
     start: int
@@ -38,6 +45,8 @@ class Answer:
     nbest: tuple[Candidate, ...]
     no_answer: bool = False
     probability: float = 0.0
+    answerable: bool = True
+    calibrated: bool = False
 
 
 class Predictor:
@@ -49,6 +58,7 @@ class Predictor:
         null_threshold: float | None = None,
         bf16: str = "auto",
         batch_size: int = 16,
+        calibrator: Calibrator | None = None,
     ):
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         # a torch module, or an exported graph on onnxruntime (structqa.runtimes), which
@@ -60,6 +70,7 @@ class Predictor:
             self.model = bf16_weights(self.model)
         self.runtime = onnx_runtime or ("torch-bf16" if self.bf16 else "torch-fp32")
         self.null_threshold = null_threshold
+        self.calibrator = calibrator
         self.batch_size = batch_size
         self.features = feature_config(config)
         self.annotator = tag_annotator(self.features)  # kept: spaCy loads once
@@ -81,9 +92,11 @@ class Predictor:
         ``runtime`` (:data:`structqa.runtimes.select.RUNTIMES`) picks torch bf16/fp32 or
         onnxruntime int8/fp32; ``auto`` the fastest at hand for the machine, logged with why.
 
-        For SQuAD 2.0-style models the no-answer threshold tuned at evaluation is used
-        unless ``null_threshold`` is given. ``whole_words`` (default: the checkpoint's
-        ``decode.whole_words``) widens answers that start or end inside a word to the word.
+        For SQuAD 2.0-style models the no-answer threshold is ``null_threshold`` when given,
+        else the one fitted on validation questions (calibration.json, which also maps the
+        answers' probabilities), else the one tuned at the last evaluation (metrics.json).
+        ``whole_words`` (default: the checkpoint's ``decode.whole_words``) widens answers that
+        start or end inside a word to the word.
         ``device`` defaults to the first GPU when there is one, else the CPU."""
         from structqa.runtimes.select import load
 
@@ -92,11 +105,19 @@ class Predictor:
         cfg = loaded.config
         if whole_words is not None:
             cfg.decode.whole_words = whole_words
+        calibrator = load_calibration(path)
+        if null_threshold is None and calibrator is not None:
+            null_threshold = calibrator.null_threshold
         metrics_file = Path(path) / "metrics.json"
         if null_threshold is None and metrics_file.exists():
             null_threshold = read_json(metrics_file).get("null_threshold")
+        if calibrator is not None and null_threshold != calibrator.null_threshold:
+            # its map was fitted for the answers at its own threshold
+            calibrator = None
         precision = "on" if loaded.bf16 else "off"
-        return cls(loaded.model, loaded.tokenizer, cfg, null_threshold, precision)
+        return cls(
+            loaded.model, loaded.tokenizer, cfg, null_threshold, precision, calibrator=calibrator
+        )
 
     def predict(self, question: str, context: str) -> Answer:
         return self.predict_batch([(question, context)])[0]
@@ -121,7 +142,20 @@ class Predictor:
                 raise
             what = f"pair {err.index}: the question"
             raise QuestionTooLong(err.index, err.length, err.limit, what) from None
-        return [self._answer(predictions[ex.id]) for ex in examples]
+        ordered = [predictions[ex.id] for ex in examples]
+        probabilities = self.probabilities(ordered)
+        return [self._answer(p, float(q)) for p, q in zip(ordered, probabilities, strict=True)]
+
+    def probabilities(self, predictions: Sequence[Prediction]):
+        """(Q,) the probability of each prediction's returned answer (see :class:`Answer`)."""
+        scores = calibration_scores(
+            {str(i): p for i, p in enumerate(predictions)},
+            [str(i) for i in range(len(predictions))],
+            version_2=self.null_threshold is not None,
+        )
+        if self.calibrator is not None:
+            return self.calibrator.probability(scores)
+        return raw_probability(scores, self.null_threshold)
 
     def predict_examples(self, examples: Sequence[Example], cut_long_questions: bool = True):
         """Raw predictions (``structqa.decoding.Prediction``) keyed by example id. Questions
@@ -139,7 +173,7 @@ class Predictor:
         )
         return collector.predictions(examples, features)
 
-    def _answer(self, p) -> Answer:
+    def _answer(self, p: Prediction, probability: float) -> Answer:
         text = p.answer(self.null_threshold)
         return Answer(
             text=text,
@@ -149,5 +183,7 @@ class Predictor:
             null_odds=p.null_odds,
             nbest=p.nbest,
             no_answer=not text,
-            probability=p.nbest[0].probability if text and p.nbest else 0.0,
+            probability=probability,
+            answerable=self.null_threshold is None or p.null_odds <= self.null_threshold,
+            calibrated=self.calibrator is not None,
         )

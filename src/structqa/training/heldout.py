@@ -36,6 +36,7 @@ def score_file(
     path: str | None,
     bf16_setting: str,
     device: torch.device,
+    null_threshold: float | None = None,
 ) -> tuple[EvalResult, Sequence[Example]]:
     """Every question of ``path`` (else ``cfg.data.eval``; ``data.eval_size`` cuts it)
     answered by ``model`` on ``device`` and scored (SQuAD v1.1, or v2.0 when the file has
@@ -53,6 +54,7 @@ def score_file(
         v2,
         cfg.train.eval_batch_size,
         bf16,
+        null_threshold=null_threshold if v2 else None,
     )
     return result, examples
 

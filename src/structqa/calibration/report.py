@@ -1,0 +1,246 @@
+"""Calibration with a checkpoint: fit it on validation predictions, save and load it, score it
+(expected calibration error and a reliability diagram) on any evaluated file."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from structqa.calibration.fit import (
+    CORRECT_F1,
+    ECE_BINS,
+    Calibrator,
+    expected_calibration_error,
+    fit_calibrator,
+    outcomes,
+    raw_probability,
+    reliability_bins,
+    returned_correct,
+    scores_from_predictions,
+)
+from structqa.data.records import Example
+from structqa.decoding import Candidate, Prediction
+from structqa.evaluation import EvalResult, best_null_threshold
+from structqa.io import write_json
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_FILE = "calibration.json"  # in a checkpoint directory, beside metrics.json
+RELIABILITY_PNG = "reliability.png"
+
+
+def calibrate(
+    examples: Sequence[Example],
+    predictions: Mapping[str, Prediction],
+    version_2: bool,
+    method: str = "auto",
+    source: str = "",
+) -> Calibrator:
+    """The null threshold (SQuAD 2.0: the F1-best one on these questions) and the probability
+    map fitted on ``examples`` (validation questions the model did not train on)."""
+    gold = {ex.id: list(ex.gold_texts) for ex in examples}
+    ids = list(gold)
+    predictions = with_null_answers(examples, predictions)
+    scores = scores_from_predictions(predictions, ids, version_2)
+    threshold = None
+    if version_2:
+        threshold = midway(best_null_threshold(gold, predictions), scores.null_odds)
+    cal = fit_calibrator(scores, outcomes(gold, predictions, ids), threshold, method)
+    cal.fit["source"] = source
+    log.info(
+        "calibration on %d questions of %s: %s, threshold %s, T_span %.3g, T_null %.3g, "
+        "ECE %.4f (uncalibrated %.4f)",
+        len(ids),
+        source or "the given examples",
+        cal.method,
+        threshold,
+        cal.t_span,
+        cal.t_null,
+        cal.fit["ece"],
+        cal.fit["ece_uncalibrated"],
+    )
+    return cal
+
+
+def midway(threshold: float, odds: np.ndarray) -> float:
+    """The threshold moved half-way to the next larger null odds: the same answers on the
+    questions it was fitted on, but not on the edge of the last question it answers (whose
+    "no answer" probability would otherwise be exactly 1/2)."""
+    above = odds[odds > threshold]
+    return float((threshold + above.min()) / 2) if len(above) else threshold
+
+
+def with_null_answers(
+    examples: Sequence[Example], predictions: Mapping[str, Prediction]
+) -> dict[str, Prediction]:
+    """``predictions`` with a span-less prediction for every example that has none (its
+    windows all vanished in featurization), as evaluation scores it."""
+    out = {ex.id: Prediction(ex.id, "", -1, -1, 0.0, 0.0, 0.0, ()) for ex in examples}
+    out.update(predictions)
+    return out
+
+
+def predictions_from_files(directory: str | Path) -> dict[str, Prediction]:
+    """The predictions an evaluation wrote (nbest_predictions.json and null_odds.json, as
+    ``evaluation.write_outputs`` writes them into best/), enough to fit a calibration
+    without running the model again."""
+    directory = Path(directory)
+    nbest = json.loads((directory / "nbest_predictions.json").read_text(encoding="utf-8"))
+    odds = json.loads((directory / "null_odds.json").read_text(encoding="utf-8"))
+    out = {}
+    for qid, rows in nbest.items():
+        cands = tuple(
+            Candidate(r["text"], r["start_char"], r["end_char"], r["score"], r["probability"])
+            for r in rows
+        )
+        top = cands[0] if cands else Candidate("", -1, -1, 0.0)
+        out[qid] = Prediction(
+            qid, top.text, top.start_char, top.end_char, top.score, 0.0, odds[qid], cands
+        )
+    return out
+
+
+def calibrate_evaluated(
+    directory: str | Path, examples: Sequence[Example], version_2: bool, source: str
+) -> Calibrator:
+    """Fit and save the calibration of a checkpoint whose evaluation files (best/'s) answer
+    ``examples``, validation questions (the experiment runner's validation split)."""
+    cal = calibrate(examples, predictions_from_files(directory), version_2, source=source)
+    save_calibration(directory, cal)
+    return cal
+
+
+def save_calibration(checkpoint: str | Path, cal: Calibrator) -> Path:
+    """Write ``calibration.json`` into a checkpoint directory (atomically). A checkpoint with a
+    manifest is verified first (an altered file is refused, not blessed) and sealed again
+    with the new file listed, so that loading checks it too."""
+    from structqa.manifest import MANIFEST, verify_manifest, write_manifest
+
+    directory = Path(checkpoint)
+    sealed = (directory / MANIFEST).is_file()
+    if sealed:
+        verify_manifest(directory)
+    path = directory / CALIBRATION_FILE
+    write_json(path, cal.to_dict())
+    if sealed:
+        write_manifest(directory)
+    return path
+
+
+def load_calibration(checkpoint: str | Path) -> Calibrator | None:
+    """The checkpoint's calibration, or None when it has none (never fitted)."""
+    path = Path(checkpoint) / CALIBRATION_FILE
+    if not path.is_file():
+        return None
+    try:
+        return Calibrator.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, TypeError) as err:
+        raise ValueError(
+            f"{path}: not a calibration file ({err}); fit it again with `structqa calibrate`"
+        ) from None
+
+
+def calibration_metrics(
+    examples: Sequence[Example],
+    predictions: Mapping[str, Prediction],
+    version_2: bool,
+    threshold: float | None,
+    cal: Calibrator | None,
+    out_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """``ece`` (of the probability a Predictor returns: calibrated when ``cal`` is given) and
+    ``ece_uncalibrated`` on these questions at ``threshold``; with ``out_dir``, the
+    reliability diagram (reliability.png) and its bins (reliability.json) written there."""
+    gold = {ex.id: list(ex.gold_texts) for ex in examples}
+    ids = list(gold)
+    scores = scores_from_predictions(predictions, ids, version_2)
+    correct = returned_correct(scores, outcomes(gold, predictions, ids), threshold)
+    raw = raw_probability(scores, threshold)
+    returned = cal.probability(scores) if cal is not None else raw
+    out: dict[str, Any] = {
+        "ece": expected_calibration_error(returned, correct),
+        "ece_uncalibrated": expected_calibration_error(raw, correct),
+        "calibrated": cal is not None,
+        "accuracy_returned": float(correct.mean()),
+    }
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        curves = {"uncalibrated": raw}
+        if cal is not None:
+            curves[f"calibrated ({cal.method})"] = returned
+        plot_reliability(out_dir / RELIABILITY_PNG, curves, correct)
+        write_json(
+            out_dir / "reliability.json",
+            {
+                "definition": f"correct: F1 >= {CORRECT_F1} (or 'no answer' to an unanswerable "
+                "question)",
+                "bins": ECE_BINS,
+                "curves": {k: reliability_bins(p, correct) for k, p in curves.items()},
+            },
+        )
+    return out
+
+
+def plot_reliability(path: Path, curves: Mapping[str, np.ndarray], correct: np.ndarray) -> None:
+    """Accuracy against mean confidence per bin (one line per curve, the diagonal is perfect
+    calibration) over a histogram of the returned probabilities."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(5, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    top.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1, label="perfect")
+    for label, p in curves.items():
+        rows = reliability_bins(p, correct)
+        ece = expected_calibration_error(p, correct)
+        top.plot(
+            [r["confidence"] for r in rows],
+            [r["accuracy"] for r in rows],
+            marker="o",
+            label=f"{label}: ECE {ece:.3f}",
+        )
+        bottom.hist(p, bins=ECE_BINS, range=(0, 1), alpha=0.5, label=label)
+    top.set_ylabel("accuracy (returned answer correct)")
+    top.set_xlim(0, 1)
+    top.set_ylim(0, 1)
+    top.legend(loc="upper left", fontsize=8)
+    top.set_title(f"reliability ({len(correct)} questions, {ECE_BINS} bins)", fontsize=10)
+    bottom.set_xlabel("returned probability")
+    bottom.set_ylabel("questions")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def calibration_report(
+    result: EvalResult,
+    examples: Sequence[Example],
+    version_2: bool,
+    cal: Calibrator | None,
+    out_dir: str | Path,
+) -> dict[str, Any]:
+    """What ``structqa evaluate`` adds to metrics.json: ``ece``, ``ece_uncalibrated``, where
+    the null threshold came from; reliability.png and reliability.json go to ``out_dir``."""
+    if cal is None:
+        log.warning(
+            "no calibration.json in the checkpoint: probabilities are uncalibrated%s; fit them "
+            "on validation questions with `structqa calibrate`",
+            " and the null threshold is tuned on the evaluated file itself" if version_2 else "",
+        )
+    report = calibration_metrics(
+        examples, result.predictions, version_2, result.null_threshold, cal, out_dir
+    )
+    if version_2:
+        report["null_threshold_source"] = (
+            f"validation ({cal.fit.get('source', '')})" if cal is not None else "this file"
+        )
+    return report

@@ -1,0 +1,169 @@
+"""A checkpoint's saved threshold and calibration are what evaluate, predict and serve use;
+calibration and the SQuAD 2.0 grids never read the held-out file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from structqa.calibration import CALIBRATION_FILE, Calibrator, load_calibration, save_calibration
+from structqa.cli import main
+from structqa.commands.calibrate import calibrate_checkpoint, unseen_pool_slice
+from structqa.data.readers import read_extractive
+from structqa.serving.app import answer_json
+from structqa.serving.predictor import Predictor
+
+MINI = "fixtures/squad-v1.1-mini.json"
+
+
+@pytest.fixture
+def checkpoint(tiny_trained_run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(tiny_trained_run / "best", tmp_path / "best"))
+
+
+@pytest.fixture
+def v2_file(shared_data: Path, tmp_path: Path) -> Path:
+    """The mini fixture as SQuAD 2.0: every other question made unanswerable."""
+    data = json.loads((shared_data / MINI).read_text())
+    i = 0
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                qa["is_impossible"] = i % 2 == 1
+                if qa["is_impossible"]:
+                    qa["answers"] = []
+                i += 1
+    data["version"] = "v2.0"
+    path = tmp_path / "mini-v2.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_calibrate_saves_what_the_predictor_then_uses(checkpoint, v2_file):
+    cal = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off")
+    assert (checkpoint / CALIBRATION_FILE).is_file()
+    assert load_calibration(checkpoint) == cal and cal.null_threshold is not None
+    predictor = Predictor.from_checkpoint(checkpoint, bf16="off")
+    assert predictor.null_threshold == cal.null_threshold
+    ans = predictor.predict("Who won?", "The Denver Broncos won the game.")
+    assert ans.calibrated and 0.0 <= ans.probability <= 1.0
+
+
+@pytest.mark.parametrize("threshold", [-1e9, 1e9])
+def test_predict_and_serve_use_the_saved_threshold(checkpoint, threshold):
+    save_calibration(checkpoint, Calibrator("temperature", threshold, t_span=2.0))
+    predictor = Predictor.from_checkpoint(checkpoint, bf16="off")
+    ans = predictor.predict("Who won?", "The Denver Broncos won the game.")
+    abstains = threshold < 0
+    assert ans.no_answer is abstains and ans.answerable is not abstains
+    body = answer_json(ans)
+    assert body["calibrated"] is True and body["answerable"] is not abstains
+    assert body["probability"] == ans.probability
+
+
+def test_evaluate_scores_at_the_saved_threshold_and_reports_ece(checkpoint, v2_file, tmp_path):
+    save_calibration(checkpoint, Calibrator("temperature", 1e9))  # never abstain
+    out = tmp_path / "eval"
+    assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["null_threshold"] == 1e9 and metrics["NoAns_f1"] == 0.0
+    assert metrics["null_threshold_source"].startswith("validation")
+    assert 0.0 <= metrics["ece"] <= 1.0 and 0.0 <= metrics["ece_uncalibrated"] <= 1.0
+    assert (out / "reliability.png").stat().st_size > 0
+    # without a calibration the threshold is the evaluated file's own best, and said so
+    (checkpoint / CALIBRATION_FILE).unlink()
+    assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["null_threshold_source"] == "this file" and metrics["calibrated"] is False
+
+
+def test_pool_slice_leaves_out_every_trained_paragraph(shared_data):
+    from structqa.data import train_subset
+
+    pool = read_extractive(shared_data / "splits/squad1-train.mrqa.jsonl.gz").examples
+    sliced = unseen_pool_slice(pool, "512", 0, 300)
+    trained = {ex.context for ex in train_subset(pool, 512, 0)}
+    assert len(sliced) == 300 and not trained & {ex.context for ex in sliced}
+
+
+def test_calibrating_on_a_pool_slice_never_reads_the_evaluation_file(checkpoint, monkeypatch):
+    import structqa.commands.calibrate as command
+
+    read = []
+    real = command.read_extractive
+
+    def spy(path, *args, **kwargs):
+        read.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(command, "read_extractive", spy)
+    cfg = json.loads((checkpoint / "structqa_config.json").read_text())
+    cfg["data"]["eval"] = "splits/squad1-heldout.mrqa.jsonl.gz"
+    cfg["data"]["train"] = "splits/squad1-train.mrqa.jsonl.gz"
+    cfg["data"]["train_size"] = "512"
+    (checkpoint / "structqa_config.json").write_text(json.dumps(cfg))
+    calibrate_checkpoint(checkpoint, pool_slice=20, bf16="off")
+    assert read == ["squad1-train.mrqa.jsonl.gz"]
+
+
+def test_squad2_grids_train_and_choose_on_the_training_file_only(shared_data, tmp_path):
+    from structqa.experiments.command import Paths, resolve_config
+    from structqa.experiments.grid import load_experiment, plan
+
+    configs = sorted(Path("configs/squad2").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        experiment = load_experiment(path)
+        assert experiment.validation is not None, f"{path}: no validation split"
+        paths = Paths(tmp_path / "results", tmp_path / "runs")
+        for run in plan(experiment, {}):
+            cfg, split = resolve_config(experiment, run, paths, str(shared_data))
+            assert "heldout" not in cfg.data.train + cfg.data.eval, (path, run.name)
+            assert split["source"].endswith("squad2-train.v2.0.json")
+
+
+def test_saved_answers_give_the_models_predictions(checkpoint, shared_data, capsys):
+    """best/'s n-best files stand in for running the model (the runner calibrates from them)."""
+    from structqa.calibration.report import predictions_from_files
+
+    saved = predictions_from_files(checkpoint)
+    examples = read_extractive(shared_data / MINI).examples
+    fresh = Predictor.from_checkpoint(checkpoint, bf16="off").predict_examples(examples)
+    assert set(saved) == set(fresh)
+    for qid, p in fresh.items():
+        assert saved[qid].text == p.text and saved[qid].null_odds == pytest.approx(p.null_odds)
+        assert [c.score for c in saved[qid].nbest] == pytest.approx([c.score for c in p.nbest])
+    args = ["calibrate", str(checkpoint), "--on", str(shared_data / MINI), "--bf16", "off"]
+    assert main([*args, "--method", "temperature"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["null_threshold"] is None and printed["method"] == "temperature"
+    assert load_calibration(checkpoint).t_span == pytest.approx(printed["t_span"])
+
+
+def test_a_grid_with_a_validation_split_saves_its_calibration(
+    tiny_checkpoint, shared_data, tmp_path
+):
+    """The runner fits the threshold and probabilities on the validation part of the split
+    (the part it scored best/ on) and saves them in best/."""
+    from tiny import tiny_finetune_base
+
+    from structqa.experiments.command import Paths, run_experiment
+    from structqa.experiments.grid import experiment_from_dict
+
+    raw = {
+        "name": "tiny-val",
+        "base": tiny_finetune_base(tiny_checkpoint, shared_data),
+        "grid": {"train.seed": [0]},
+        "validation": {"fraction": 0.4, "seed": 0},
+    }
+    exp = experiment_from_dict(raw, source="configs/tiny.yaml")
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    assert run_experiment(exp, paths, command="x", progress=False) == 0
+    run = exp.runs()[0]
+    result = json.loads(paths.result(run).read_text())
+    cal = load_calibration(paths.output(run) / "best")
+    assert cal is not None and result["calibration"]["t_span"] == pytest.approx(cal.t_span)
+    assert result["calibration"]["fit"]["source"].endswith("val.json")
