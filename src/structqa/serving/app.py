@@ -223,6 +223,8 @@ def answer_json(a: Answer, top_k: int, info: dict[str, str]) -> dict[str, Any]:
         "start": a.start,
         "end": a.end,
         "probability": a.probability,
+        "answerable": a.answerable,
+        "calibrated": a.calibrated,
         "score": a.score,
         "null_odds": a.null_odds,
         "no_answer": a.no_answer,

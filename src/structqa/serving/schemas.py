@@ -107,7 +107,13 @@ class AnswerOut(BaseModel):
     answer: str = Field(description="the answer text; empty when the model abstained")
     start: int = Field(description="character offset in the context; -1 when abstained")
     end: int = Field(description="end character offset (exclusive); -1 when abstained")
-    probability: float = Field(description="the answer's share of the n-best (0 when abstained)")
+    probability: float = Field(
+        description="the chance that the returned answer (an abstention included) is right: "
+        "calibrated on validation questions when the checkpoint carries calibration.json "
+        "(see 'calibrated'), else the raw estimate (docs/calibration.md)"
+    )
+    answerable: bool = Field(description="whether the best span clears the no-answer threshold")
+    calibrated: bool = Field(description="whether 'probability' comes from a fitted calibration")
     score: float = Field(description="start + end logit of the best span (unbounded)")
     null_odds: float = Field(description="no-answer score minus the best span's score")
     no_answer: bool = Field(description="whether the model abstained")
