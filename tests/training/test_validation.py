@@ -134,11 +134,12 @@ def test_own_data_from_the_command_line(tmp_path, tiny_checkpoint, capsys) -> No
     test = ["evaluate", str(out / "best"), "--eval", str(TEST), "--bf16", "off"]
     assert main([*test, "--out", str(tmp_path / "test")]) == 0
     metrics = json.loads(capsys.readouterr().out)
-    assert set(metrics) == {"exact_match", "f1"}
+    assert {"exact_match", "f1"} <= set(metrics)  # (and the calibration error, ece)
     assert len(json.loads((tmp_path / "test" / "predictions.json").read_text())) == 15
     # the scores are those of the written answers, as the official script computes them
     assert main(["score", str(TEST), str(tmp_path / "test" / "predictions.json")]) == 0
-    assert json.loads(capsys.readouterr().out) == pytest.approx(metrics)
+    official = {k: metrics[k] for k in ("exact_match", "f1")}
+    assert json.loads(capsys.readouterr().out) == pytest.approx(official)
     # without --eval, evaluate needs the checkpoint's data.eval, which is unset here
     assert main(test[:2]) == 2
     assert "give --eval FILE" in capsys.readouterr().err

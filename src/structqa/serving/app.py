@@ -245,8 +245,6 @@ def legacy_json(a: Answer, n_best: int = 5) -> dict[str, Any]:
         "score": a.score,
         "probability": a.probability,
         "no_answer": a.no_answer,
-        "answerable": a.answerable,
-        "calibrated": a.calibrated,
         "nbest": [{"text": c.text, "probability": c.probability} for c in a.nbest[:n_best]],
     }
 
