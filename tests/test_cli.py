@@ -98,7 +98,8 @@ def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_dat
     )
     evaluated = _stdout_json(capsys)
     assert {k: evaluated[k] for k in metrics} == pytest.approx(metrics)  # same model and data
-    assert 0.0 <= evaluated["ece"] <= 1.0 and evaluated["calibrated"] is False
+    # train fitted the probabilities on its validation questions (best/calibration.json)
+    assert 0.0 <= evaluated["ece"] <= 1.0 and evaluated["calibrated"] is True
     preds = json.loads((tmp_path / "ev" / "predictions.json").read_text())
     assert len(preds) == 5
     for name in ("nbest_predictions.json", "null_odds.json", "metrics.json"):

@@ -38,6 +38,10 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     result = run(cfg, resume=args.resume, progress=not args.no_progress)
     if _stopped(cfg.train.output_dir):
         return INTERRUPTED
+    from structqa.calibration.report import calibrate_after_training
+
+    if (cal := calibrate_after_training(cfg)) is not None:
+        log.info("best/calibration.json: %s, null threshold %s", cal.method, cal.null_threshold)
     if result is not None:
         tested = cfg.data.validation is not None and cfg.data.eval
         what = f"the test file {cfg.data.eval}" if tested else "the data that chose it"

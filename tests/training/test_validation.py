@@ -91,7 +91,13 @@ def test_best_is_chosen_on_validation_and_the_test_file_is_read_once_after_train
         "--no-progress",
     ]
     assert main(args) == 0
-    assert reads == [("bees-train.json", False), ("bees-test.json", True)]
+    # the test file once, after training; then the calibration takes its validation questions
+    # from the training file again (the same seeded split), never from the test file
+    assert reads == [
+        ("bees-train.json", False),
+        ("bees-test.json", True),
+        ("bees-train.json", True),
+    ]
     # best/ was chosen on the validation questions: its outputs answer exactly those
     val_ids = {e.id for e in split_training_file(bees_config("data.validation=0.2"))[1]}
     best = out / "best"
@@ -127,6 +133,8 @@ def test_own_data_from_the_command_line(tmp_path, tiny_checkpoint, capsys) -> No
     ]
     assert main(train) == 0
     printed = capsys.readouterr().out
+    # train fits the answers' probabilities on the validation questions that chose best/
+    assert (out / "best" / "calibration.json").is_file()
     assert "on the data that chose it" in printed
     assert not (out / "best" / "eval").exists()  # no test file yet
     config = json.loads((out / "config.json").read_text())
@@ -134,7 +142,7 @@ def test_own_data_from_the_command_line(tmp_path, tiny_checkpoint, capsys) -> No
     test = ["evaluate", str(out / "best"), "--eval", str(TEST), "--bf16", "off"]
     assert main([*test, "--out", str(tmp_path / "test")]) == 0
     metrics = json.loads(capsys.readouterr().out)
-    assert {"exact_match", "f1"} <= set(metrics)  # (and the calibration error, ece)
+    assert {"exact_match", "f1"} <= set(metrics) and metrics["calibrated"] is True
     assert len(json.loads((tmp_path / "test" / "predictions.json").read_text())) == 15
     # the scores are those of the written answers, as the official script computes them
     assert main(["score", str(TEST), str(tmp_path / "test" / "predictions.json")]) == 0

@@ -244,3 +244,19 @@ def calibration_report(
             f"validation ({cal.fit.get('source', '')})" if cal is not None else "this file"
         )
     return report
+
+
+def calibrate_after_training(cfg: Any) -> Calibrator | None:
+    """What ``structqa train`` and the quickstart do once training finished: fit the no-answer
+    threshold and the answer probabilities of ``best/`` on the validation questions that
+    chose it (its saved n-best answers: no model run) and save them in ``best/``. None when
+    best/ was chosen on data.eval (``data.validation: none``): that file may be the test
+    file, and fitting on it would leak it into the checkpoint."""
+    from structqa.training.data import load_validation_examples
+
+    best = Path(cfg.train.output_dir) / "best"
+    if cfg.data.validation is None or not (best / "nbest_predictions.json").is_file():
+        return None
+    examples, v2 = load_validation_examples(cfg)
+    source = f"validation questions of {cfg.data.train} ({cfg.data.validation})"
+    return calibrate_evaluated(best, examples, v2, source=source)

@@ -120,6 +120,9 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
         ) from None
     if stopped(cfg.train.output_dir):
         return INTERRUPTED
+    from structqa.calibration.report import calibrate_after_training
+
+    calibrate_after_training(cfg)  # the probabilities printed below are calibrated
     best = Path(cfg.train.output_dir) / "best"
     eval_dir = best / TEST_DIR
     if not (eval_dir / "metrics.json").is_file():
