@@ -41,14 +41,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_vs_hf import git_commit, machine_info  # noqa: E402
+import harness  # noqa: E402
 
 from structqa.data import read_examples  # noqa: E402
 from structqa.data.records import Example  # noqa: E402
 from structqa.features.batching import Batch, collate, sorted_batches  # noqa: E402
 from structqa.features.squad import Feature, featurize  # noqa: E402
 from structqa.inference import bf16_weights  # noqa: E402
-from structqa.io import write_json  # noqa: E402
 from structqa.metrics.squad import squad_v1  # noqa: E402
 from structqa.paths import resolve_data_dir, resolve_data_file  # noqa: E402
 from structqa.runtimes.onnx_export import export_onnx  # noqa: E402
@@ -303,7 +302,7 @@ def main() -> None:
     timed_examples = heldout[: args.timed_questions]
     f1_examples = heldout if args.f1_questions is None else heldout[: args.f1_questions]
     out = Path(args.out)
-    t0 = time.perf_counter()
+    prov = harness.Provenance.start(args, torch.device("cpu"))  # command, commit, machine
     with paused(pids):
         peaks = {"bf16": matmul_peak(torch.bfloat16), "fp32": matmul_peak(torch.float32)}
     print(
@@ -317,19 +316,15 @@ def main() -> None:
             name, ckpt, out / "exports" / name, timed_examples, f1_examples, args, pids
         )
         report(name, results[name], peaks)
-    record = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "args": vars(args),
-        "machine": {**machine_info(torch.device("cpu")), "cpu_flags": cpu_flags()},
-        "paused_pids": pids,
-        "git": git_commit(),
-        "peaks_gflops": peaks,
-        "results": results,
-        "wall_seconds": time.perf_counter() - t0,
-    }
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    write_json(out / f"runtimes-{stamp}.json", record)
-    print(f"\nwrote {out / f'runtimes-{stamp}.json'} ({record['wall_seconds']:.0f} s)")
+    path = prov.write_stamped(
+        out,
+        "runtimes",
+        cpu_flags=cpu_flags(),
+        paused_pids=pids,
+        peaks_gflops=peaks,
+        results=results,
+    )
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

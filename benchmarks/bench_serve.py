@@ -45,9 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import harness
+import torch
+
 from structqa.data.readers import read_extractive
-from structqa.io import write_json
-from structqa.provenance import git_info, machine_info
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared/data/splits/squad1-heldout.mrqa.jsonl.gz"
@@ -413,16 +414,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs/results/serve/bench.json")
     args = ap.parse_args()
     bodies, big = _bodies(args.data, args.questions)
+    prov = harness.Provenance.start(args, torch.device("cpu"))  # command, commit, machine
     result: dict[str, Any] = {
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "checkpoint": args.checkpoint,
         "data": str(args.data),
-        "git": git_info(),
-        "machine": machine_info(),
         "server_flags": SERVER_FLAGS,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    t0 = time.monotonic()
     if args.soak:
         server = Server(args.checkpoint, SERVER_FLAGS)
         try:
@@ -442,8 +439,7 @@ def main() -> None:
     else:
         result.update(_comparison(args, bodies, big))
         out = args.out.with_name(args.out.stem + "-ratio.json") if args.only_ratio else args.out
-    result["wall_s"] = time.monotonic() - t0
-    write_json(out, result)
+    prov.write(out, **result)
     print(f"wrote {out}", flush=True)
 
 
