@@ -131,3 +131,15 @@ def test_an_export_carries_a_manifest_and_an_altered_graph_is_refused(
     graph.write_bytes(bytes(data))
     with pytest.raises(ManifestMismatch, match="model.onnx"):
         Predictor.from_checkpoint(done.directory, runtime="onnx-fp32")
+
+
+def test_an_export_keeps_the_checkpoints_calibration(checkpoint_of, tmp_path) -> None:
+    from structqa.calibration import Calibrator, load_calibration, save_calibration
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(checkpoint_of("independent"), ckpt)
+    cal = Calibrator("temperature", None, t_span=2.0)
+    save_calibration(ckpt, cal)
+    done = export_onnx(ckpt, tmp_path / "onnx")
+    assert load_calibration(done.directory) == cal
+    assert Predictor.from_checkpoint(done.directory, runtime="onnx-fp32").calibrator == cal

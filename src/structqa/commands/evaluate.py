@@ -48,14 +48,11 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     # else evaluate_model tunes one on this file and says so
     calibrator = load_calibration(args.checkpoint)
     threshold = calibrator.null_threshold if calibrator else None
-    result, examples = score_file(
+    result, examples, v2 = score_file(
         model, tokenizer, cfg, args.eval, precision, device, null_threshold=threshold
     )
     log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
     out = Path(args.out or Path(args.checkpoint) / "eval")
-    v2 = cfg.decode.version_2
-    if v2 is None:  # as the scoring decided: any unanswerable question makes it v2.0
-        v2 = any(ex.is_impossible for ex in examples)
     result.metrics.update(calibration_report(result, examples, v2, calibrator, out))
     write_outputs(result, out)
     print(json.dumps(result.metrics, indent=2))

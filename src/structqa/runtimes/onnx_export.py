@@ -47,7 +47,9 @@ log = logging.getLogger(__name__)
 OPSET = 17
 TRACE_SHAPE = (2, 23)  # (B, N) of the traced batch
 CHECK_SHAPES = ((3, 61), (1, 9), (4, 140))  # other sizes the graph must also get right
-COPIED = ("structqa_config.json", "encoder_config.json", "metrics.json")
+# calibration.json: the no-answer threshold and probability map fitted on validation questions
+# (structqa.calibration), so that an export answers as its checkpoint does
+COPIED = ("structqa_config.json", "encoder_config.json", "metrics.json", "calibration.json")
 
 
 class ExportRefused(ValueError):

@@ -37,10 +37,10 @@ def score_file(
     bf16_setting: str,
     device: torch.device,
     null_threshold: float | None = None,
-) -> tuple[EvalResult, Sequence[Example]]:
+) -> tuple[EvalResult, Sequence[Example], bool]:
     """Every question of ``path`` (else ``cfg.data.eval``; ``data.eval_size`` cuts it)
     answered by ``model`` on ``device`` and scored (SQuAD v1.1, or v2.0 when the file has
-    unanswerable questions)."""
+    unanswerable questions; returned with the questions and that choice)."""
     examples, v2 = load_eval_examples(cfg, path)
     features, rep = featurize(examples, tokenizer, feature_config(cfg))
     log.info("test: %s", rep.summary())
@@ -56,7 +56,7 @@ def score_file(
         bf16,
         null_threshold=null_threshold if v2 else None,
     )
-    return result, examples
+    return result, examples, v2
 
 
 def _finished(out: Path) -> bool:
@@ -87,7 +87,7 @@ def score_best_once(cfg: Config, best: EvalResult | None) -> EvalResult | None:
     model, tokenizer, saved = model_from_checkpoint(best_dir)
     device = default_device()
     model.to(device)
-    result, examples = score_file(model, tokenizer, saved, None, cfg.train.bf16, device)
+    result, examples, _ = score_file(model, tokenizer, saved, None, cfg.train.bf16, device)
     write_outputs(result, best_dir / TEST_DIR)
     log.info(
         "test: best/ scored once on %s (%d questions): F1 %.2f; wrote %s",
