@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from structqa.attention.kernels import attend_by_rows, fast_path, linear
 from structqa.attention.masks import to_additive_bias
 
 
@@ -62,9 +63,9 @@ class MultiHeadAttention(nn.Module):
             return self._folded(x, mask, memory, need_weights)
         source = x if memory is None else memory
         q, k, v = (
-            self._split(self.query(x)),
-            self._split(self.key(source)),
-            self._split(self.value(source)),
+            self._split(linear(x, self.query)),
+            self._split(linear(source, self.key)),
+            self._split(linear(source, self.value)),
         )
         bias = None if mask is None else to_additive_bias(mask, q.dtype)
         p = self.dropout if self.training else 0.0
@@ -82,6 +83,8 @@ class MultiHeadAttention(nn.Module):
             if has_key is not None:
                 probs = probs * has_key
             out = F.dropout(probs, p, self.training) @ v
+        elif p == 0.0 and fast_path(q):
+            out = attend_by_rows(q, k, v, bias)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
         if has_key is not None:
@@ -89,7 +92,7 @@ class MultiHeadAttention(nn.Module):
             out = out * has_key.to(out.dtype)
         b, _, n, _ = out.shape
         out = out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)  # (B, Q, D)
-        return self.output(out), probs
+        return linear(out, self.output), probs
 
     def _folded(
         self, x: Tensor, mask: Tensor | None, memory: Tensor, need_weights: bool

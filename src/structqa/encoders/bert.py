@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from structqa.attention.kernels import linear
 from structqa.attention.masks import MaskMod, and_masks, key_padding, materialize, no_self
 from structqa.attention.module import MultiHeadAttention
 from structqa.io import UnreadableFile, read_json, read_safetensors
@@ -200,11 +201,16 @@ class FeedForward(nn.Module):
         self.intermediate = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.output = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.act = _activation(cfg.hidden_act)
+        self.gelu = cfg.hidden_act == "gelu"  # exact (erf) GELU, as F.gelu
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.LayerNorm(x + self.dropout(self.output(self.act(self.intermediate(x)))))
+        if self.gelu:  # the BERT activation: fused into the product on the CPU fast path
+            hidden = linear(x, self.intermediate, gelu=True)
+        else:
+            hidden = self.act(self.intermediate(x))
+        return self.LayerNorm(x + self.dropout(linear(hidden, self.output)))
 
 
 class Block(nn.Module):
