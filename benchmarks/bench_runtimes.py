@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 
+from structqa.attention.kernels import stock_kernels  # noqa: E402
 from structqa.data import read_examples  # noqa: E402
 from structqa.data.records import Example  # noqa: E402
 from structqa.features.batching import Batch, collate, sorted_batches  # noqa: E402
@@ -198,6 +199,8 @@ def bench_model(
         "bare-bf16": bare_encoder(torch_model, batches, True),
         "bare-fp32": bare_encoder(torch_model, batches, False),
         **{r: (lambda p=p: p.predict_examples(timed_examples)) for r, p in predictors.items()},
+        # torch fp32 on torch's stock operators, as before structqa's CPU kernels
+        "torch-fp32-stock": lambda: stock_predict(predictors["torch-fp32"], timed_examples),
     }
     for fn in runs.values():  # warm-up: first calls allocate and pick kernels
         fn()
@@ -243,6 +246,11 @@ def bench_model(
     return result
 
 
+def stock_predict(predictor: Predictor, examples: list[Example]) -> Any:
+    with stock_kernels():
+        return predictor.predict_examples(examples)
+
+
 def report(name: str, r: dict[str, Any], peaks: dict[str, float]) -> None:
     w, g = r["windows_per_s"], r["useful_gflops"]
     print(
@@ -265,6 +273,10 @@ def report(name: str, r: dict[str, Any], peaks: dict[str, float]) -> None:
         f"{g['torch-bf16'] / peaks['bf16']:.0%} of the bf16 matrix peak ({peaks['bf16']:.0f})"
     )
     print(f"ratio int8/fp32: {w['onnx-int8'] / w['torch-fp32']:.2f}x")
+    print(f"ratio int8/fp32-stock: {w['onnx-int8'] / w['torch-fp32-stock']:.2f}x")
+    print(
+        f"ratio fp32/fp32-stock (the CPU kernels): {w['torch-fp32'] / w['torch-fp32-stock']:.2f}x"
+    )
     print(f"ratio int8/bf16: {w['onnx-int8'] / w['torch-bf16']:.2f}x")
     print(f"ratio onnx-fp32/torch-fp32: {w['onnx-fp32'] / w['torch-fp32']:.2f}x")
     print(f"ratio end-to-end/bare-bf16: {w['torch-bf16'] / w['bare-bf16']:.2f}")
