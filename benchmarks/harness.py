@@ -149,6 +149,14 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _plain(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments as JSON can write them (paths and other objects as their text)."""
+    return {
+        k: v if isinstance(v, (str, int, float, bool, type(None), list)) else str(v)
+        for k, v in args.items()
+    }
+
+
 @dataclass
 class Provenance:
     command: str
@@ -172,7 +180,7 @@ class Provenance:
         started = time.time()
         return cls(
             command=shlex.join(["python", *sys.argv]),
-            args=dict(vars(args) if isinstance(args, argparse.Namespace) else (args or {})),
+            args=_plain(vars(args) if isinstance(args, argparse.Namespace) else (args or {})),
             git=git_info(),
             machine=machine,
             started_at=datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
