@@ -40,6 +40,7 @@ def run_inference(
     device: torch.device | None = None,
     progress=None,
     shard: tuple[int, int] = (0, 1),
+    pad_to_multiple: int = 1,
 ) -> SpanCollector:
     """Score every window (longest first, dynamically padded) and keep each window's n-best.
 
@@ -59,7 +60,7 @@ def run_inference(
     rank, world = shard
     batches = sorted_batches([len(f) for f in features], batch_size)[rank::world]
     for idx in batches:
-        batch = collate(features, idx).to(device)
+        batch = collate(features, idx, pad_to_multiple=pad_to_multiple).to(device)
         with autocast(device, bf16):
             out = net(batch)
         collector.add(out, batch.feature_index, batch.answer_mask)

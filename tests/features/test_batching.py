@@ -44,6 +44,14 @@ def test_collate_pads_to_the_batch_max(features: list[Feature]) -> None:
     assert len(batch) == 2
 
 
+def test_collate_pads_up_to_a_multiple_when_asked(features: list[Feature]) -> None:
+    batch = collate(features, [0, 2], pad_to_multiple=6)
+    assert batch.input_ids.shape == (2, 12)  # the longest (8) rounded up to a multiple of 6
+    assert batch.attention_mask.sum(1).tolist() == [8, 5]
+    assert not batch.answer_mask[:, 8:].any()
+    assert collate(features, [1], pad_to_multiple=13).input_ids.shape == (1, 13)
+
+
 def test_collate_answer_mask_is_context_and_cls(features: list[Feature]) -> None:
     batch = collate(features, [1, 0, 2])
     assert batch.input_ids.shape == (3, 13)

@@ -9,7 +9,13 @@ from dataclasses import replace
 import pytest
 from conftest import CONTEXT
 
-from structqa.serving.batcher import Batcher, BatchStats, Featurizer, length_groups
+from structqa.serving.batcher import (
+    SHAPE_MULTIPLE,
+    Batcher,
+    BatchStats,
+    Featurizer,
+    length_groups,
+)
 from structqa.serving.predictor import Predictor
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see tests/conftest.py
@@ -50,6 +56,27 @@ def test_answers_equal_the_predictors(small_windows):
         assert answer.score == pytest.approx(expected.score, abs=1e-4)
         # (the tail of the n-best can swap near-tied spans: padding differs by the float noise)
         assert [c.text for c in answer.nbest[:5]] == [c.text for c in expected.nbest[:5]]
+
+
+def test_padding_passes_to_a_multiple_changes_no_answer(small_windows):
+    pairs = [("Who won?", LONG), ("Who lost?", CONTEXT)]
+    plain = small_windows.predict_batch(pairs)
+    padded = Predictor(small_windows.model, small_windows.tokenizer, small_windows.config)
+    padded.features, padded.pad_to_multiple = small_windows.features, SHAPE_MULTIPLE
+    batcher = Batcher(padded, max_batch_windows=4, max_wait_ms=0)
+    try:
+        jobs = [_run(padded, batcher, [pair])[2] for pair in pairs]
+        got = [job.future.result(60)[0] for job in jobs]
+    finally:
+        batcher.close()
+    for answers in (got, padded.predict_batch(pairs)):
+        for answer, expected in zip(answers, plain, strict=True):
+            assert (answer.text, answer.start, answer.end) == (
+                expected.text,
+                expected.start,
+                expected.end,
+            )
+            assert answer.score == pytest.approx(expected.score, abs=1e-4)
 
 
 def test_a_long_request_shares_batches_with_short_ones(small_windows):

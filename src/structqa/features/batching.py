@@ -33,8 +33,14 @@ class Batch:
         return self.input_ids.shape[0]
 
 
-def collate(features: Sequence[Feature], indices: Sequence[int], pad_id: int = 0) -> Batch:
+def collate(
+    features: Sequence[Feature], indices: Sequence[int], pad_id: int = 0, pad_to_multiple: int = 1
+) -> Batch:
+    """The windows ``indices`` of ``features`` as one batch, padded to the longest (rounded up
+    to a multiple of ``pad_to_multiple``: a server that sees few distinct shapes keeps fewer
+    compiled kernels and allocator pools for them)."""
     n = max(len(features[i]) for i in indices)
+    n = -(-n // pad_to_multiple) * pad_to_multiple
     b = len(indices)
     ids = np.full((b, n), pad_id, dtype=np.int64)
     types = np.zeros((b, n), dtype=np.int64)

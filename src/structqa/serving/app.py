@@ -35,7 +35,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from structqa.serving.batcher import Batcher, BatchStats, Featurizer
+from structqa.serving.batcher import SHAPE_MULTIPLE, Batcher, BatchStats, Featurizer
 from structqa.serving.edge import EdgeGuard, HttpMetrics, error_body
 from structqa.serving.metrics import ServeMetrics
 from structqa.serving.parsing import (
@@ -71,6 +71,7 @@ class Service:
         load_seconds: float = 0.0,
     ):
         self.predictor, self.settings, self.metrics = predictor, settings, metrics
+        predictor.pad_to_multiple = SHAPE_MULTIPLE  # both paths (one at a time too)
         cfg = predictor.config
         # names, never the server's paths: the last parts of a checkpoint or encoder dir
         self.info = {

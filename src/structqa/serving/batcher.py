@@ -108,6 +108,16 @@ class BatchStats:
 PASS_OVERHEAD_TOKENS = 1024
 
 
+#: A server pads every forward pass's windows to a multiple of this many tokens. Each new
+#: (windows, tokens) shape costs memory that stays: oneDNN's compiled kernels and the
+#: allocator's pools for it. A server meets thousands of shapes, and its RSS grew without
+#: end, +826 MB from minute 1 to minute 5 of a soak at 16 clients. With passes padded to a
+#: multiple of 32, 800 random passes in one process held at 810-850 MB from pass 200 on,
+#: against 1460 MB after 400 passes and still growing unpadded. The cost is about 16 more
+#: tokens per pass.
+SHAPE_MULTIPLE = 32
+
+
 def length_groups(
     lengths: Sequence[int], overhead: int = PASS_OVERHEAD_TOKENS
 ) -> list[tuple[int, int]]:
@@ -284,7 +294,8 @@ class Batcher:
     @torch.inference_mode()
     def _forward(self, features: list[Feature]) -> tuple[HeadOutput, torch.Tensor]:
         p = self.predictor
-        batch = collate(features, range(len(features))).to(p.device)
+        batch = collate(features, range(len(features)), pad_to_multiple=p.pad_to_multiple)
+        batch = batch.to(p.device)
         with autocast(p.device, p.bf16):
             out = p.model(batch)
         return out, batch.answer_mask

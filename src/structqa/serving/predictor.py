@@ -72,6 +72,8 @@ class Predictor:
         self.null_threshold = null_threshold
         self.calibrator = calibrator
         self.batch_size = batch_size
+        # windows padded to a multiple of this many tokens (a server sets it: see SHAPE_MULTIPLE)
+        self.pad_to_multiple = 1
         self.features = feature_config(config)
         self.annotator = tag_annotator(self.features)  # kept: spaCy loads once
         self.decode = DecodeConfig.from_settings(config.decode)
@@ -169,7 +171,13 @@ class Predictor:
             cut_long_questions=cut_long_questions,
         )
         collector = run_inference(
-            self.model, features, self.decode, self.batch_size, self.bf16, self.device
+            self.model,
+            features,
+            self.decode,
+            self.batch_size,
+            self.bf16,
+            self.device,
+            pad_to_multiple=self.pad_to_multiple,
         )
         return collector.predictions(examples, features)
 
