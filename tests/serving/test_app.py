@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from conftest import CONTEXT, QUESTION, client_for
 
@@ -55,6 +57,7 @@ def test_health_ready_metrics(client):
     ready = client.get("/ready")
     assert ready.status_code == 200
     assert ready.json()["status"] == "ready" and ready.json()["api_key_required"] is False
+    assert gc.get_freeze_count() > 0  # the warm-up froze the long-lived objects
     client.post("/v1/answer", json={"question": QUESTION, "context": CONTEXT})
     text = client.get("/metrics").text
     assert 'structqa_http_requests_total{method="POST",route="/v1/answer",status="200"}' in text
