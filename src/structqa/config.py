@@ -79,6 +79,13 @@ class ModelConfig:
     null_balanced: bool = setting(
         True, "weigh the classifier's two classes (answerable or not) equally in every batch"
     )
+    # the second stage of a two-stage schedule: spans first (data.answerable_only), then
+    # answerability from that model, e.g. with train.param_lr=encoder.*:0,head.span.*:0
+    init_from: str | None = setting(
+        None,
+        "a structqa checkpoint whose weights start this model (parameters it lacks, e.g. a new "
+        "answerability classifier, keep their fresh init); null: the encoder and a fresh head",
+    )
 
 
 @dataclass
@@ -109,6 +116,11 @@ class DataConfig:
     )
     eval_size: int | None = setting(
         None, "score only the first N questions of the validation/test file (quick checks)"
+    )
+    answerable_only: bool = setting(
+        False,
+        "train on the answerable questions of the drawn training subset only (the first stage "
+        "of a two-stage no-answer schedule); validation keeps every question",
     )
     dedupe_ids: bool = setting(
         False,

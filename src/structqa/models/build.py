@@ -148,9 +148,52 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     resolve_token_tags(cfg, encoder)
     head = head_from_config(cfg, encoder)
     model = ExtractiveQAModel(encoder, head)
+    if cfg.model.init_from:
+        init_from_checkpoint(model, cfg.model.init_from)
     # after the head exists: DyREx's layers take the checkpoint's dropout from its config
     set_dropout(model, cfg.train.dropout, cfg.train.attention_dropout)
     return model, load_tokenizer(path)
+
+
+def init_from_checkpoint(model: ExtractiveQAModel, checkpoint: str | Path) -> None:
+    """Start ``model`` from a trained checkpoint's weights (``model.init_from``).
+
+    Every tensor of the checkpoint must fit a parameter of the same name and shape. A span
+    head's tensors also fit the same head inside an answerability classifier
+    (``head.X`` -> ``head.span.X``), so a model trained with ``null_head: span`` can start the
+    answerability stage. Parameters the checkpoint lacks keep their fresh init and are listed
+    in the log."""
+    path = Path(checkpoint)
+    file = path / "model.safetensors"
+    if not file.exists():
+        raise FileNotFoundError(f"model.init_from: {not_a_checkpoint(path)}")
+    saved = read_safetensors(file)
+    own = model.state_dict()
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in saved.items():
+        target = name
+        if target not in own and name.startswith("head."):
+            target = "head.span." + name.removeprefix("head.")
+        if target not in own:
+            raise ValueError(
+                f"model.init_from: {file} holds {name!r}, which this model has no place for "
+                "(another head or encoder?); train the first stage with the same model.head "
+                "and model.encoder"
+            )
+        if own[target].shape != tensor.shape:
+            raise ValueError(
+                f"model.init_from: {file}: {name!r} has shape {tuple(tensor.shape)}, this "
+                f"model's {target!r} {tuple(own[target].shape)}; the encoders differ"
+            )
+        state[target] = tensor
+    missing = sorted(set(own) - set(state))
+    model.load_state_dict(state, strict=False)
+    log.info(
+        "model.init_from: %d tensors from %s; fresh: %s",
+        len(state),
+        path,
+        ", ".join(missing) if missing else "none",
+    )
 
 
 def set_dropout(module: nn.Module, hidden: float | None, attention: float | None) -> None:

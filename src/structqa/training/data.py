@@ -125,6 +125,19 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
     except ValueError as err:
         left = f" (after data.validation took {len(val)})" if val is not None else ""
         raise ValueError(f"data.train_size: {err}{left}") from None
+    if cfg.data.answerable_only:
+        kept = [ex for ex in train if not ex.is_impossible]
+        log.info(
+            "data.answerable_only: training on %d answerable of the %d questions drawn",
+            len(kept),
+            len(train),
+        )
+        if not kept:
+            raise ValueError(
+                f"data.answerable_only: none of the {len(train)} training questions drawn from "
+                f"{cfg.data.train} has an answer"
+            )
+        train = kept
     if val is None:
         val, v2 = load_eval_examples(cfg)
         selection = str(data_path(cfg, str(cfg.data.eval)))
