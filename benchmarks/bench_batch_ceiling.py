@@ -13,10 +13,10 @@ the same held-out windows three ways, in alternating rounds:
 - ``sorted``: all windows sorted by length, in passes of ``--batch``: the best an offline
   evaluation can do.
 
-``ratio server/one`` bounds what micro-batching can add to a one-request-at-a-time server's
-throughput on this CPU when requests arrive ``--batch`` at a time (the HTTP, tokenization and
-decoding work of both servers only lowers it); ``ratio sorted/one`` is the bound with
-perfectly sorted full batches.
+``ratio server/one`` is what batching adds to the model's own throughput on this CPU when
+requests arrive ``--batch`` at a time, ``ratio sorted/one`` the same with perfectly sorted
+full batches. A server's throughput ratio also depends on the per-request work around the model
+(HTTP, tokenization, decoding), which a one-request-at-a-time server does in series with it.
 
     python benchmarks/bench_batch_ceiling.py CHECKPOINT [--windows 240] [--batch 16]
 """
