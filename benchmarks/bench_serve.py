@@ -170,7 +170,7 @@ def batch_means(port: int) -> dict[str, float]:
     _, text = asyncio.run(_get(port, "/metrics"))
     vals: dict[str, float] = {}
     for line in text.decode().splitlines():
-        for name in ("windows", "requests", "passes"):
+        for name in ("windows", "requests", "passes", "seconds"):
             for part in ("sum", "count"):
                 key = f"structqa_batch_{name}_{part} "
                 if line.startswith(key):
@@ -181,9 +181,10 @@ def batch_means(port: int) -> dict[str, float]:
 def _batch_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     batches = after.get("windows_count", 0) - before.get("windows_count", 0)
     out = {"batches": batches}
-    for name in ("windows", "requests", "passes"):
+    for name in ("windows", "requests", "passes", "seconds"):
         total = after.get(f"{name}_sum", 0) - before.get(f"{name}_sum", 0)
         out[f"{name}_per_batch"] = total / batches if batches else float("nan")
+    out["busy_seconds"] = after.get("seconds_sum", 0) - before.get("seconds_sum", 0)
     return out
 
 

@@ -22,7 +22,7 @@ MAX_LINES = 600
 # The flow, bottom to top: a top-level package (or module) of structqa may import only those in
 # a LOWER layer, never one in its own layer or above. Keep in step with docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("io", "paths", "runtime", "metrics", "attention"),  # files, devices, pure functions
+    ("io", "paths", "runtime", "cpu", "metrics", "attention"),  # files, devices, pure functions
     ("data", "text", "provenance", "manifest"),  # readers; annotation; provenance; file hashes
     ("features", "encoders", "scoring"),  # tokens and windows; the BERT encoder; scoring files
     ("config", "heads"),  # the validated recipe; span and answer heads

@@ -15,6 +15,7 @@ from structqa.commands.common import INTERRUPTED
 from structqa.commands.common import config_from_args as _config
 from structqa.commands.common import stopped as _stopped
 from structqa.commands.settings import sections_epilog
+from structqa.cpu import tune_allocator
 
 log = logging.getLogger("structqa")
 
@@ -485,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.func in (cmd_score, cmd_compare, cmd_predict):
         parser.error(f"{args.command} takes no config overrides: {' '.join(extra)}")
     _setup_logging(args.verbose)
+    tune_allocator()  # large CPU tensors reuse freed memory (see its docstring)
     try:
         return args.func(args, extra)
     except (OSError, ValueError) as e:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -104,4 +104,36 @@ def attend_by_rows(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tens
         else:
             scores = torch.add(bias[i if bias.shape[0] > 1 else 0], scores, alpha=scale)
         torch.matmul(scores.softmax(-1).to(q.dtype), v[i], out=out[i])
+    return out
+
+
+def attend_packed(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    rows: Sequence[tuple[int, int]],
+    heads: int,
+    no_self: bool = False,
+) -> Tensor:
+    """Self-attention over packed windows: ``q``, ``k``, ``v`` of shape (T, D) hold the real
+    tokens of every window one after another, ``rows`` the (start, end) of each window. Each
+    window attends over its own tokens only (``no_self``: not to itself, ANNA's
+    neighbor-aware attention), so no padded position is ever computed; the result is the
+    (T, D) input of the output projection. Scaling and softmax in fp32, as
+    :func:`attend_by_rows`. Every window needs two tokens or more under ``no_self``."""
+    _, d = q.shape
+    e = d // heads
+    scale = 1.0 / math.sqrt(e)
+    wide = torch.promote_types(q.dtype, torch.float32)
+    out = torch.empty_like(q)
+    for start, end in rows:
+        n = end - start
+        qi = q[start:end].view(n, heads, e).transpose(0, 1)  # (H, n, E)
+        ki = k[start:end].view(n, heads, e).permute(1, 2, 0)  # (H, E, n)
+        vi = v[start:end].view(n, heads, e).transpose(0, 1)
+        scores = torch.matmul(qi, ki).to(wide).mul_(scale)  # (H, n, n)
+        if no_self:
+            scores.diagonal(dim1=-2, dim2=-1).fill_(float("-inf"))
+        probs = scores.softmax(-1).to(q.dtype)
+        out[start:end].view(n, heads, e).copy_(torch.matmul(probs, vi).transpose(0, 1))
     return out

@@ -6,12 +6,13 @@ Dimension letters: B batch, H heads, Q queries, K keys, D model width, E head wi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from structqa.attention.kernels import attend_by_rows, fast_path, linear
+from structqa.attention.kernels import attend_by_rows, attend_packed, fast_path, linear
 from structqa.attention.masks import to_additive_bias
 
 
@@ -93,6 +94,16 @@ class MultiHeadAttention(nn.Module):
         b, _, n, _ = out.shape
         out = out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)  # (B, Q, D)
         return linear(out, self.output), probs
+
+    def forward_packed(
+        self, x: Tensor, rows: Sequence[tuple[int, int]], no_self: bool = False
+    ) -> Tensor:
+        """Self-attention over packed windows (inference only): ``x`` (T, D) holds the real
+        tokens of the windows one after another, ``rows`` the (start, end) of each. The same
+        function as :meth:`forward` with a key-padding mask (``no_self``: and no attention to
+        itself), at the real tokens, without computing a padded position."""
+        q, k, v = linear(x, self.query), linear(x, self.key), linear(x, self.value)
+        return linear(attend_packed(q, k, v, rows, self.heads, no_self), self.output)
 
     def _folded(
         self, x: Tensor, mask: Tensor | None, memory: Tensor, need_weights: bool

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from structqa.attention.kernels import linear
+from structqa.attention.kernels import fast_path, linear
 from structqa.attention.masks import MaskMod, and_masks, key_padding, materialize, no_self
 from structqa.attention.module import MultiHeadAttention
 from structqa.io import UnreadableFile, read_json, read_safetensors
@@ -194,6 +194,10 @@ class AttentionSublayer(nn.Module):
             out, probs = self.attn(x, mask, need_weights=need_weights)
         return self.LayerNorm(x + self.dropout(out)), probs
 
+    def forward_packed(self, x: Tensor, rows: Sequence[tuple[int, int]]) -> Tensor:
+        """Inference over packed windows (see :meth:`BertEncoder.forward`): x (T, D)."""
+        return self.LayerNorm(x + self.attn.forward_packed(x, rows, self.neighbor_aware))
+
 
 class FeedForward(nn.Module):
     def __init__(self, cfg: EncoderConfig):
@@ -254,6 +258,42 @@ class Block(nn.Module):
                 if probs is not None:
                     weights.append(probs)
         return x, weights
+
+    def forward_packed(self, x: Tensor, rows: Sequence[tuple[int, int]]) -> Tensor:
+        """Inference over packed windows (see :meth:`BertEncoder.forward`): x (T, D)."""
+        for kind, sub in zip(self.spec, self.sublayers, strict=True):
+            x = sub(x) if kind == "ffn" else sub.forward_packed(x, rows)
+        return x
+
+
+#: The packed path rounds its token count up to a multiple of this (with rows that no window
+#: reads): every new matrix shape keeps memory for its compiled kernels, and a server would
+#: otherwise meet every count of tokens (see structqa.serving.batcher.SHAPE_MULTIPLE).
+PACKED_MULTIPLE = 32
+
+
+def packable(layers: Sequence[Block]) -> bool:
+    """Whether the packed inference path computes ``layers``: plain self-attention (or
+    neighbor-aware) and feed-forward sub-layers only. Cross-attention reads another sequence,
+    and the attention variants (relative positions, entity-aware keys) have their own
+    forward."""
+    return all(
+        type(sub) is FeedForward or (type(sub) is AttentionSublayer and not sub.cross)
+        for layer in layers
+        for sub in layer.sublayers
+    )
+
+
+def packed_rows(valid: Tensor) -> list[tuple[int, int]] | None:
+    """The (start, end) of each row's real tokens once they are packed one row after
+    another, or None where some row's real tokens are not a prefix of it (left padding, holes)
+    or a row has fewer than two (neighbor-aware attention needs a neighbour)."""
+    lengths = valid.sum(1)
+    prefix = torch.arange(valid.shape[1], device=valid.device)[None, :] < lengths[:, None]
+    if not bool(torch.equal(prefix, valid)) or bool((lengths < 2).any()):
+        return None
+    ends = lengths.cumsum(0).tolist()
+    return [(end - n, end) for end, n in zip(ends, lengths.tolist(), strict=True)]
 
 
 @dataclass
@@ -338,6 +378,29 @@ class BertEncoder(nn.Module):
         if extra_mask is not None:
             base_mod = and_masks(base_mod, extra_mask)
         base = materialize(base_mod, b, heads, total, total, x.device)
+        pack = (
+            fast_path(x)
+            and extra_mask is None
+            and not any(m is not None for m in layer_masks or ())
+            and not (output_attentions or output_hidden_states)
+            and packable(self.layers)
+        )
+        rows = packed_rows(valid) if pack else None
+        if rows is not None:
+            # inference on the CPU: the windows' real tokens packed into one (T, D) matrix,
+            # so the projections and feed-forward layers run once over every token of the
+            # batch and no padded position is computed; each window attends over its own
+            # tokens. The padded positions of the output are zeros (the heads mask them).
+            packed = x[valid]
+            tokens = packed.shape[0]
+            spare = -tokens % PACKED_MULTIPLE  # rows no window reads: bounded shapes
+            if spare:
+                packed = torch.cat([packed, packed.new_zeros(spare, packed.shape[1])])
+            for layer in self.layers:
+                packed = layer.forward_packed(packed, rows)
+            x = packed.new_zeros((*x.shape[:2], packed.shape[-1]))
+            x[valid] = packed[:tokens]
+            return EncoderOutput(last_hidden_state=x, mask=base)
         hidden, attns = [x], []
         for i, layer in enumerate(self.layers):
             mask = base

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from structqa.cpu import release_openmp_threads
 from structqa.data.records import Example
 from structqa.decoding import SpanCollector
 from structqa.features.batching import collate
@@ -164,6 +165,9 @@ class Batcher:
         self._pending_windows = 0
         self._cond = threading.Condition()
         self._stop = False
+        # the model was loaded on the calling thread, whose OpenMP team would otherwise stay
+        # beside the inference thread's and halve its speed (see release_openmp_threads)
+        release_openmp_threads()
         self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
         self._thread.start()
 
@@ -264,13 +268,17 @@ class Batcher:
             fut.set_exception(e)
 
     def _score(self, picked: list[tuple[Job, int]]) -> None:
-        """Score the picked windows: sorted by length and cut into groups of similar length,
-        one forward pass each (collate pads a pass to its longest window: a 384-token window
-        beside 100-token ones would triple their cost)."""
+        """Score the picked windows in one forward pass where the model packs them (torch on
+        the CPU: no padded position is computed), else sorted by length and cut into groups
+        of similar length, one forward pass each (collate pads a pass to its longest window:
+        a 384-token window beside 100-token ones would triple their cost)."""
         t0 = time.perf_counter()
         picked.sort(key=lambda p: -len(p[0].features[p[1]]))
         jobs = list(dict.fromkeys(job for job, _ in picked))
-        groups = length_groups([len(job.features[w]) for job, w in picked])
+        if self.predictor.packs_windows:  # padding costs nothing: one pass
+            groups = [(0, len(picked))]
+        else:
+            groups = length_groups([len(job.features[w]) for job, w in picked])
         try:
             for lo, hi in groups:
                 part = picked[lo:hi]

@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from structqa.attention.kernels import cpu_kernels_enabled
 from structqa.calibration import Calibrator, load_calibration, raw_probability
 from structqa.calibration import scores_from_predictions as calibration_scores
+from structqa.cpu import tune_allocator
 from structqa.data.hygiene import InvalidText, check_text
 from structqa.data.records import Example
 from structqa.decoding import Candidate, DecodeConfig, Prediction
+from structqa.encoders.bert import BertEncoder, packable
 from structqa.features.squad import QuestionTooLong, featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
 from structqa.io import read_json
@@ -66,6 +69,8 @@ class Predictor:
         onnx_runtime = getattr(model, "runtime", None)
         self.device = model.device if onnx_runtime else next(model.parameters()).device
         self.bf16 = use_bf16(bf16, self.device) if not onnx_runtime else False
+        if self.device.type == "cpu":
+            tune_allocator()  # (process-wide; see its docstring)
         if self.bf16:  # converted once here, not on every call (see run_inference)
             self.model = bf16_weights(self.model)
         self.runtime = onnx_runtime or ("torch-bf16" if self.bf16 else "torch-fp32")
@@ -119,6 +124,20 @@ class Predictor:
         precision = "on" if loaded.bf16 else "off"
         return cls(
             loaded.model, loaded.tokenizer, cfg, null_threshold, precision, calibrator=calibrator
+        )
+
+    @property
+    def packs_windows(self) -> bool:
+        """Whether the model computes only the real tokens of a batch: the torch encoder
+        packs them on the CPU (:meth:`BertEncoder.forward`), so windows of any lengths can
+        share a forward pass without paying for padding."""
+        encoder = getattr(self.model, "encoder", None)
+        return (
+            self.runtime.startswith("torch")
+            and self.device.type == "cpu"
+            and cpu_kernels_enabled()
+            and isinstance(encoder, BertEncoder)
+            and packable(encoder.layers)
         )
 
     def predict(self, question: str, context: str) -> Answer:
