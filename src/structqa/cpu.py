@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 #: Freed memory kept in the process before glibc hands it back to the system.
-TRIM_THRESHOLD_BYTES = 512 << 20
+TRIM_THRESHOLD_BYTES = 64 << 20
 #: Blocks at least this large come from their own mmap (glibc's upper limit on 64-bit).
 MMAP_THRESHOLD_BYTES = 32 << 20
 
@@ -35,8 +35,8 @@ def tune_allocator() -> bool:
     trims the heap after each free, so every layer pays page faults on new memory: on the
     2-core test machine one 384-token window took 56 ms instead of 24 ms (and attention over
     a 256-token window 2.35 ms instead of 0.45), the time spent in the kernel. A fixed mmap
-    threshold of 32 MB and a 512 MB trim threshold make the freed blocks reusable. The cost
-    is that the process's memory stays near its peak. jemalloc or tcmalloc (LD_PRELOAD) do
+    threshold of 32 MB and a 64 MB trim threshold make the freed blocks reusable. The cost
+    is up to 64 MB of freed memory kept in each of the process's heaps. jemalloc or tcmalloc (LD_PRELOAD) do
     the same for a whole process, but are not on every machine; this is one call at start."""
     if os.environ.get("STRUCTQA_MALLOC_TUNING", "on").lower() in ("0", "off", "false"):
         return False
