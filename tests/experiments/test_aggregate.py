@@ -128,6 +128,23 @@ def test_summary_schema_for_the_lowdata_grid():
     json.dumps(out)  # plain JSON
 
 
+def test_summary_names_rename_rows_and_unknown_rows_are_refused():
+    named = {**HEADS, "table": {**HEADS["table"], "summary_names": {"dyrex+joint": "dyrex/joint"}}}
+    exp = experiment_from_dict(named)
+    out = summary(exp, exp.runs(), heads_results())
+    assert list(out) == ["independent", "dyrex/joint"]
+    assert out["dyrex/joint"]["256"]["em_mean"] == pytest.approx(51.0)
+    typo = {**HEADS, "table": {**HEADS["table"], "summary_names": {"dyrex": "dyrex/joint"}}}
+    with pytest.raises(ConfigError, match=r"summary_names.*dyrex"):
+        experiment_from_dict(typo)
+    clash = {
+        **HEADS,
+        "table": {**HEADS["table"], "summary_names": {"dyrex+joint": "x", "independent": "x"}},
+    }
+    with pytest.raises(ConfigError, match="same name"):
+        experiment_from_dict(clash)
+
+
 def test_table_markdown_has_header_and_both_metric_tables(tmp_path):
     exp = experiment_from_dict(HEADS, source="configs/lowdata/heads.yaml")
     results = heads_results()

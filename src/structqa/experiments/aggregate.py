@@ -88,8 +88,9 @@ def summary(
     experiment: Experiment, runs: Sequence[Run], results: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
     """``{row: {column: {"f1_mean", "f1_std", "em_mean", "em_std", "seeds"}}}`` (``{row: {...}}``
-    without a column key). Several row keys join their labels with commas. Cells without any
-    result are left out; a single seed's std is null."""
+    without a column key). Several row keys join their labels with commas; the table's
+    ``summary_names`` rename rows. Cells without any result are left out; a single seed's std
+    is null."""
     spec = experiment.table
     out: dict[str, Any] = {}
     for key, members in group_cells(experiment, runs).items():
@@ -102,6 +103,7 @@ def summary(
             entry[f"{metric}_std"] = stats.stds[metric]
         entry["seeds"] = list(stats.seeds)
         row = ",".join(key[: len(spec.rows)])
+        row = spec.summary_names.get(row, row)
         if spec.columns:
             out.setdefault(row, {})[key[-1]] = entry
         else:

@@ -71,7 +71,16 @@ TOP_KEYS = (
     "reuse",
 )
 PRETRAIN_KEYS = ("base", "arms")
-TABLE_KEYS = ("rows", "columns", "metrics", "summary", "title", "baseline", "contrasts")
+TABLE_KEYS = (
+    "rows",
+    "columns",
+    "metrics",
+    "summary",
+    "summary_names",
+    "title",
+    "baseline",
+    "contrasts",
+)
 NOISY_KEYS = ("std_above", "seeds", "metric", "also", "pair_baseline")
 VALIDATION_KEYS = ("fraction", "seed")
 
@@ -203,11 +212,22 @@ def _parse_table(
             raise ConfigError(f"{where}.baseline: a baseline is a row; this table has no rows")
         baseline = _baseline_label(raw["baseline"], rows, f"{where}.baseline", cls)
     contrasts = _parse_contrasts(raw.get("contrasts"), rows, f"{where}.contrasts", cls)
+    names = raw.get("summary_names") or {}
+    if not isinstance(names, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in names.items()
+    ):
+        raise ConfigError(
+            f"{where}.summary_names: expected a mapping of row labels to the names "
+            'summary.json gives them, e.g. {dyrex.minilm: "dyrex/minilm"}'
+        )
+    if len(set(names.values())) != len(names):
+        raise ConfigError(f"{where}.summary_names: two rows would get the same name")
     return TableSpec(
         rows=tuple(rows),
         columns=columns,
         metrics=tuple(str(m) for m in metrics),
         summary=bool(raw.get("summary", False)),
+        summary_names=dict(names),
         title=str(raw.get("title", "")),
         baseline=baseline,
         contrasts=contrasts,
@@ -450,6 +470,8 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
     for i, pair in enumerate(experiment.table.contrasts):
         for label in pair:
             _check_row(label, row_labels, f"{where}.table.contrasts[{i}]")
+    for label in experiment.table.summary_names:
+        _check_row(label, row_labels, f"{where}.table.summary_names")
     noisy = experiment.seeds_if_noisy
     if noisy is not None and noisy.pair_baseline and baseline is None:
         raise ConfigError(

@@ -138,6 +138,9 @@ class TableSpec:
     columns: str | None = None
     metrics: tuple[str, ...] = ("f1", "em")
     summary: bool = False  # also write summary.json: {row: {column: {f1_mean, ...}}}
+    # row label -> its key in summary.json (rows not named keep their label), e.g. the
+    # "head/encoder" names of a grid whose variants are named "head.encoder"
+    summary_names: Mapping[str, str] = field(default_factory=dict)
     title: str = ""
     # a row label (several row keys: their labels joined by commas): table.md also shows
     # every other row's difference from it, paired by seed (same seed = same training subset)
