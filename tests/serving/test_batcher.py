@@ -160,3 +160,25 @@ def test_length_groups_minimise_padded_cost():
     assert length_groups([100, 100, 10, 10], overhead=1000) == [(0, 4)]
     assert length_groups([100, 90, 80], overhead=0) == [(0, 1), (1, 2), (2, 3)]
     assert length_groups([]) == []
+
+
+def test_a_packing_model_scores_each_batch_in_one_pass_with_the_same_answers(
+    small_windows, monkeypatch
+):
+    assert small_windows.packs_windows  # torch on the CPU, plain blocks: the encoder packs
+    pairs = [("Who won?", LONG), ("Who lost?", CONTEXT), ("Who played?", LONG[:200])]
+    runs: dict[bool, tuple[list[BatchStats], list]] = {}
+    for packs in (True, False):
+        monkeypatch.setattr(Predictor, "packs_windows", property(lambda self, p=packs: p))
+        stats: list[BatchStats] = []
+        batcher = Batcher(small_windows, max_batch_windows=8, max_wait_ms=50, on_batch=stats.append)
+        try:
+            jobs = [_run(small_windows, batcher, [pair])[2] for pair in pairs]
+            runs[packs] = (stats, [job.future.result(60)[0] for job in jobs])
+        finally:
+            batcher.close()
+    assert all(s.passes == 1 for s in runs[True][0])
+    assert sum(s.windows for s in runs[True][0]) > len(runs[True][0])  # passes shared windows
+    for a, b in zip(runs[True][1], runs[False][1], strict=True):
+        assert (a.text, a.start, a.end) == (b.text, b.start, b.end)
+        assert a.score == pytest.approx(b.score, abs=1e-4)
