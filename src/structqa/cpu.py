@@ -36,8 +36,9 @@ def tune_allocator() -> bool:
     2-core test machine one 384-token window took 56 ms instead of 24 ms (and attention over
     a 256-token window 2.35 ms instead of 0.45), the time spent in the kernel. A fixed mmap
     threshold of 32 MB and a 64 MB trim threshold make the freed blocks reusable. The cost
-    is up to 64 MB of freed memory kept in each of the process's heaps. jemalloc or tcmalloc (LD_PRELOAD) do
-    the same for a whole process, but are not on every machine; this is one call at start."""
+    is up to 64 MB of freed memory kept in each of the process's heaps. jemalloc or
+    tcmalloc (LD_PRELOAD) do the same for a whole process, but are not on every machine;
+    this is one call at start."""
     if os.environ.get("STRUCTQA_MALLOC_TUNING", "on").lower() in ("0", "off", "false"):
         return False
     name = ctypes.util.find_library("c")

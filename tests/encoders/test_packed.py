@@ -101,6 +101,9 @@ def test_not_packed_under_autograd_with_attentions_or_with_attention_variants(
     calls = _calls(monkeypatch)
     enc(ids, mask)  # autograd on
     with torch.inference_mode():
+        enc.train()
+        enc(ids, mask)  # dropout on
+        enc.eval()
         enc(ids, mask, output_attentions=True)
         enc(ids, mask, output_hidden_states=True)
         enc(ids, mask, extra_mask=lambda b, h, q, k: q >= 0)

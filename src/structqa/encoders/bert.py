@@ -379,7 +379,8 @@ class BertEncoder(nn.Module):
             base_mod = and_masks(base_mod, extra_mask)
         base = materialize(base_mod, b, heads, total, total, x.device)
         pack = (
-            fast_path(x)
+            not self.training  # (no dropout on the packed path)
+            and fast_path(x)
             and extra_mask is None
             and not any(m is not None for m in layer_masks or ())
             and not (output_attentions or output_hidden_states)
