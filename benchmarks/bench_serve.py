@@ -184,7 +184,6 @@ def _batch_delta(before: dict[str, float], after: dict[str, float]) -> dict[str,
     for name in ("windows", "requests", "passes", "seconds"):
         total = after.get(f"{name}_sum", 0) - before.get(f"{name}_sum", 0)
         out[f"{name}_per_batch"] = total / batches if batches else float("nan")
-    out["busy_seconds"] = after.get("seconds_sum", 0) - before.get("seconds_sum", 0)
     return out
 
 

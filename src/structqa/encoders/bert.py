@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from structqa.attention.kernels import fast_path, linear
+from structqa.attention.kernels import cpu_kernels_enabled, fast_path, linear
 from structqa.attention.masks import MaskMod, and_masks, key_padding, materialize, no_self
 from structqa.attention.module import MultiHeadAttention
 from structqa.io import UnreadableFile, read_json, read_safetensors
@@ -341,6 +341,12 @@ class BertEncoder(nn.Module):
     @property
     def hidden_size(self) -> int:
         return self.config.hidden_size
+
+    def packs_at_inference(self, device: torch.device) -> bool:
+        """Whether inference on ``device`` takes the packed path of :meth:`forward` (the CPU
+        inference kernels on, and only sub-layers the path computes), so that windows of any
+        lengths share a forward pass without paying for padding."""
+        return device.type == "cpu" and cpu_kernels_enabled() and packable(self.layers)
 
     def forward(
         self,

@@ -160,6 +160,8 @@ class Batcher:
         self.max_batch_windows = max_batch_windows
         self.max_wait = max_wait_ms / 1000
         self.on_batch = on_batch
+        # a model that packs its windows pays nothing for padding: each batch is one pass
+        self.one_pass = predictor.packs_windows
         self._ring: deque[Job] = deque()  # jobs with windows not yet scheduled
         self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
         self._pending_windows = 0
@@ -275,7 +277,7 @@ class Batcher:
         t0 = time.perf_counter()
         picked.sort(key=lambda p: -len(p[0].features[p[1]]))
         jobs = list(dict.fromkeys(job for job, _ in picked))
-        if self.predictor.packs_windows:  # padding costs nothing: one pass
+        if self.one_pass:
             groups = [(0, len(picked))]
         else:
             groups = length_groups([len(job.features[w]) for job, w in picked])

@@ -7,14 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from structqa.attention.kernels import cpu_kernels_enabled
 from structqa.calibration import Calibrator, load_calibration, raw_probability
 from structqa.calibration import scores_from_predictions as calibration_scores
 from structqa.cpu import tune_allocator
 from structqa.data.hygiene import InvalidText, check_text
 from structqa.data.records import Example
 from structqa.decoding import Candidate, DecodeConfig, Prediction
-from structqa.encoders.bert import BertEncoder, packable
+from structqa.encoders.bert import BertEncoder
 from structqa.features.squad import QuestionTooLong, featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
 from structqa.io import read_json
@@ -128,16 +127,13 @@ class Predictor:
 
     @property
     def packs_windows(self) -> bool:
-        """Whether the model computes only the real tokens of a batch: the torch encoder
-        packs them on the CPU (:meth:`BertEncoder.forward`), so windows of any lengths can
-        share a forward pass without paying for padding."""
+        """Whether the model computes only the real tokens of a batch (a torch encoder that
+        packs them: :meth:`BertEncoder.packs_at_inference`)."""
         encoder = getattr(self.model, "encoder", None)
         return (
             self.runtime.startswith("torch")
-            and self.device.type == "cpu"
-            and cpu_kernels_enabled()
             and isinstance(encoder, BertEncoder)
-            and packable(encoder.layers)
+            and encoder.packs_at_inference(self.device)
         )
 
     def predict(self, question: str, context: str) -> Answer:
