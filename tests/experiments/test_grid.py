@@ -656,7 +656,7 @@ def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
         "base": base,
         "variants": [{"name": "slow", "train.lr": 1e-5}, {"name": "fast", "train.lr": 3e-3}],
         "grid": {"train.seed": [0, 1]},
-        "table": {"rows": ["variant"], "baseline": "slow"},
+        "table": {"rows": ["variant"], "baseline": "slow", "contrasts": [["slow", "fast"]]},
     }
     config = tmp_path / "boot.yaml"
     config.write_text(yaml.safe_dump(raw))
@@ -683,6 +683,10 @@ def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
     assert "| fast |" in text and "made by: `structqa experiment" in text
     assert got["missing_predictions"] == []
     assert "--bootstrap --resamples 200" in text  # the command that remakes it
+    # a declared contrast gets the same paired bootstrap, in its own direction
+    contrast = got["contrasts"]["slow − fast"]["F1"]
+    assert contrast["difference"] == pytest.approx(-cell["difference"])
+    assert contrast["seeds"] == [0, 1] and "| slow − fast |" in text
 
     # every run's answers are kept with its result, gzipped, byte for byte
     for run in exp.runs():

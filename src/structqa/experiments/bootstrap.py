@@ -192,6 +192,56 @@ def _carry(old: Mapping[str, Any] | None, cell: _Cell, origin: Mapping[str, Any]
     return {**old, "seeds": seeds, "carried_from": old.get("carried_from") or dict(origin)}
 
 
+def _contrasts(
+    experiment: Experiment,
+    cells: Mapping[tuple[str, ...], Sequence[Run]],
+    columns: Sequence[tuple[str, ...]],
+    results: Mapping[str, Mapping[str, Any]],
+    scores: _Scores,
+    resamples: int,
+    seed: int,
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Each ``table.contrasts`` pair (first row minus second) by the same paired bootstrap as
+    the baseline comparisons: markdown lines (none without contrasts) and the json entries,
+    ``{"FIRST − SECOND": {column: cell}}``."""
+    spec = experiment.table
+    if not spec.contrasts:
+        return [], {}
+    name = METRIC_NAMES[scores.metric]
+    heads = (
+        [f"{key_label(experiment, spec.columns)}={c[0]}" for c in columns]
+        if spec.columns
+        else [name]
+    )
+    lines = [
+        f"## Contrasts: {name} of the first row minus the second, bootstrap over questions",
+        "",
+        "Same method as above, for the pairs the YAML's table.contrasts names.",
+        "",
+        md_row(["contrast", *heads]),
+        md_row(["---"] * (len(heads) + 1)),
+    ]
+    found: dict[str, dict[str, Any]] = {}
+    for first, second in spec.contrasts:
+        label = f"{first} − {second}"
+        values = []
+        for col in columns:
+            a, b = (tuple(r.split(",")) + col for r in (first, second))
+            cell = (
+                _compare(cells[a], cells[b], results, scores, resamples, seed)
+                if a in cells and b in cells
+                else None
+            )
+            if cell is None or cell.found is None:
+                values.append("—")
+                continue
+            entry = cell.to_dict()
+            found.setdefault(label, {})[",".join(col) or name] = entry
+            values.append(f"{cell.found.format()} ({entry['n_runs']})")
+        lines.append(md_row([label, *values]))
+    return [*lines, ""], found
+
+
 def bootstrap_results(
     experiment: Experiment,
     paths: Paths,
@@ -296,6 +346,9 @@ def write_bootstrap(
                 values.append(f"{shown} ({entry['n_runs']}){mark}")
                 table.setdefault(row_key, {})[col_key] = entry
         body.append(md_row([*row, *values]))
+    contrast_lines, contrasts = _contrasts(
+        experiment, cells, columns, results, scores, resamples, seed
+    )
     missing = scores.missing
     if not table:
         shown = ", ".join(missing[:3]) or "none"
@@ -339,6 +392,7 @@ def write_bootstrap(
         md_row(["---"] * len(head)),
         *body,
         "",
+        *contrast_lines,
     ]
     if carried:
         sources = sorted(
@@ -383,6 +437,7 @@ def write_bootstrap(
             "missing_predictions": missing,
             "carried_over": carried,
             "cells": table,
+            "contrasts": contrasts,
         },
     )
     return out
