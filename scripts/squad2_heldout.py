@@ -12,7 +12,8 @@ For every finished run of each experiment YAML (its result JSON under docs/resul
    held-out scores found.
 
 The held-out file is read by step 2 only, after training and calibration have finished.
-Resumable: a run already calibrated or scored is not done again.
+Resumable: a run already calibrated or scored is not done again, and a run scored earlier
+whose checkpoint is not here (runs/ is not kept between machines) keeps its rows in OUT.
 
     python scripts/squad2_heldout.py configs/squad2/grid.yaml --out docs/results/squad2
 """
@@ -32,6 +33,7 @@ from structqa.calibration.report import calibrate_evaluated, load_calibration
 from structqa.cli import main as structqa
 from structqa.config import config_from_dict
 from structqa.experiments.grid import load_experiment
+from structqa.io import write_text
 from structqa.training.data import load_eval_examples
 
 log = logging.getLogger("squad2_heldout")
@@ -66,6 +68,14 @@ def score(result: dict[str, Any], data: str | None) -> dict[str, Any] | None:
         if structqa(args + ([f"--data={data}"] if data else [])) != 0:
             raise RuntimeError(f"{result['run']}: held-out evaluation failed")
     return json.loads(target.read_text())
+
+
+def _earlier_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The rows of an earlier heldout.json by (experiment, run): a run whose checkpoint is
+    not on this machine keeps its scores rather than dropping out of the summary."""
+    if not path.is_file():
+        return {}
+    return {(r["experiment"], r["run"]): r for r in json.loads(path.read_text())}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -121,11 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    earlier = _earlier_rows(args.out / "heldout.json")
     rows = []
     for config in args.configs:
         for result in finished_runs(config, args.results, args.runs):
             metrics = score(result, args.data)
             if metrics is None:
+                kept = earlier.get((result["experiment"], result["run"]))
+                if kept is not None:  # scored before, on a machine that had its checkpoint
+                    log.info("%s: held-out scores kept from %s", result["run"], args.out)
+                    rows.append(kept)
                 continue
             cfg = result["config"]
             rows.append(
@@ -145,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"{result['experiment']}--{result['run']}.png".replace("=", "-")
                 shutil.copyfile(png, args.out / "reliability" / name.replace(",", "_"))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.json").write_text(json.dumps(summarize(rows), indent=1) + "\n")
-    (args.out / "heldout.md").write_text(table(rows))
-    (args.out / "heldout.json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_text(args.out / "summary.json", json.dumps(summarize(rows), indent=1) + "\n")
+    write_text(args.out / "heldout.md", table(rows))
+    write_text(args.out / "heldout.json", json.dumps(rows, indent=1) + "\n")
     print(table(rows))
     return 0
 
