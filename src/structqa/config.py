@@ -201,6 +201,11 @@ class DecodeSettings:
     whole_words: bool = setting(
         False, "widen answers that start or end inside a word (WordPiece) to whole words"
     )
+    verifier: bool = setting(
+        False,
+        "SQuAD 2.0: fit an answerability verifier (the null odds with lexical features of the "
+        "question and passage) on the validation questions, with the calibration",
+    )
 
 
 @dataclass

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
+from structqa.calibration.verifier import Verifier
+from structqa.data.records import Example
 from structqa.decoding import Prediction
 from structqa.metrics.squad import raw_scores_v2
 
@@ -263,6 +265,17 @@ class Calibrator:
         "answer of an answerable question, or 'no answer' to an unanswerable one"
     )
     fit: dict[str, Any] = field(default_factory=dict)  # what it was fitted on, and how well
+    verifier: Verifier | None = None  # re-scores the null odds before the threshold (SQuAD 2.0)
+
+    def verify(
+        self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
+    ) -> dict[str, Prediction]:
+        """``predictions`` with the null odds the threshold and the map were fitted on: the
+        verifier's where this calibration has one (:mod:`structqa.calibration.verifier`),
+        else the model's own."""
+        if self.verifier is None:
+            return dict(predictions)
+        return self.verifier.apply(examples, predictions)
 
     def probability(self, scores: Scores) -> np.ndarray:
         p = raw_probability(scores, self.null_threshold, self.t_span, self.t_null)
@@ -277,8 +290,12 @@ class Calibrator:
     def from_dict(cls, d: Mapping[str, Any]) -> Calibrator:
         d = dict(d)
         iso, platt = d.pop("isotonic", None), d.pop("platt", None)
+        verifier = d.pop("verifier", None)
         return cls(
-            **d, isotonic=Isotonic(**iso) if iso else None, platt=Platt(**platt) if platt else None
+            **d,
+            isotonic=Isotonic(**iso) if iso else None,
+            platt=Platt(**platt) if platt else None,
+            verifier=Verifier.from_dict(verifier) if verifier else None,
         )
 
 

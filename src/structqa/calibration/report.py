@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from structqa.calibration.fit import (
     returned_correct,
     scores_from_predictions,
 )
+from structqa.calibration.verifier import feature_matrix, fit_verifier
 from structqa.data.records import Example
 from structqa.decoding import Candidate, Prediction
 from structqa.evaluation import EvalResult, best_null_threshold
@@ -40,17 +42,37 @@ def calibrate(
     version_2: bool,
     method: str = "auto",
     source: str = "",
+    verifier: bool = False,
 ) -> Calibrator:
     """The null threshold (SQuAD 2.0: the F1-best one on these questions) and the probability
-    map fitted on ``examples`` (validation questions the model did not train on)."""
+    map fitted on ``examples`` (validation questions the model did not train on). With
+    ``verifier`` (SQuAD 2.0 only), an answerability verifier is fitted first and the threshold
+    and map are fitted on its out-of-fold null odds (:mod:`structqa.calibration.verifier`)."""
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     ids = list(gold)
     predictions = with_null_answers(examples, predictions)
+    fitted = None
+    if verifier and version_2:
+        unanswerable = np.array([not gold[q] for q in ids])
+        fitted, oof = fit_verifier(feature_matrix(examples, predictions), unanswerable)
+        predictions = {
+            q: predictions[q]._replace(null_odds=float(z)) for q, z in zip(ids, oof, strict=True)
+        }
+        log.info(
+            "answerability verifier on %d questions: no-answer AUC %.1f out of fold "
+            "(the model's null odds: %.1f)",
+            len(ids),
+            fitted.fit["auc_out_of_fold"],
+            fitted.fit["auc_null_odds"],
+        )
+    elif verifier:
+        log.warning("no answerability verifier: these questions are all answerable (SQuAD 1.1)")
     scores = scores_from_predictions(predictions, ids, version_2)
     threshold = None
     if version_2:
         threshold = midway(best_null_threshold(gold, predictions), scores.null_odds)
     cal = fit_calibrator(scores, outcomes(gold, predictions, ids), threshold, method)
+    cal = dataclasses.replace(cal, verifier=fitted)
     cal.fit["source"] = source
     log.info(
         "calibration on %d questions of %s: %s, threshold %s, T_span %.3g, T_null %.3g, "
@@ -106,11 +128,16 @@ def predictions_from_files(directory: str | Path) -> dict[str, Prediction]:
 
 
 def calibrate_evaluated(
-    directory: str | Path, examples: Sequence[Example], version_2: bool, source: str
+    directory: str | Path,
+    examples: Sequence[Example],
+    version_2: bool,
+    source: str,
+    verifier: bool = False,
 ) -> Calibrator:
     """Fit and save the calibration of a checkpoint whose evaluation files (best/'s) answer
     ``examples``, validation questions (the experiment runner's validation split)."""
-    cal = calibrate(examples, predictions_from_files(directory), version_2, source=source)
+    predictions = predictions_from_files(directory)
+    cal = calibrate(examples, predictions, version_2, source=source, verifier=verifier)
     save_calibration(directory, cal)
     return cal
 
@@ -259,4 +286,4 @@ def calibrate_after_training(cfg: Any) -> Calibrator | None:
         return None
     examples, v2 = load_validation_examples(cfg)
     source = f"validation questions of {cfg.data.train} ({cfg.data.validation})"
-    return calibrate_evaluated(best, examples, v2, source=source)
+    return calibrate_evaluated(best, examples, v2, source=source, verifier=cfg.decode.verifier)

@@ -60,6 +60,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--method", choices=METHODS, default="auto")
     c.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
     c.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    c.add_argument(
+        "--verifier",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="SQuAD 2.0: also fit an answerability verifier (default: the checkpoint's "
+        "decode.verifier)",
+    )
     c.set_defaults(func=cmd_calibrate)
 
 
@@ -74,8 +81,10 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         args.method,
         args.data,
         args.bf16,
+        args.verifier,
     )
-    print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "isotonic"}, indent=2))
+    shown = {k: v for k, v in cal.to_dict().items() if k != "isotonic"}
+    print(json.dumps(shown, indent=2))
     return 0
 
 
@@ -87,8 +96,10 @@ def calibrate_checkpoint(
     method: str = "auto",
     data_dir: str | None = None,
     bf16: str = "auto",
+    verifier: bool | None = None,
 ):
-    """Fit and save the checkpoint's calibration (see the module's docstring)."""
+    """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
+    None follows the checkpoint's ``decode.verifier``."""
     from structqa.serving.predictor import Predictor
     from structqa.training.data import data_path
 
@@ -115,8 +126,10 @@ def calibrate_checkpoint(
     version_2 = cfg.decode.version_2
     if version_2 is None:
         version_2 = any(ex.is_impossible for ex in examples)
-    predictions = predictor.predict_examples(examples)
-    cal = calibrate(examples, predictions, version_2, method, source)
+    if verifier is None:
+        verifier = cfg.decode.verifier
+    predictions = predictor.predict_examples(examples, verify=False)  # the model's own odds
+    cal = calibrate(examples, predictions, version_2, method, source, verifier)
     path = save_calibration(checkpoint, cal)
     log.info("wrote %s", path)
     return cal

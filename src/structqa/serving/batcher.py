@@ -313,7 +313,8 @@ class Batcher:
     def _finish(self, job: Job) -> None:
         try:
             preds = job.collector.predictions(job.examples, job.features)
-            # (the Predictor's own conversion: null threshold, probability, n-best)
+            preds = self.predictor.verify(job.examples, preds)
+            # (the Predictor's own conversion: verifier, null threshold, probability, n-best)
             ordered = [preds[ex.id] for ex in job.examples]
             chances = self.predictor.probabilities(ordered)  # calibrated where fitted
             answers = [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,8 +174,20 @@ class Predictor:
             return self.calibrator.probability(scores)
         return raw_probability(scores, self.null_threshold)
 
-    def predict_examples(self, examples: Sequence[Example], cut_long_questions: bool = True):
-        """Raw predictions (``structqa.decoding.Prediction``) keyed by example id. Questions
+    def verify(
+        self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
+    ) -> dict[str, Prediction]:
+        """The predictions with the null odds the threshold applies to: re-scored by the
+        calibration's answerability verifier where it has one, else as the model gave them."""
+        if self.calibrator is None:
+            return dict(predictions)
+        return self.calibrator.verify(examples, predictions)
+
+    def predict_examples(
+        self, examples: Sequence[Example], cut_long_questions: bool = True, verify: bool = True
+    ):
+        """Predictions (``structqa.decoding.Prediction``) keyed by example id, their null odds
+        re-scored by the calibration's verifier (if any) unless ``verify`` is False. Questions
         longer than ``data.max_query_len`` tokens are cut and counted (a warning, as for any
         file), or with ``cut_long_questions`` False refused (:class:`QuestionTooLong`)."""
         features, _ = featurize(
@@ -194,7 +206,8 @@ class Predictor:
             self.device,
             pad_to_multiple=self.pad_to_multiple,
         )
-        return collector.predictions(examples, features)
+        predictions = collector.predictions(examples, features)
+        return self.verify(examples, predictions) if verify else predictions
 
     def _answer(self, p: Prediction, probability: float) -> Answer:
         text = p.answer(self.null_threshold)

@@ -1,0 +1,236 @@
+"""An answerability verifier for SQuAD 2.0-style models: the model's null odds re-scored
+together with how well the passage supports the question, by a logistic regression fitted on
+validation questions and saved in ``calibration.json``.
+
+A span model trained on a thousand questions learns spans much better than it learns when to
+abstain (docs/results/squad2). What it misses is often visible on the surface: a question
+whose content words are absent from the passage, or present but not near the span the model
+would answer with, tends to be unanswerable. The features (:data:`FEATURES`) are the model's
+own scores and such lexical counts; none needs another model, so the verifier costs
+microseconds per question at serving time.
+
+Words are lowercased letters and digits with function words removed, compared by their first
+:data:`STEM_CHARS` characters (a crude stem: "founded" and "founding" match). That is cheaper
+and more predictable than a tagger and needs no spaCy where the model is served.
+
+The verifier's output replaces ``Prediction.null_odds`` (a log-odds that the question is
+unanswerable), so the null threshold and the probability map are fitted on it exactly as on
+the model's own odds. Fitting (:func:`fit_verifier`) also returns out-of-fold scores (five
+folds) for the questions it was fitted on, on which the threshold and the probabilities are
+then fitted, so that they do not see the verifier's fit to those same questions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from structqa.data.records import Example
+from structqa.decoding import Prediction
+
+STEM_CHARS = 5
+FOLDS = 5
+FEATURES = (
+    "null_odds",  # the model's own log-odds of "no answer"
+    "top_probability",  # the best span's share among the n-best
+    "top_margin",  # the best span's share minus the second's
+    "question_coverage",  # share of the question's content words found in the passage
+    "missing_words",  # how many of them are not in the passage
+    "best_sentence_coverage",  # the largest share found in one sentence
+    "negation",  # the question has "not", "no", "never" or "n't"
+    "question_words",  # how many content words the question has
+    "answer_sentence_coverage",  # share found in the sentence of the best span
+    "answer_window_coverage",  # ... in that sentence and its two neighbours
+    "coverage_gap",  # best_sentence_coverage - answer_sentence_coverage
+)
+_FUNCTION_WORDS = frozenset(
+    "a an the of in on at to for from by with and or is are was were be been being what which "
+    "who whom whose when where why how did do does that this these those it its as into than "
+    "then there their they he she his her i you we our your not no".split()
+)
+_WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_NEGATION = re.compile(r"\b(not|never|no)\b|n't")
+
+
+def _stems(text: str) -> list[str]:
+    return [w[:STEM_CHARS] for w in _WORD.findall(text.lower())]
+
+
+def content_stems(question: str) -> list[str]:
+    """The question's content words (function words removed), stemmed; in order, repeated."""
+    return [w[:STEM_CHARS] for w in _WORD.findall(question.lower()) if w not in _FUNCTION_WORDS]
+
+
+def sentence_spans(context: str) -> list[tuple[int, int]]:
+    """Character spans of the passage's sentences (split after ., ! or ? and white space)."""
+    spans, start = [], 0
+    for m in _SENTENCE_END.finditer(context):
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(context)))
+    return [s for s in spans if s[1] > s[0]] or [(0, len(context))]
+
+
+def features(question: str, context: str, prediction: Prediction) -> np.ndarray:
+    """(len(FEATURES),) the verifier's inputs for one question and the model's prediction."""
+    words = content_stems(question) or ["?"]  # (no content word: nothing is covered)
+    spans = sentence_spans(context)
+    sentences = [set(_stems(context[a:b])) for a, b in spans]
+    passage = set().union(*sentences)
+
+    def share(found: set[str]) -> float:
+        return sum(w in found for w in words) / len(words)
+
+    per_sentence = [share(s) for s in sentences]
+    probs = [c.probability for c in prediction.nbest]
+    top = probs[0] if probs else 0.0
+    second = probs[1] if len(probs) > 1 else 0.0
+    at = prediction.start_char if prediction.text else -1
+    k = next((i for i, (a, b) in enumerate(spans) if a <= at < b), None)
+    answer_sentence = per_sentence[k] if k is not None else 0.0
+    window = share(set().union(*sentences[max(0, k - 1) : k + 2])) if k is not None else 0.0
+    return np.array(
+        [
+            prediction.null_odds,
+            top,
+            top - second,
+            share(passage),
+            sum(w not in passage for w in words),
+            max(per_sentence),
+            1.0 if _NEGATION.search(question.lower()) else 0.0,
+            len(words),
+            answer_sentence,
+            window,
+            max(per_sentence) - answer_sentence,
+        ]
+    )
+
+
+def feature_matrix(
+    examples: Sequence[Example], predictions: Mapping[str, Prediction]
+) -> np.ndarray:
+    """(Q, len(FEATURES)) for the examples, in their order (each must have a prediction)."""
+    return np.stack([features(ex.question, ex.context, predictions[ex.id]) for ex in examples])
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """A logistic regression on standardized :data:`FEATURES`; its decision value is the
+    log-odds that the question is unanswerable."""
+
+    names: list[str]
+    mean: list[float]
+    scale: list[float]
+    coef: list[float]
+    intercept: float
+    fit: dict[str, Any] = field(default_factory=dict)
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        """(Q,) log-odds of "no answer" for a (Q, F) feature matrix."""
+        z = (np.asarray(x, dtype=float) - np.asarray(self.mean)) / np.asarray(self.scale)
+        return z @ np.asarray(self.coef) + self.intercept
+
+    def apply(
+        self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
+    ) -> dict[str, Prediction]:
+        """``predictions`` with each example's null odds replaced by the verifier's."""
+        if list(self.names) != list(FEATURES):
+            raise ValueError(
+                f"this verifier was fitted on the features {self.names}, and this version of "
+                f"structqa computes {list(FEATURES)}; fit it again with `structqa calibrate`"
+            )
+        scored = [ex for ex in examples if ex.id in predictions]
+        if not scored:
+            return dict(predictions)
+        odds = self.score(feature_matrix(scored, predictions))
+        out = dict(predictions)
+        for ex, z in zip(scored, odds, strict=True):
+            out[ex.id] = predictions[ex.id]._replace(null_odds=float(z))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verifier:
+        return cls(**dict(d))
+
+
+def fit_verifier(
+    x: np.ndarray, unanswerable: np.ndarray, seed: int = 0
+) -> tuple[Verifier, np.ndarray]:
+    """The verifier fitted on (Q, F) features and whether each question is unanswerable (L2
+    logistic regression, its strength the one of :data:`STRENGTHS` with the lowest
+    cross-validated log-loss), and the out-of-fold log-odds of those Q questions (each scored
+    by a fit, strength choice included, on the other folds)."""
+    from sklearn.metrics import roc_auc_score
+
+    y = np.asarray(unanswerable, dtype=int)
+    n_min = int(min(y.sum(), len(y) - y.sum()))
+    if n_min < FOLDS:
+        raise ValueError(
+            f"fitting the answerability verifier needs at least {FOLDS} answerable and {FOLDS} "
+            f"unanswerable validation questions; these have {int(len(y) - y.sum())} and "
+            f"{int(y.sum())}"
+        )
+    mean = x.mean(axis=0)
+    scale = np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
+    z = (x - mean) / scale
+    oof = np.zeros(len(y))
+    for train, test in _folds(y, seed):
+        model = _logistic(_strength(z[train], y[train], seed), z[train], y[train])
+        oof[test] = model.decision_function(z[test])
+    c = _strength(z, y, seed)
+    final = _logistic(c, z, y)
+    fit = {
+        "questions": len(y),
+        "unanswerable": int(y.sum()),
+        "C": c,
+        "auc_out_of_fold": 100 * float(roc_auc_score(y, oof)),
+        "auc_null_odds": 100 * float(roc_auc_score(y, x[:, 0])),
+    }
+    verifier = Verifier(
+        list(FEATURES),
+        mean.tolist(),
+        scale.tolist(),
+        final.coef_[0].tolist(),
+        float(final.intercept_[0]),
+        fit,
+    )
+    return verifier, oof
+
+
+STRENGTHS = tuple(float(c) for c in np.logspace(-3, 2, 11))  # inverse L2 strengths tried
+
+
+def _folds(y: np.ndarray, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    from sklearn.model_selection import StratifiedKFold
+
+    folds = StratifiedKFold(FOLDS, shuffle=True, random_state=seed)
+    return list(folds.split(np.zeros(len(y)), y))
+
+
+def _logistic(c: float, z: np.ndarray, y: np.ndarray):
+    from sklearn.linear_model import LogisticRegression
+
+    return LogisticRegression(C=c, max_iter=5000).fit(z, y)
+
+
+def _strength(z: np.ndarray, y: np.ndarray, seed: int) -> float:
+    """The strength with the lowest log-loss over folds of these questions."""
+    from sklearn.metrics import log_loss
+
+    losses = []
+    for c in STRENGTHS:
+        loss = 0.0
+        for train, test in _folds(y, seed):
+            p = _logistic(c, z[train], y[train]).predict_proba(z[test])[:, 1]
+            loss += log_loss(y[test], p, labels=[0, 1]) * len(test)
+        losses.append(loss)
+    return STRENGTHS[int(np.argmin(losses))]

@@ -1,0 +1,152 @@
+"""The answerability verifier: its features, its fit, and that calibrate, evaluate, predict and
+serve all apply it before the null threshold."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from structqa.calibration import Calibrator, load_calibration, save_calibration
+from structqa.calibration.report import calibrate
+from structqa.calibration.verifier import FEATURES, Verifier, features, fit_verifier
+from structqa.cli import main
+from structqa.data.records import Answer, Example
+from structqa.decoding import Candidate, Prediction
+from structqa.serving.app import create_app
+from structqa.serving.predictor import Predictor
+
+CONTEXT = "The Broncos won the game in Denver. It rained all day in the mountains."
+
+
+def _prediction(qid: str, text: str, start: int, null_odds: float = 0.0) -> Prediction:
+    cands = (Candidate(text, start, start + len(text), 5.0, 0.7), Candidate("x", 0, 1, 4.0, 0.2))
+    return Prediction(qid, text, start, start + len(text), 5.0, 0.0, null_odds, cands)
+
+
+def _f(values: np.ndarray) -> dict[str, float]:
+    return dict(zip(FEATURES, values.tolist(), strict=True))
+
+
+def test_features_measure_how_the_passage_supports_the_question():
+    supported = _f(features("Who won the game?", CONTEXT, _prediction("a", "The Broncos", 0, 1.5)))
+    assert supported["null_odds"] == 1.5
+    assert supported["top_probability"] == pytest.approx(0.7)
+    assert supported["top_margin"] == pytest.approx(0.5)
+    # "won", "game": both in the passage, in the answer's sentence
+    assert supported["question_words"] == 2 and supported["missing_words"] == 0
+    assert supported["question_coverage"] == supported["answer_sentence_coverage"] == 1.0
+    assert supported["coverage_gap"] == 0.0 and supported["negation"] == 0.0
+
+    at = CONTEXT.index("all day")
+    unsupported = _f(
+        features("Who did not win the final game?", CONTEXT, _prediction("b", "all day", at))
+    )
+    # content words "win", "final", "game": only "game" is in the passage ("won" is not "win")
+    assert unsupported["negation"] == 1.0
+    assert unsupported["missing_words"] == 2 and unsupported["question_words"] == 3
+    assert unsupported["best_sentence_coverage"] == pytest.approx(1 / 3)
+    assert unsupported["answer_sentence_coverage"] == 0.0  # the answer's sentence has none
+    assert unsupported["coverage_gap"] == pytest.approx(1 / 3)
+    assert unsupported["answer_window_coverage"] == pytest.approx(1 / 3)  # its neighbour has one
+
+
+def test_fit_verifier_learns_a_separating_feature_out_of_fold_and_round_trips():
+    rng = np.random.default_rng(0)
+    n = 200
+    y = rng.random(n) < 0.5
+    x = rng.normal(size=(n, len(FEATURES)))
+    x[:, 3] = np.where(y, 0.2, 0.8) + rng.normal(scale=0.1, size=n)  # coverage separates
+    verifier, oof = fit_verifier(x, y)
+    assert verifier.fit["auc_out_of_fold"] > 95  # scored by fits that never saw the question
+    assert 35 < verifier.fit["auc_null_odds"] < 65  # column 0 is noise here
+    assert oof.shape == (n,) and verifier.coef[3] < 0  # more coverage: less "no answer"
+    again = Verifier.from_dict(json.loads(json.dumps(verifier.to_dict())))
+    assert np.allclose(again.score(x), verifier.score(x))
+    with pytest.raises(ValueError, match="at least 5 answerable and 5 unanswerable"):
+        fit_verifier(x[:10], np.array([True] * 8 + [False] * 2))
+
+
+def _synthetic_v2(n: int = 80) -> tuple[list[Example], dict[str, Prediction]]:
+    """Answerable questions ask about the passage's words; unanswerable ones about words it
+    lacks. The model's null odds are noise: only the verifier can tell them apart."""
+    rng = np.random.default_rng(1)
+    examples, predictions = [], {}
+    for i in range(n):
+        unanswerable = i % 2 == 1
+        topic = "volcano eruption" if unanswerable else "Broncos game"
+        ex = Example(
+            id=f"q{i}",
+            question=f"Who watched the {topic} in Denver?",
+            context=CONTEXT,
+            answers=() if unanswerable else (Answer("The Broncos", 0),),
+            gold_texts=() if unanswerable else ("The Broncos",),
+            is_impossible=unanswerable,
+        )
+        examples.append(ex)
+        predictions[ex.id] = _prediction(ex.id, "The Broncos", 0, float(rng.normal()))
+    return examples, predictions
+
+
+def test_calibrate_fits_the_threshold_on_the_verifiers_out_of_fold_odds():
+    examples, predictions = _synthetic_v2()
+    plain = calibrate(examples, predictions, version_2=True)
+    assert plain.verifier is None
+    cal = calibrate(examples, predictions, version_2=True, verifier=True)
+    assert cal.verifier is not None and cal.verifier.fit["auc_out_of_fold"] > 95
+    verified = cal.verify(examples, predictions)
+    answers = {q: p.answer(cal.null_threshold) for q, p in verified.items()}
+    right = sum((answers[ex.id] == "") == ex.is_impossible for ex in examples)
+    assert right == len(examples)  # the model's own odds could not do this
+    assert Calibrator.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+
+
+def _negation_verifier() -> Verifier:
+    """Abstains exactly on questions with a negation (log-odds +50 against -50)."""
+    coef = [100.0 if name == "negation" else 0.0 for name in FEATURES]
+    zeros, ones = [0.0] * len(FEATURES), [1.0] * len(FEATURES)
+    return Verifier(list(FEATURES), zeros, ones, coef, -50.0)
+
+
+@pytest.fixture
+def checkpoint(tiny_trained_run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(tiny_trained_run / "best", tmp_path / "best"))
+
+
+def test_predict_serve_and_evaluate_apply_the_saved_verifier(checkpoint, shared_data, tmp_path):
+    save_calibration(checkpoint, Calibrator("temperature", 0.0, verifier=_negation_verifier()))
+    assert load_calibration(checkpoint).verifier == _negation_verifier()
+    predictor = Predictor.from_checkpoint(checkpoint, bf16="off")
+    context = "The Denver Broncos won the game."
+    assert not predictor.predict("Who won?", context).no_answer
+    refused = predictor.predict("Who did not win?", context)
+    assert refused.no_answer and refused.null_odds == pytest.approx(50.0)
+    from fastapi.testclient import TestClient
+
+    app = create_app(predictor)
+    with TestClient(app) as client:  # the service's micro-batched path
+        assert app.state.service.wait_ready(60), app.state.service.status
+        pairs = [("Who won?", context), ("Who did not win?", context)]
+        replies = [
+            client.post("/v1/answer", json={"question": q, "context": c}).json() for q, c in pairs
+        ]
+    assert [r["no_answer"] for r in replies] == [False, True]
+
+    # evaluate: the mini fixture as SQuAD 2.0, no question negated, so every one is answered
+    data = json.loads((shared_data / "fixtures/squad-v1.1-mini.json").read_text())
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            for k, qa in enumerate(paragraph["qas"]):
+                qa["is_impossible"] = k == 0
+                if k == 0:
+                    qa["answers"] = []
+    v2 = tmp_path / "v2.json"
+    v2.write_text(json.dumps(data))
+    out = tmp_path / "eval"
+    assert main(["evaluate", str(checkpoint), "--eval", str(v2), "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    odds = json.loads((out / "null_odds.json").read_text())
+    assert set(odds.values()) == {-50.0} and metrics["NoAns_f1"] == 0.0
