@@ -44,9 +44,18 @@ def test_ece_by_hand():
 
 def test_isotonic_pools_adjacent_violators():
     iso = fit_isotonic(np.array([0.1, 0.2, 0.3, 0.4]), np.array([1, 0, 1, 1], dtype=bool))
-    # [1][0] violate -> one block (mean 0.5 at x 0.15); [1][1] tie -> one block (1 at 0.35)
-    assert iso.x == pytest.approx([0.15, 0.35]) and iso.y == pytest.approx([0.5, 1.0])
-    assert iso(np.array([0.0, 0.25, 0.9])) == pytest.approx([0.5, 0.75, 1.0])
+    # [1][0] violate -> one block (1 of 2 right at x 0.15); [1][1] tie -> one block (2 of 2
+    # at 0.35); each block's accuracy smoothed to (right + 1) / (size + 2): 0.5 and 0.75
+    assert iso.x == pytest.approx([0.15, 0.35]) and iso.y == pytest.approx([0.5, 0.75])
+    assert iso(np.array([0.0, 0.25, 0.9])) == pytest.approx([0.5, 0.625, 0.75])
+    # all right: never certain, but the more evidence the closer to 1
+    few = fit_isotonic(np.array([0.9] * 5), np.ones(5, dtype=bool))
+    many = fit_isotonic(np.array([0.9] * 500), np.ones(500, dtype=bool))
+    assert few.y[-1] == pytest.approx(6 / 7) and 0.99 < many.y[-1] < 1.0
+    # smoothing never makes the map decrease (a big 0.8 block, then a small 2-of-2 block)
+    p = np.linspace(0.1, 0.9, 102)
+    correct = np.concatenate([np.arange(100) % 5 != 0, [True, True]])
+    assert np.all(np.diff(fit_isotonic(p, correct).y) >= 0)
 
 
 @pytest.mark.parametrize("t_true", [0.5, 2.0])

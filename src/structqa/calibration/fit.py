@@ -20,9 +20,10 @@ share ``predict`` returned before calibration existed). A :class:`Calibrator` ho
 threshold (the F1-best one on the validation questions), the two temperatures (fitted by the
 binary log-loss of "correct" on the same questions) and optionally a map applied after them:
 Platt scaling (``sigmoid(a logit(p) + b)``, by the same log-loss) or an isotonic map
-(pool-adjacent-violators, piecewise linear between its knots). ``method="auto"`` keeps the
-one of the three with the lowest expected calibration error on held-back halves of the
-validation questions (two-fold, split by question id).
+(pool-adjacent-violators, piecewise linear between its knots, each block's accuracy
+smoothed as (correct + 1) / (size + 2) so that no answer is returned as certain).
+``method="auto"`` keeps the one of the three with the lowest expected calibration error on
+held-back halves of the validation questions (two-fold, split by question id).
 
 **Expected calibration error** (:func:`expected_calibration_error`): :data:`ECE_BINS`
 equal-width confidence bins; the question-weighted mean of |accuracy - mean confidence| per
@@ -175,7 +176,7 @@ def fit_platt(p: np.ndarray, correct: np.ndarray) -> Platt:
 
 def fit_isotonic(p: np.ndarray, correct: np.ndarray) -> Isotonic:
     """Pool-adjacent-violators on (p, correct) sorted by p: each block of the fitted step
-    function gives a knot at its mean p with its mean accuracy."""
+    function gives a knot at its mean p with its accuracy, (correct + 1) / (size + 2)."""
     order = np.argsort(p, kind="stable")
     xs, ys = p[order].astype(float), correct[order].astype(float)
     # blocks as (sum x, sum y, count), merged while their means decrease
@@ -192,7 +193,11 @@ def fit_isotonic(p: np.ndarray, correct: np.ndarray) -> Isotonic:
             sy[-1] += y_last
             n[-1] += n_last
     knots_x = [a / c for a, c in zip(sx, n, strict=True)]
-    knots_y = [b / c for b, c in zip(sy, n, strict=True)]
+    # each block's accuracy as the mean of a Beta(1, 1) posterior, (correct + 1) / (n + 2):
+    # a finite block never says 0 or 1 (five right answers of five is not certainty), and
+    # large blocks keep their mean; the running maximum keeps the map non-decreasing
+    smoothed = [(b + 1.0) / (c + 2.0) for b, c in zip(sy, n, strict=True)]
+    knots_y = np.maximum.accumulate(smoothed).tolist()
     if len(knots_x) == 1:  # one block: a constant map
         knots_x, knots_y = [0.0, 1.0], [knots_y[0], knots_y[0]]
     return Isotonic(knots_x, knots_y)
