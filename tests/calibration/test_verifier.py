@@ -150,3 +150,27 @@ def test_predict_serve_and_evaluate_apply_the_saved_verifier(checkpoint, shared_
     metrics = json.loads((out / "metrics.json").read_text())
     odds = json.loads((out / "null_odds.json").read_text())
     assert set(odds.values()) == {-50.0} and metrics["NoAns_f1"] == 0.0
+
+
+def test_calibrating_from_saved_answers_fits_and_saves_the_verifier(tmp_path):
+    """The runner's path (``calibrate_evaluated``, as ``decode.verifier: true`` takes it):
+    best/'s saved n-best answers and null odds in, calibration.json with the verifier out."""
+    from structqa.calibration.report import calibrate_evaluated
+
+    examples, predictions = _synthetic_v2()
+    nbest = {
+        q: [
+            {"text": c.text, "probability": c.probability, "score": c.score}
+            | {"start_char": c.start_char, "end_char": c.end_char}
+            for c in p.nbest
+        ]
+        for q, p in predictions.items()
+    }
+    (tmp_path / "nbest_predictions.json").write_text(json.dumps(nbest))
+    (tmp_path / "null_odds.json").write_text(
+        json.dumps({q: p.null_odds for q, p in predictions.items()})
+    )
+    cal = calibrate_evaluated(tmp_path, examples, True, source="synthetic", verifier=True)
+    saved = load_calibration(tmp_path)
+    assert saved == cal and saved.verifier is not None
+    assert saved.verifier.fit["auc_out_of_fold"] > saved.verifier.fit["auc_null_odds"]
