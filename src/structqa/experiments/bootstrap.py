@@ -222,11 +222,13 @@ def _contrasts(
         md_row(["---"] * (len(heads) + 1)),
     ]
     found: dict[str, dict[str, Any]] = {}
+    n_rows = len(spec.rows)
+    by_label = {",".join(key[:n_rows]): key[:n_rows] for key in cells}  # as the table names rows
     for first, second in spec.contrasts:
         label = f"{first} − {second}"
         values = []
         for col in columns:
-            a, b = (tuple(r.split(",")) + col for r in (first, second))
+            a, b = (by_label.get(r, (r,)) + col for r in (first, second))
             cell = (
                 _compare(cells[a], cells[b], results, scores, resamples, seed)
                 if a in cells and b in cells
