@@ -34,7 +34,12 @@ import numpy as np
 import torch
 
 from structqa.calibration.report import calibrate, midway, predictions_from_files, with_null_answers
-from structqa.calibration.verifier import feature_matrix, fit_verifier, sentence_spans
+from structqa.calibration.verifier import (
+    feature_matrix,
+    fit_verifier,
+    sentence_spans,
+    with_null_odds,
+)
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.decoding import Prediction
@@ -96,9 +101,7 @@ def fitted_scores(
     y = np.array([ex.is_impossible for ex in val])
     verifier, oof = fit_verifier(x_val, y)
     gold = {ex.id: list(ex.gold_texts) for ex in val}
-    oof_preds = {
-        ex.id: pv[ex.id]._replace(null_odds=float(z)) for ex, z in zip(val, oof, strict=True)
-    }
+    oof_preds = with_null_odds(pv, [ex.id for ex in val], oof)
     threshold = midway(best_null_threshold(gold, oof_preds), oof)
     return verifier, threshold
 
@@ -124,9 +127,7 @@ def score_run(
     x_ho = np.hstack([feature_matrix(heldout, ph), similarity_features(heldout, ph, encode)])
     verifier, threshold = fitted_scores(x_val, val, pv)
     odds = verifier.score(x_ho)
-    both = {
-        ex.id: ph[ex.id]._replace(null_odds=float(z)) for ex, z in zip(heldout, odds, strict=True)
-    }
+    both = with_null_odds(ph, [ex.id for ex in heldout], odds)
     got = score_predictions(heldout, both, True, null_threshold=threshold).metrics
     out["verifier + sentence similarity"] = {k: got[k] for k in KEYS}
     out["verifier + sentence similarity"]["val_auc_out_of_fold"] = verifier.fit["auc_out_of_fold"]

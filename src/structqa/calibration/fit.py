@@ -274,12 +274,12 @@ class Calibrator:
 
     def verify(
         self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
-    ) -> dict[str, Prediction]:
+    ) -> Mapping[str, Prediction]:
         """``predictions`` with the null odds the threshold and the map were fitted on: the
         verifier's where this calibration has one (:mod:`structqa.calibration.verifier`),
-        else the model's own."""
+        else the model's own (``predictions`` itself)."""
         if self.verifier is None:
-            return dict(predictions)
+            return predictions
         return self.verifier.apply(examples, predictions)
 
     def probability(self, scores: Scores) -> np.ndarray:

@@ -24,7 +24,7 @@ from structqa.calibration.fit import (
     returned_correct,
     scores_from_predictions,
 )
-from structqa.calibration.verifier import feature_matrix, fit_verifier
+from structqa.calibration.verifier import feature_matrix, fit_verifier, with_null_odds
 from structqa.data.records import Example
 from structqa.decoding import Candidate, Prediction
 from structqa.evaluation import EvalResult, best_null_threshold
@@ -55,9 +55,7 @@ def calibrate(
     if verifier and version_2:
         unanswerable = np.array([not gold[q] for q in ids])
         fitted, oof = fit_verifier(feature_matrix(examples, predictions), unanswerable)
-        predictions = {
-            q: predictions[q]._replace(null_odds=float(z)) for q, z in zip(ids, oof, strict=True)
-        }
+        predictions = with_null_odds(predictions, ids, oof)
         log.info(
             "answerability verifier on %d questions: no-answer AUC %.1f out of fold "
             "(the model's null odds: %.1f)",

@@ -77,12 +77,23 @@ def sentence_spans(context: str) -> list[tuple[int, int]]:
     return [s for s in spans if s[1] > s[0]] or [(0, len(context))]
 
 
-def features(question: str, context: str, prediction: Prediction) -> np.ndarray:
-    """(len(FEATURES),) the verifier's inputs for one question and the model's prediction."""
-    words = content_stems(question) or ["?"]  # (no content word: nothing is covered)
+def _passage(context: str) -> tuple[list[tuple[int, int]], list[set[str]], set[str]]:
+    """A passage's sentence spans, each sentence's stems, and all of its stems."""
     spans = sentence_spans(context)
     sentences = [set(_stems(context[a:b])) for a, b in spans]
-    passage = set().union(*sentences)
+    return spans, sentences, set().union(*sentences)
+
+
+def features(
+    question: str,
+    context: str,
+    prediction: Prediction,
+    passage_info: tuple[list[tuple[int, int]], list[set[str]], set[str]] | None = None,
+) -> np.ndarray:
+    """(len(FEATURES),) the verifier's inputs for one question and the model's prediction
+    (``passage_info``: the context's analysis, when several questions share it)."""
+    words = content_stems(question) or ["?"]  # (no content word: nothing is covered)
+    spans, sentences, passage = passage_info or _passage(context)
 
     def share(found: set[str]) -> float:
         return sum(w in found for w in words) / len(words)
@@ -115,8 +126,25 @@ def features(question: str, context: str, prediction: Prediction) -> np.ndarray:
 def feature_matrix(
     examples: Sequence[Example], predictions: Mapping[str, Prediction]
 ) -> np.ndarray:
-    """(Q, len(FEATURES)) for the examples, in their order (each must have a prediction)."""
-    return np.stack([features(ex.question, ex.context, predictions[ex.id]) for ex in examples])
+    """(Q, len(FEATURES)) for the examples, in their order (each must have a prediction);
+    each distinct passage is analysed once."""
+    passages: dict[str, tuple[list[tuple[int, int]], list[set[str]], set[str]]] = {}
+    rows = []
+    for ex in examples:
+        if ex.context not in passages:
+            passages[ex.context] = _passage(ex.context)
+        rows.append(features(ex.question, ex.context, predictions[ex.id], passages[ex.context]))
+    return np.stack(rows)
+
+
+def with_null_odds(
+    predictions: Mapping[str, Prediction], ids: Sequence[str], odds: np.ndarray
+) -> dict[str, Prediction]:
+    """``predictions`` with the questions ``ids`` given the null odds ``odds`` (in order)."""
+    out = dict(predictions)
+    for q, z in zip(ids, odds, strict=True):
+        out[q] = predictions[q]._replace(null_odds=float(z))
+    return out
 
 
 @dataclass(frozen=True)
@@ -149,10 +177,7 @@ class Verifier:
         if not scored:
             return dict(predictions)
         odds = self.score(feature_matrix(scored, predictions))
-        out = dict(predictions)
-        for ex, z in zip(scored, odds, strict=True):
-            out[ex.id] = predictions[ex.id]._replace(null_odds=float(z))
-        return out
+        return with_null_odds(predictions, [ex.id for ex in scored], odds)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

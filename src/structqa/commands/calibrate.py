@@ -83,8 +83,7 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         args.bf16,
         args.verifier,
     )
-    shown = {k: v for k, v in cal.to_dict().items() if k != "isotonic"}
-    print(json.dumps(shown, indent=2))
+    print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "isotonic"}, indent=2))
     return 0
 
 

@@ -176,11 +176,11 @@ class Predictor:
 
     def verify(
         self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
-    ) -> dict[str, Prediction]:
+    ) -> Mapping[str, Prediction]:
         """The predictions with the null odds the threshold applies to: re-scored by the
         calibration's answerability verifier where it has one, else as the model gave them."""
         if self.calibrator is None:
-            return dict(predictions)
+            return predictions
         return self.calibrator.verify(examples, predictions)
 
     def predict_examples(
