@@ -111,6 +111,12 @@ class DataConfig:
         "test file: scored once with best/ after training (best/eval/); null: no test "
         "(run `structqa evaluate CHECKPOINT --eval FILE` later)",
     )
+    # e.g. a SQuAD 1.1 pool cut from the v1.1 dev set shares passages with SQuAD 2.0's dev
+    exclude: list[str] = setting(
+        help="files whose passages are never trained on: data.train's questions on their "
+        "contexts are dropped before validation and train_size (a test file, say)",
+        factory=list,
+    )
     train_size: str = setting(
         "512", "training questions drawn by train.seed from data.train (after validation), or all"
     )

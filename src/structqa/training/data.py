@@ -14,6 +14,7 @@ from pathlib import Path
 
 from structqa.config import Config, validation_fraction
 from structqa.data import parse_train_size, train_subset, validation_split
+from structqa.data.overlap import drop_overlap
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.features.squad import Feature, FeatureConfig, featurize, tag_annotator
@@ -73,6 +74,14 @@ def split_training_file(cfg: Config) -> tuple[list[Example], list[Example] | Non
     d = cfg.data
     source = data_path(cfg, d.train)
     pool = list(read_extractive(source, dedupe_ids=d.dedupe_ids).examples)
+    if d.exclude:
+        pool, report = drop_overlap(pool, [data_path(cfg, name) for name in d.exclude])
+        log.info("data.exclude: %s: %s", source, report.summary())
+        if not pool:
+            raise ValueError(
+                f"data.exclude: every question of {source} is on a passage of "
+                f"{', '.join(d.exclude)}; nothing is left to train on"
+            )
     fraction = validation_fraction(d.validation)
     if fraction is not None:
         try:
