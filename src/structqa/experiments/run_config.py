@@ -7,6 +7,7 @@ The split divides the training file by context and is written once as SQuAD JSON
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterable
@@ -15,6 +16,7 @@ from typing import Any
 
 from structqa.config import Config
 from structqa.data import Example, validation_split
+from structqa.data.overlap import drop_overlap
 from structqa.data.readers import read_extractive
 from structqa.experiments.spec import Experiment, Run, ValidationSpec
 from structqa.experiments.store import Paths
@@ -94,18 +96,29 @@ def validation_files(cfg: Config, spec: ValidationSpec, root: Path) -> tuple[Pat
     (once; ``split.json``, written last, marks a complete split). Returns both paths and the
     split's description."""
     source = data_path(cfg, cfg.data.train)
-    folder = root / f"{source.name.split('.')[0]}-val{spec.fraction:g}-seed{spec.seed}"
+    excluded = [str(data_path(cfg, name)) for name in cfg.data.exclude]
+    tag = f"{source.name.split('.')[0]}-val{spec.fraction:g}-seed{spec.seed}"
+    if excluded:  # another pool: its own folder
+        tag += "-excl" + hashlib.sha1("\n".join(sorted(excluded)).encode()).hexdigest()[:8]
+    folder = root / tag
     train_file, val_file, info_file = (
         folder / "train.json",
         folder / "val.json",
         folder / "split.json",
     )
-    wanted = {"source": str(source), "fraction": spec.fraction, "seed": spec.seed}
+    wanted: dict[str, Any] = {"source": str(source), "fraction": spec.fraction, "seed": spec.seed}
+    if excluded:
+        wanted["exclude"] = excluded
     if info_file.exists() and train_file.exists() and val_file.exists():
         info = json.loads(info_file.read_text())
         if all(info.get(k) == v for k, v in wanted.items()):
             return train_file, val_file, info
-    train, val = validation_split(read_extractive(source).examples, spec.fraction, spec.seed)
+    pool = list(read_extractive(source).examples)
+    if excluded:  # before the split: no excluded passage on either side
+        pool, report = drop_overlap(pool, excluded)
+        log.info("data.exclude: %s: %s", source, report.summary())
+        wanted["excluded_questions"] = report.dropped
+    train, val = validation_split(pool, spec.fraction, spec.seed)
     write_json(train_file, to_squad_json(train, targets=True), indent=None)
     write_json(val_file, to_squad_json(val, targets=False), indent=None)
     info = {
