@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -630,6 +631,46 @@ def test_validation_split_files_are_disjoint_by_context_and_readable(tmp_path, s
     assert validation_files(cfg, ValidationSpec(0.2, 1234), paths.runs / "_validation")[0]
     cfg2, _ = resolve_config(exp, exp.runs()[0], paths)
     assert cfg2.data.train == str(train_file) and train_file.stat().st_mtime_ns == before
+
+
+def test_validation_split_files_leave_out_excluded_passages(tmp_path, shared_data):
+    """With data.exclude, the split is made from the pool less those passages (its own
+    folder), so neither the training part nor the slice that chooses best/ holds them."""
+    original = read_examples(shared_data / POOL).examples
+    contexts = list(dict.fromkeys(e.context for e in original))[:3]
+    held = tmp_path / "held.json"
+    paragraphs = [
+        {
+            "context": c,
+            "qas": [{"id": f"h{i}", "question": "Q?", "answers": [], "is_impossible": True}],
+        }
+        for i, c in enumerate(contexts)
+    ]
+    held.write_text(
+        json.dumps({"version": "v2.0", "data": [{"title": "h", "paragraphs": paragraphs}]})
+    )
+    base = {"dir": str(shared_data), "train": POOL, "train_size": 64}
+    exp = experiment_from_dict(
+        {
+            "name": "rec",
+            "base": {"data": {**base, "exclude": [str(held)]}},
+            "grid": {"train.seed": [0]},
+            "validation": {"fraction": 0.2, "seed": 1234},
+        }
+    )
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    cfg, split = resolve_config(exp, exp.runs()[0], paths)
+    train, val = read_examples(cfg.data.train), read_examples(cfg.data.eval)
+    seen = {e.context for e in train} | {e.context for e in val}
+    assert seen.isdisjoint(contexts)
+    dropped = sum(e.context in set(contexts) for e in original)
+    assert split["excluded_questions"] == dropped > 0
+    assert len(train) + len(val) == len(original) - dropped
+    assert Path(cfg.data.train).parent.name.endswith(split_tag(str(held)))
+
+
+def split_tag(*excluded: str) -> str:
+    return "-excl" + hashlib.sha1("\n".join(sorted(excluded)).encode()).hexdigest()[:8]
 
 
 EXPERIMENT_CONFIGS = sorted(
