@@ -16,6 +16,9 @@ Resumable: a run already calibrated or scored is not done again, and a run score
 whose checkpoint is not here (runs/ is not kept between machines) keeps its rows in OUT.
 
     python scripts/squad2_heldout.py configs/squad2/grid.yaml --out docs/results/squad2
+
+``--only variant=NAME`` keeps one variant of a grid whose variants share a head (their rows
+would otherwise share the summary's cell).
 """
 
 from __future__ import annotations
@@ -129,12 +132,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=Path("docs/results"))
     p.add_argument("--runs", type=Path, default=Path("runs"))
     p.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
+    p.add_argument(
+        "--only",
+        default="",
+        help="score only runs whose name has every KEY=VALUE given, e.g. variant=gentle",
+    )
     args = p.parse_args(argv)
+    wanted = {part.strip() for part in args.only.split(",") if part.strip()}
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     earlier = _earlier_rows(args.out / "heldout.json")
     rows = []
     for config in args.configs:
         for result in finished_runs(config, args.results, args.runs):
+            if not wanted <= set(result["run"].split(",")):
+                continue
             metrics = score(result, args.data)
             if metrics is None:
                 kept = earlier.get((result["experiment"], result["run"]))

@@ -55,3 +55,22 @@ def test_runs_without_a_checkpoint_here_keep_their_earlier_rows(tmp_path, caplog
     summary = json.loads((out / "summary.json").read_text())
     assert summary["dyrex"]["1024"]["f1_mean"] == 55.0 and summary["dyrex"]["1024"]["seeds"] == [0]
     assert "no checkpoint" in caplog.text and "kept from" in caplog.text
+
+
+def test_only_keeps_the_named_variant_out_of_a_shared_cell(tmp_path):
+    script = load_script("squad2_heldout")
+    results, runs, out = tmp_path / "results", tmp_path / "runs", tmp_path / "out"
+    (results / "squad2-grid" / "runs").mkdir(parents=True)
+    names = ["variant=dyrex,train_size=1024,seed=0", "variant=independent,train_size=1024,seed=0"]
+    for name in names:
+        path = results / "squad2-grid" / "runs" / f"{name}.json"
+        path.write_text(json.dumps(_result(name, 0)))
+    out.mkdir()
+    (out / "heldout.json").write_text(
+        json.dumps([_row(names[0], 0, 55.0), _row(names[1], 0, 40.0)])
+    )
+    argv = [str(GRID), "--out", str(out), "--results", str(results), "--runs", str(runs)]
+    assert script.main([*argv, "--only", "variant=dyrex"]) == 0
+    rows = json.loads((out / "heldout.json").read_text())
+    assert [r["run"] for r in rows] == [names[0]]
+    assert json.loads((out / "summary.json").read_text())["dyrex"]["1024"]["f1_mean"] == 55.0
