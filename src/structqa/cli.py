@@ -427,12 +427,12 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--no-progress", action="store_true")
     co.set_defaults(func=cmd_corpus)
 
-    from structqa.commands import evaluate, quickstart, settings
+    from structqa.commands import evaluate, negatives, quickstart, settings
     from structqa.commands.calibrate import add_parser as add_calibrate_parser
     from structqa.experiments.command import add_parser as add_experiment_parser
     from structqa.runtimes.command import add_parser as add_export_parser
 
-    for module in (quickstart, evaluate, settings):
+    for module in (quickstart, evaluate, settings, negatives):
         module.add_parser(sub)
     add_experiment_parser(sub)
     add_export_parser(sub)
