@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,9 @@ from structqa.decoding import DecodeConfig, Prediction, SpanCollector
 from structqa.features.squad import Feature
 from structqa.io import write_json
 from structqa.metrics.squad import raw_scores_v2, squad_v1, squad_v2
+
+#: new null odds for predictions, e.g. :meth:`structqa.calibration.fit.Calibrator.verify`
+Rescore = Callable[[Sequence[Example], Mapping[str, Prediction]], Mapping[str, Prediction]]
 
 log = logging.getLogger(__name__)
 
@@ -152,13 +155,15 @@ def evaluate_model(
     bf16: bool = False,
     progress=None,
     null_threshold: float | None = None,
+    rescore: Rescore | None = None,
 ) -> EvalResult:
     """Answers and metrics; SQuAD 2.0 at ``null_threshold`` when given (one fitted on
-    validation data), else at the threshold with the best F1 on these examples."""
+    validation data), else at the threshold with the best F1 on these examples. ``rescore``
+    replaces the predictions' null odds before scoring (a calibration's verifier)."""
     from structqa.inference import run_inference
 
     collector = run_inference(model, features, decode, batch_size, bf16, progress=progress)
-    return score_collector(collector, examples, features, version_2, null_threshold)
+    return score_collector(collector, examples, features, version_2, null_threshold, rescore)
 
 
 def score_collector(
@@ -167,10 +172,13 @@ def score_collector(
     features: Sequence[Feature],
     version_2: bool,
     null_threshold: float | None = None,
+    rescore: Rescore | None = None,
 ) -> EvalResult:
     """Answers and metrics from the windows' collected spans."""
     predictions = collector.predictions(examples, features)
     for ex in examples:  # an example whose windows all vanished still gets a (null) answer
         if ex.id not in predictions:
             predictions[ex.id] = Prediction(ex.id, "", -1, -1, 0.0, 0.0, 0.0, ())
+    if rescore is not None:
+        predictions = dict(rescore(examples, predictions))
     return score_predictions(examples, predictions, version_2, null_threshold)

@@ -18,7 +18,7 @@ log = logging.getLogger("structqa")
 def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.calibration.report import calibration_report, load_calibration
     from structqa.config import _apply  # the config's own checks for the overrides
-    from structqa.evaluation import score_predictions, write_outputs
+    from structqa.evaluation import write_outputs
     from structqa.runtime import default_device
     from structqa.runtimes.select import load
     from structqa.training.heldout import score_file
@@ -48,14 +48,13 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     # else evaluate_model tunes one on this file and says so
     calibrator = load_calibration(args.checkpoint)
     threshold = calibrator.null_threshold if calibrator else None
-    result, examples, v2 = score_file(
-        model, tokenizer, cfg, args.eval, precision, device, null_threshold=threshold
-    )
-    if calibrator is not None and calibrator.verifier is not None and v2:
-        # the threshold was fitted on the verifier's null odds: score those
-        verified = calibrator.verify(examples, result.predictions)
-        result = score_predictions(examples, verified, v2, null_threshold=threshold)
+    # the threshold was fitted on the verifier's null odds where the calibration has one
+    rescore = calibrator.verify if calibrator is not None and calibrator.verifier else None
+    if rescore is not None:
         log.info("null odds re-scored by the calibration's answerability verifier")
+    result, examples, v2 = score_file(
+        model, tokenizer, cfg, args.eval, precision, device, threshold, rescore
+    )
     log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
     out = Path(args.out or Path(args.checkpoint) / "eval")
     result.metrics.update(calibration_report(result, examples, v2, calibrator, out))

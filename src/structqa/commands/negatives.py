@@ -223,13 +223,8 @@ def make_negatives(
     answerable = [ex for ex in examples if not ex.is_impossible]
     report.unanswerable_read = len(examples) - len(answerable)
     questions = annotate([ex.question for ex in answerable])
-    contexts = dict(
-        zip(
-            dict.fromkeys(ex.context for ex in answerable),
-            annotate(list(dict.fromkeys(ex.context for ex in answerable))),
-            strict=True,
-        )
-    )
+    unique = list(dict.fromkeys(ex.context for ex in answerable))
+    contexts = dict(zip(unique, annotate(unique), strict=True))
     annotated = [
         _Question(ex, qa, contexts[ex.context])
         for ex, qa in zip(answerable, questions, strict=True)
@@ -290,12 +285,7 @@ def write_negatives(
         raise ValueError(f"{source}: no answerable question to rewrite")
     annotator = Annotator(spacy_model)
     made, report = make_negatives(examples, annotator.annotate, rate, seed)
-    # each rewrite right after its question: the file reads paragraph by paragraph
-    by_source: dict[str, list[Example]] = {}
-    for ex in made:
-        by_source.setdefault(ex.id.rsplit("-neg-", 1)[0], []).append(ex)
-    ordered = [q for ex in examples for q in (ex, *by_source.get(ex.id, ()))]
-    doc = to_squad_json(ordered, targets=True)
+    doc = to_squad_json([*examples, *made], targets=True)  # grouped by passage
     doc["version"] = "v2.0"  # even if nothing was written: the file is read as SQuAD 2.0
     write_json(Path(out), doc, indent=None)
     return report

@@ -41,12 +41,12 @@ import hashlib
 import json
 import logging
 import re
-import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from structqa.data.overlap import passage_key
 from structqa.data.records import DataError
 from structqa.data.squad import numbered_lines, open_text, parse_json
 from structqa.io import write_json, write_text
@@ -131,10 +131,9 @@ class CorpusReport:
 # ---- text normalization ----------------------------------------------------------------
 
 
-def normalize(text: str) -> str:
-    """Case-folded NFKC text with every run of non-alphanumerics made one space."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return " ".join(re.findall(r"\w+", text)).replace("_", " ")
+#: case-folded NFKC text with every run of non-alphanumerics made one space (the key that
+#: ``data.exclude`` matches passages by, so both keep held-out text out the same way)
+normalize = passage_key
 
 
 def _hash(normalized: str) -> str:

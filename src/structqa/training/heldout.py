@@ -18,7 +18,7 @@ import torch
 from structqa.config import Config
 from structqa.data.records import Example
 from structqa.decoding import DecodeConfig
-from structqa.evaluation import EvalResult, evaluate_model, write_outputs
+from structqa.evaluation import EvalResult, Rescore, evaluate_model, write_outputs
 from structqa.features.squad import featurize
 from structqa.runtime import default_device, use_bf16
 from structqa.training.data import feature_config, load_eval_examples
@@ -37,10 +37,12 @@ def score_file(
     bf16_setting: str,
     device: torch.device,
     null_threshold: float | None = None,
+    rescore: Rescore | None = None,
 ) -> tuple[EvalResult, Sequence[Example], bool]:
     """Every question of ``path`` (else ``cfg.data.eval``; ``data.eval_size`` cuts it)
     answered by ``model`` on ``device`` and scored (SQuAD v1.1, or v2.0 when the file has
-    unanswerable questions; returned with the questions and that choice)."""
+    unanswerable questions; returned with the questions and that choice). ``rescore`` (v2.0
+    only) gives the null odds the threshold was fitted on."""
     examples, v2 = load_eval_examples(cfg, path)
     features, rep = featurize(examples, tokenizer, feature_config(cfg))
     log.info("test: %s", rep.summary())
@@ -55,6 +57,7 @@ def score_file(
         cfg.train.eval_batch_size,
         bf16,
         null_threshold=null_threshold if v2 else None,
+        rescore=rescore if v2 else None,
     )
     return result, examples, v2
 
