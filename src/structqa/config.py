@@ -207,10 +207,12 @@ class DecodeSettings:
     whole_words: bool = setting(
         False, "widen answers that start or end inside a word (WordPiece) to whole words"
     )
-    verifier: bool = setting(
+    verifier: bool | str = setting(
         False,
-        "SQuAD 2.0: fit an answerability verifier (the null odds with lexical features of the "
-        "question and passage) on the validation questions, with the calibration",
+        "SQuAD 2.0: fit an answerability verifier on the validation questions, with the "
+        "calibration: lexical (or true: the null odds with lexical features of the question "
+        "and passage), similarity (those and sentence similarity by the default encoder; one "
+        "more encoder pass per question), or false",
     )
 
 
@@ -393,6 +395,11 @@ def validate(cfg: Config) -> Config:
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     validation_fraction(d.validation)  # a number must be a fraction in (0, 1)
+    if dec.verifier not in (True, False, "lexical", "similarity", "none"):
+        raise ConfigError(
+            f"decode.verifier must be true, false, lexical, similarity or none, got "
+            f"{dec.verifier!r}"
+        )
     if d.validation is None and not d.eval:
         raise ConfigError(
             "data.validation is none, which chooses best/ on data.eval, but data.eval is not "

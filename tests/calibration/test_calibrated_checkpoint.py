@@ -13,6 +13,7 @@ from structqa.calibration import CALIBRATION_FILE, Calibrator, load_calibration,
 from structqa.cli import main
 from structqa.commands.calibrate import calibrate_checkpoint, unseen_pool_slice
 from structqa.data.readers import read_extractive
+from structqa.data.records import Example
 from structqa.manifest import write_manifest
 from structqa.serving.app import create_app
 from structqa.serving.predictor import Predictor
@@ -194,3 +195,33 @@ def test_a_grid_with_a_validation_split_saves_its_calibration(
     cal = load_calibration(paths.output(run) / "best")
     assert cal is not None and result["calibration"]["t_span"] == pytest.approx(cal.t_span)
     assert result["calibration"]["fit"]["source"].endswith("val.json")
+
+
+def test_calibrate_command_fits_a_similarity_verifier_the_predictor_applies(
+    checkpoint, shared_data, tmp_path, capsys
+):
+    data = json.loads((shared_data / MINI).read_text())  # each question 4x, 2x unanswerable
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["qas"] = [
+                qa
+                | {"id": f"{qa['id']}-{k}", "is_impossible": k % 2 == 1}
+                | ({"answers": []} if k % 2 else {})
+                for qa in paragraph["qas"]
+                for k in range(4)
+            ]
+    data["version"] = "v2.0"
+    larger = tmp_path / "mini-v2-x4.json"
+    larger.write_text(json.dumps(data))
+    args = ["calibrate", str(checkpoint), "--on", str(larger), "--bf16", "off"]
+    assert main([*args, "--verifier", "similarity"]) == 0
+    saved = load_calibration(checkpoint)
+    assert saved.verifier is not None and saved.verifier.encoder == "default"
+    assert json.loads(capsys.readouterr().out)["verifier"]["names"][-1] == "similarity_gap"
+    predictor = Predictor.from_checkpoint(checkpoint, bf16="off")
+    context = "The Denver Broncos won the game."
+    raw = predictor.predict_examples([Example("q", "Who won?", context)], verify=False)["q"]
+    verified = predictor.predict_examples([Example("q", "Who won?", context)])["q"]
+    assert verified.null_odds != raw.null_odds  # the verifier re-scored the model's odds
+    assert main([*args, "--no-verifier"]) == 0
+    assert load_calibration(checkpoint).verifier is None

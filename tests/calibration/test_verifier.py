@@ -12,7 +12,14 @@ import pytest
 
 from structqa.calibration import Calibrator, load_calibration, save_calibration
 from structqa.calibration.report import calibrate
-from structqa.calibration.verifier import FEATURES, Verifier, features, fit_verifier
+from structqa.calibration.verifier import (
+    FEATURES,
+    Verifier,
+    feature_matrix,
+    features,
+    fit_verifier,
+    verifier_kind,
+)
 from structqa.cli import main
 from structqa.data.records import Answer, Example
 from structqa.decoding import Candidate, Prediction
@@ -174,3 +181,87 @@ def test_calibrating_from_saved_answers_fits_and_saves_the_verifier(tmp_path):
     saved = load_calibration(tmp_path)
     assert saved == cal and saved.verifier is not None
     assert saved.verifier.fit["auc_out_of_fold"] > saved.verifier.fit["auc_null_odds"]
+
+
+def test_names_numbers_and_span_score_features():
+    context = "In 1998 the Denver Broncos won the Super Bowl."
+    p = _prediction("c", "the Denver Broncos", context.index("the Denver"))
+    got = _f(features("Did the Denver Broncos win in 1998?", context, p))
+    assert got["missing_names"] == 0 and got["missing_numbers"] == 0
+    assert got["span_score"] == 5.0
+    got = _f(features("Did the Chicago Bears win in 2004 or 1998?", context, p))
+    assert got["missing_names"] == 2 and got["missing_numbers"] == 1  # Chicago, Bears; 2004
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (True, "lexical"),
+        (False, None),
+        ("none", None),
+        ("lexical", "lexical"),
+        ("similarity", "similarity"),
+    ],
+)
+def test_verifier_kinds(value, kind):
+    assert verifier_kind(value) == kind
+
+
+def test_unknown_verifier_kind_and_feature_are_refused():
+    with pytest.raises(ValueError, match="give true"):
+        verifier_kind("semantic")
+    examples, predictions = _synthetic_v2(4)
+    with pytest.raises(ValueError, match="unknown verifier features"):
+        feature_matrix(examples, predictions, ["null_odds", "answer_type"])
+    from structqa.config import ConfigError, load_config, validate
+
+    cfg = load_config(None, ["decode.verifier=semantic"])
+    with pytest.raises(ConfigError, match="decode.verifier"):
+        validate(cfg)
+
+
+def test_a_verifier_saved_with_fewer_features_still_applies():
+    """A calibration.json from an earlier version (its own feature list) keeps working."""
+    examples, predictions = _synthetic_v2()
+    old = ["null_odds", "question_coverage", "negation"]
+    v = Verifier(old, [0.0] * 3, [1.0] * 3, [0.0, -4.0, 1.0], 2.0)
+    x = feature_matrix(examples, predictions, old)
+    assert x.shape == (len(examples), 3)
+    odds = [p.null_odds for p in v.apply(examples, predictions).values()]
+    assert np.allclose(odds, 2.0 - 4.0 * x[:, 1] + x[:, 2])
+
+
+def test_similarity_features_use_the_shipped_sentence_encoder():
+    """The default encoder as shipped: a question about the passage's second sentence is
+    closest to that sentence; an unrelated one is far from every sentence."""
+    from structqa.calibration.similarity import DEFAULT, SIMILARITY_FEATURES
+
+    names = ["null_odds", *SIMILARITY_FEATURES]
+    context = CONTEXT
+    at = context.index("The Broncos")
+    ex = [
+        Example("a", "How was the weather in the mountains?", context, (), (), True),
+        Example("b", "Which team won the game in Denver?", context, (), (), False),
+        Example("c", "What is the boiling point of mercury?", context, (), (), True),
+    ]
+    preds = {e.id: _prediction(e.id, "The Broncos", at) for e in ex}
+    x = dict(zip("abc", feature_matrix(ex, preds, names, DEFAULT), strict=True))
+    sim, own, gap = 1, 2, 3
+    assert x["a"][gap] > 0.2  # closest to the rain sentence, the answer is in the other
+    assert x["b"][gap] == pytest.approx(0.0) and x["b"][own] > 0.5
+    assert x["c"][sim] < x["a"][sim] and x["c"][sim] < x["b"][sim]
+    with pytest.raises(ValueError, match="need a sentence encoder"):
+        feature_matrix(ex, preds, names)
+
+
+def test_calibrate_fits_and_saves_a_similarity_verifier(tmp_path):
+    examples, predictions = _synthetic_v2()
+    cal = calibrate(examples, predictions, version_2=True, verifier="similarity")
+    assert cal.verifier.encoder == "default" and "similarity_gap" in cal.verifier.names
+    assert cal.verifier.fit["auc_out_of_fold"] > 95
+    save_calibration(tmp_path, cal)
+    again = load_calibration(tmp_path)
+    assert again == cal
+    verified = again.verify(examples, predictions)
+    answers = {q: p.answer(cal.null_threshold) for q, p in verified.items()}
+    assert sum((answers[ex.id] == "") == ex.is_impossible for ex in examples) == len(examples)

@@ -24,7 +24,13 @@ from structqa.calibration.fit import (
     returned_correct,
     scores_from_predictions,
 )
-from structqa.calibration.verifier import feature_matrix, fit_verifier, with_null_odds
+from structqa.calibration.verifier import (
+    feature_matrix,
+    fit_verifier,
+    kind_features,
+    verifier_kind,
+    with_null_odds,
+)
 from structqa.data.records import Example
 from structqa.decoding import Candidate, Prediction
 from structqa.evaluation import EvalResult, best_null_threshold
@@ -42,28 +48,33 @@ def calibrate(
     version_2: bool,
     method: str = "auto",
     source: str = "",
-    verifier: bool = False,
+    verifier: bool | str = False,
 ) -> Calibrator:
     """The null threshold (SQuAD 2.0: the F1-best one on these questions) and the probability
     map fitted on ``examples`` (validation questions the model did not train on). With
-    ``verifier`` (SQuAD 2.0 only), an answerability verifier is fitted first and the threshold
-    and map are fitted on its out-of-fold null odds (:mod:`structqa.calibration.verifier`)."""
+    ``verifier`` (SQuAD 2.0 only; True or "lexical", or "similarity"), an answerability
+    verifier of that kind is fitted first and the threshold and map are fitted on its
+    out-of-fold null odds (:mod:`structqa.calibration.verifier`)."""
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     ids = list(gold)
     predictions = with_null_answers(examples, predictions)
     fitted = None
-    if verifier and version_2:
+    kind = verifier_kind(verifier)
+    if kind and version_2:
         unanswerable = np.array([not gold[q] for q in ids])
-        fitted, oof = fit_verifier(feature_matrix(examples, predictions), unanswerable)
+        names, encoder = kind_features(kind)
+        x = feature_matrix(examples, predictions, names, encoder)
+        fitted, oof = fit_verifier(x, unanswerable, names=names, encoder=encoder)
         predictions = with_null_odds(predictions, ids, oof)
         log.info(
-            "answerability verifier on %d questions: no-answer AUC %.1f out of fold "
+            "%s answerability verifier on %d questions: no-answer AUC %.1f out of fold "
             "(the model's null odds: %.1f)",
+            kind,
             len(ids),
             fitted.fit["auc_out_of_fold"],
             fitted.fit["auc_null_odds"],
         )
-    elif verifier:
+    elif kind:
         log.warning("no answerability verifier: these questions are all answerable (SQuAD 1.1)")
     scores = scores_from_predictions(predictions, ids, version_2)
     threshold = None
@@ -130,7 +141,7 @@ def calibrate_evaluated(
     examples: Sequence[Example],
     version_2: bool,
     source: str,
-    verifier: bool = False,
+    verifier: bool | str = False,
 ) -> Calibrator:
     """Fit and save the calibration of a checkpoint whose evaluation files (best/'s) answer
     ``examples``, validation questions (the experiment runner's validation split)."""

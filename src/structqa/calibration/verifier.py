@@ -5,9 +5,15 @@ validation questions and saved in ``calibration.json``.
 A span model trained on a thousand questions learns spans much better than it learns when to
 abstain (docs/results/squad2). What it misses is often visible on the surface: a question
 whose content words are absent from the passage, or present but not near the span the model
-would answer with, tends to be unanswerable. The features (:data:`FEATURES`) are the model's
-own scores and such lexical counts; none needs another model, so the verifier costs
-microseconds per question at serving time.
+would answer with, tends to be unanswerable. Two kinds (:data:`KINDS`):
+
+- ``lexical`` (:data:`FEATURES`): the model's own scores and lexical counts. None needs
+  another model, so the verifier costs microseconds per question at serving time.
+- ``similarity``: those and :data:`~structqa.calibration.similarity.SIMILARITY_FEATURES`,
+  how close the question is in meaning to the passage's sentences, by a sentence-embedding
+  encoder (the default encoder as shipped). It costs one pass of that encoder over the
+  passage's sentences and the question, and measured better on held-out SQuAD 2.0
+  (docs/results/squad2).
 
 Words are lowercased letters and digits with function words removed, compared by their first
 :data:`STEM_CHARS` characters (a crude stem: "founded" and "founding" match). That is cheaper
@@ -35,6 +41,7 @@ from structqa.decoding import Prediction
 
 STEM_CHARS = 5
 FOLDS = 5
+KINDS = ("lexical", "similarity")
 FEATURES = (
     "null_odds",  # the model's own log-odds of "no answer"
     "top_probability",  # the best span's share among the n-best
@@ -47,6 +54,9 @@ FEATURES = (
     "answer_sentence_coverage",  # share found in the sentence of the best span
     "answer_window_coverage",  # ... in that sentence and its two neighbours
     "coverage_gap",  # best_sentence_coverage - answer_sentence_coverage
+    "span_score",  # the best span's score (start + end logits)
+    "missing_names",  # capitalized question words (after the first) absent from the passage
+    "missing_numbers",  # numbers in the question absent from the passage
 )
 _FUNCTION_WORDS = frozenset(
     "a an the of in on at to for from by with and or is are was were be been being what which "
@@ -56,6 +66,8 @@ _FUNCTION_WORDS = frozenset(
 _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _NEGATION = re.compile(r"\b(not|never|no)\b|n't")
+_NUMBER = re.compile(r"\d+")
+_STRIP = "?,.;:!'\"()"
 
 
 def _stems(text: str) -> list[str]:
@@ -106,6 +118,8 @@ def features(
     k = next((i for i, (a, b) in enumerate(spans) if a <= at < b), None)
     answer_sentence = per_sentence[k] if k is not None else 0.0
     window = share(set().union(*sentences[max(0, k - 1) : k + 2])) if k is not None else 0.0
+    lowered = context.lower()
+    names = [w.strip(_STRIP) for w in question.split()[1:] if w[:1].isupper()]
     return np.array(
         [
             prediction.null_odds,
@@ -119,22 +133,72 @@ def features(
             answer_sentence,
             window,
             max(per_sentence) - answer_sentence,
+            prediction.score,
+            sum(n.lower() not in lowered for n in names if n),
+            sum(n not in context for n in _NUMBER.findall(question)),
         ]
     )
 
 
 def feature_matrix(
-    examples: Sequence[Example], predictions: Mapping[str, Prediction]
+    examples: Sequence[Example],
+    predictions: Mapping[str, Prediction],
+    names: Sequence[str] = FEATURES,
+    encoder: str | None = None,
 ) -> np.ndarray:
-    """(Q, len(FEATURES)) for the examples, in their order (each must have a prediction);
-    each distinct passage is analysed once."""
+    """(Q, len(names)) the features ``names`` for the examples, in their order (each must have
+    a prediction); each distinct passage is analysed once. Similarity features need
+    ``encoder`` (:func:`structqa.calibration.similarity.sentence_encoder`'s name)."""
+    from structqa.calibration.similarity import SIMILARITY_FEATURES
+
+    unknown = [n for n in names if n not in FEATURES and n not in SIMILARITY_FEATURES]
+    if unknown:
+        raise ValueError(
+            f"unknown verifier features {unknown}: this version of structqa computes "
+            f"{list(FEATURES + SIMILARITY_FEATURES)}; fit the verifier again with "
+            "`structqa calibrate --verifier`"
+        )
     passages: dict[str, tuple[list[tuple[int, int]], list[set[str]], set[str]]] = {}
     rows = []
     for ex in examples:
         if ex.context not in passages:
             passages[ex.context] = _passage(ex.context)
         rows.append(features(ex.question, ex.context, predictions[ex.id], passages[ex.context]))
-    return np.stack(rows)
+    columns = dict(zip(FEATURES, np.stack(rows).T, strict=True))
+    if any(n in SIMILARITY_FEATURES for n in names):
+        from structqa.calibration.similarity import sentence_encoder, similarity_features
+
+        if encoder is None:
+            raise ValueError("similarity features need a sentence encoder (none was named)")
+        spans = {c: info[0] for c, info in passages.items()}
+        sims = similarity_features(examples, predictions, sentence_encoder(encoder), spans)
+        columns.update(zip(SIMILARITY_FEATURES, sims.T, strict=True))
+    return np.stack([columns[n] for n in names], axis=1)
+
+
+def verifier_kind(value: bool | str | None) -> str | None:
+    """The verifier kind a setting asks for: None (false, "none") or one of :data:`KINDS`
+    (true means "lexical")."""
+    if value is None or value is False or value in ("none", "false", ""):
+        return None
+    if value is True or value == "true":
+        return "lexical"
+    if value not in KINDS:
+        raise ValueError(
+            f"unknown verifier {value!r}: give true (lexical), lexical, similarity or none"
+        )
+    return str(value)
+
+
+def kind_features(kind: str) -> tuple[tuple[str, ...], str | None]:
+    """The feature names and sentence encoder of a verifier kind (:data:`KINDS`)."""
+    from structqa.calibration.similarity import DEFAULT, SIMILARITY_FEATURES
+
+    if kind == "lexical":
+        return FEATURES, None
+    if kind == "similarity":
+        return FEATURES + SIMILARITY_FEATURES, DEFAULT
+    raise ValueError(f"unknown verifier kind {kind!r}: one of {', '.join(KINDS)}")
 
 
 def with_null_odds(
@@ -158,6 +222,7 @@ class Verifier:
     coef: list[float]
     intercept: float
     fit: dict[str, Any] = field(default_factory=dict)
+    encoder: str | None = None  # the sentence encoder of similarity features, if any
 
     def score(self, x: np.ndarray) -> np.ndarray:
         """(Q,) log-odds of "no answer" for a (Q, F) feature matrix."""
@@ -168,16 +233,18 @@ class Verifier:
         self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
     ) -> dict[str, Prediction]:
         """``predictions`` with each example's null odds replaced by the verifier's."""
-        if list(self.names) != list(FEATURES):
-            raise ValueError(
-                f"this verifier was fitted on the features {self.names}, and this version of "
-                f"structqa computes {list(FEATURES)}; fit it again with `structqa calibrate`"
-            )
         scored = [ex for ex in examples if ex.id in predictions]
         if not scored:
             return dict(predictions)
-        odds = self.score(feature_matrix(scored, predictions))
+        odds = self.score(feature_matrix(scored, predictions, self.names, self.encoder))
         return with_null_odds(predictions, [ex.id for ex in scored], odds)
+
+    def prepare(self) -> None:
+        """Load what scoring needs now (a server calls it at start, not on a request)."""
+        if self.encoder is not None:
+            from structqa.calibration.similarity import sentence_encoder
+
+            sentence_encoder(self.encoder)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -188,9 +255,15 @@ class Verifier:
 
 
 def fit_verifier(
-    x: np.ndarray, unanswerable: np.ndarray, seed: int = 0
+    x: np.ndarray,
+    unanswerable: np.ndarray,
+    seed: int = 0,
+    names: Sequence[str] = FEATURES,
+    encoder: str | None = None,
 ) -> tuple[Verifier, np.ndarray]:
-    """The verifier fitted on (Q, F) features and whether each question is unanswerable (L2
+    """The verifier fitted on (Q, F) features ``names`` (the first the model's null odds;
+    ``encoder`` the sentence encoder of similarity features) and whether each question is
+    unanswerable (L2
     logistic regression, its strength the one of :data:`STRENGTHS` with the lowest
     cross-validated log-loss), and the out-of-fold log-odds of those Q questions (each scored
     by a fit, strength choice included, on the other folds)."""
@@ -218,15 +291,20 @@ def fit_verifier(
         "unanswerable": int(y.sum()),
         "C": c,
         "auc_out_of_fold": 100 * float(roc_auc_score(y, oof)),
-        "auc_null_odds": 100 * float(roc_auc_score(y, x[:, 0])),
+        "auc_null_odds": (
+            100 * float(roc_auc_score(y, x[:, list(names).index("null_odds")]))
+            if "null_odds" in names
+            else None
+        ),
     }
     verifier = Verifier(
-        list(FEATURES),
+        list(names),
         mean.tolist(),
         scale.tolist(),
         final.coef_[0].tolist(),
         float(final.intercept_[0]),
         fit,
+        encoder,
     )
     return verifier, oof
 

@@ -62,10 +62,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
     c.add_argument(
         "--verifier",
-        action=argparse.BooleanOptionalAction,
+        nargs="?",
+        const="lexical",
+        choices=["lexical", "similarity", "none"],
         default=None,
-        help="SQuAD 2.0: also fit an answerability verifier (default: the checkpoint's "
-        "decode.verifier)",
+        help="SQuAD 2.0: also fit an answerability verifier, lexical (the default kind) or "
+        "similarity (adds sentence similarity by the default encoder); default: the "
+        "checkpoint's decode.verifier",
+    )
+    c.add_argument(
+        "--no-verifier", dest="verifier", action="store_const", const="none", help="fit none"
     )
     c.set_defaults(func=cmd_calibrate)
 
@@ -95,7 +101,7 @@ def calibrate_checkpoint(
     method: str = "auto",
     data_dir: str | None = None,
     bf16: str = "auto",
-    verifier: bool | None = None,
+    verifier: bool | str | None = None,
 ):
     """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
     None follows the checkpoint's ``decode.verifier``."""

@@ -75,6 +75,8 @@ class Predictor:
         self.runtime = onnx_runtime or ("torch-bf16" if self.bf16 else "torch-fp32")
         self.null_threshold = null_threshold
         self.calibrator = calibrator
+        if calibrator is not None and calibrator.verifier is not None:
+            calibrator.verifier.prepare()  # (a similarity verifier's encoder: loaded once, now)
         self.batch_size = batch_size
         # windows padded to a multiple of this many tokens (a server sets it: see SHAPE_MULTIPLE)
         self.pad_to_multiple = 1
