@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k:26s} {1000 * s:8.2f} ms/question   {ratio(s, base)} of the model alone")
     path = prov.write_stamped(
         args.out,
-        "verifier",
+        "verifier-cost",
         seconds_per_question=per_question,
         samples=samples,
         ratio_to_model={k: s / base for k, s in per_question.items()},
