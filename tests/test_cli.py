@@ -330,3 +330,15 @@ def test_score_names_the_file_record_and_field(tmp_path, capsys):
     listed.write_text("[]")
     assert main(["score", str(listed), str(preds)]) == 2
     assert "the top level must be an object" in capsys.readouterr().err
+
+
+def test_predict_writes_only_its_json_to_stdout(tiny_trained_run):
+    """Logs go to stderr, so `structqa predict ... | jq` works."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "structqa.cli", "predict", str(tiny_trained_run / "best")]
+    cmd += ["--question", "Who won?", "--context", "The Denver Broncos won the game."]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    assert "answer" in json.loads(out.stdout)
+    assert "runtime" in out.stderr  # the log line that used to precede the JSON

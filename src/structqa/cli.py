@@ -21,12 +21,16 @@ log = logging.getLogger("structqa")
 
 
 def _setup_logging(verbose: bool) -> None:
+    from rich.console import Console
     from rich.logging import RichHandler
 
+    # on stderr: stdout carries the commands' results (predict's JSON, tables) for pipes
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(message)s",
-        handlers=[RichHandler(show_path=False, rich_tracebacks=False)],
+        handlers=[
+            RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
+        ],
     )
     for noisy in ("transformers", "accelerate", "httpx", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
