@@ -117,6 +117,12 @@ def test_the_page_highlights_the_apis_answer(driver, page_url, passage, tmp_path
     expected = [_api(page_url, q, context) for q in questions]
     for i, answer in enumerate(expected):
         driver.find_elements(By.CSS_SELECTOR, "#results button.result")[i].click()
+        prob = driver.find_elements(By.CSS_SELECTOR, "#results .prob")[i].text
+        shown = not answer["no_answer"] or answer["calibrated"]
+        if shown:  # (JS and Python may round a tie apart: compared within the last digit)
+            assert abs(float(prob.rstrip("%")) - 100 * answer["probability"]) <= 0.051
+        else:
+            assert prob == ""
         if answer["no_answer"]:
             assert "No answer found" in driver.find_element(By.ID, "results").text
             continue

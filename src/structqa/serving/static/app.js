@@ -107,7 +107,13 @@ function renderResults(latencyMs) {
     a.textContent = r.no_answer ? "No answer found" : r.answer;
     const p = document.createElement("span");
     p.className = "prob";
-    p.textContent = r.no_answer ? "" : `${(100 * r.probability).toFixed(1)}%`;
+    // an answer: the chance it is right; "no answer": (calibrated only) the chance that the
+    // passage has none, which the uncalibrated n-best share does not estimate
+    const shown = !r.no_answer || r.calibrated;
+    p.textContent = shown ? `${(100 * r.probability).toFixed(1)}%` : "";
+    p.title = r.no_answer
+      ? "calibrated chance that the passage does not answer this question"
+      : `${r.calibrated ? "calibrated chance" : "uncalibrated share of the n-best"} that this answer is right`;
     pick.append(q, a, p);
     pick.addEventListener("click", () => select(i));
     li.append(pick);
