@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from tiny import mini_train_args
@@ -165,6 +166,15 @@ def test_quickstart_trains_dyrex_and_shows_answers_by_a_fixed_rule(
         assert f"[{i + 1}] Q: {qa['question']}" in printed
         assert f"gold: {qa['answers'][0]['text']}" in printed
         assert f"model: {answers[qa['id']] or '(no answer)'} (probability" in printed
+    # the probability shown is the one predict returns: calibrated on the validation slice
+    from structqa.serving.predictor import Predictor
+
+    predictor = Predictor.from_checkpoint(out / "best")
+    assert predictor.calibrator is not None
+    context = data["data"][0]["paragraphs"][0]["context"]
+    shown = re.search(r"\[1\] Q: .*\n.*\n.*\(probability ([\d.]+)%", printed).group(1)
+    returned = predictor.predict(qas[0]["question"], context).probability
+    assert abs(float(shown) - 100 * returned) < 0.2
     assert "Next:" in printed and "structqa evaluate" in printed and (out / "best").is_dir()
     # and a user's override of one of them wins
     assert main([*args, "--model.head=independent", f"--train.output_dir={tmp_path / 'q2'}"]) == 0

@@ -52,12 +52,28 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix} question"
 
 
-def _answer_lines(examples: Sequence, eval_dir: Path) -> list[str]:
-    """The shown questions with gold and predicted answers (from the written outputs)."""
+def returned_probabilities(best: Path, eval_dir: Path) -> dict[str, float]:
+    """The probability ``predict`` would return for each answer written in ``eval_dir``:
+    calibrated by best/'s calibration.json when there is one, else the answer's n-best share
+    (and, with unanswerable questions, the odds against the saved threshold)."""
+    from structqa.calibration import load_calibration, raw_probability, scores_from_predictions
+    from structqa.calibration.report import predictions_from_files
+
+    predictions = predictions_from_files(eval_dir)
+    cal = load_calibration(best)
+    threshold = cal.null_threshold if cal is not None else None
+    ids = list(predictions)
+    scores = scores_from_predictions(predictions, ids, version_2=threshold is not None)
+    p = cal.probability(scores) if cal is not None else raw_probability(scores, threshold)
+    return dict(zip(ids, p.tolist(), strict=True))
+
+
+def _answer_lines(examples: Sequence, eval_dir: Path, probabilities: dict[str, float]) -> list[str]:
+    """The shown questions with gold and predicted answers (from the written outputs) and the
+    probability returned with each answer."""
     from structqa.metrics.squad import exact_match, f1_v1
 
     answers = json.loads((eval_dir / "predictions.json").read_text(encoding="utf-8"))
-    nbest = json.loads((eval_dir / "nbest_predictions.json").read_text(encoding="utf-8"))
     picked = shown_indices(len(examples))
     stride = picked[1] - picked[0] if len(picked) > 1 else 1
     lines = [
@@ -67,8 +83,7 @@ def _answer_lines(examples: Sequence, eval_dir: Path) -> list[str]:
     for i in picked:
         ex = examples[i]
         pred = answers.get(ex.id, "")
-        candidates = nbest.get(ex.id) or [{}]
-        prob = candidates[0].get("probability", 0.0) if pred else 0.0
+        prob = probabilities.get(ex.id, 0.0)
         golds = list(dict.fromkeys(ex.gold_texts)) or [""]
         em = max(exact_match(pred, g) for g in golds)
         f1 = max(f1_v1(pred, g) for g in golds)
@@ -76,7 +91,8 @@ def _answer_lines(examples: Sequence, eval_dir: Path) -> list[str]:
         lines += [
             f"  [{i + 1}] Q: {ex.question}",
             f"      gold: {' | '.join(golds)}",
-            f"      model: {pred or '(no answer)'} (probability {prob:.2f}; {mark}, F1 {f1:.2f})",
+            f"      model: {pred or '(no answer)'} "
+            f"(probability {100 * prob:.1f}%; {mark}, F1 {f1:.2f})",
         ]
     return lines
 
@@ -134,7 +150,8 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
         f"({time.perf_counter() - t0:.0f} s; {eval_dir / 'predictions.json'})"
     )
     examples, _ = load_eval_examples(cfg)
-    for line in [*_answer_lines(examples, eval_dir), "", *next_commands(best)]:
+    shown = _answer_lines(examples, eval_dir, returned_probabilities(best, eval_dir))
+    for line in [*shown, "", *next_commands(best)]:
         console.print(escape(line), highlight=False, soft_wrap=True)
     return 0
 
