@@ -37,14 +37,14 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.calibration.report import calibrate_after_training
     from structqa.training.loop import run
 
     cfg = _config(args, extra)
-    result = run(cfg, resume=args.resume, progress=not args.no_progress)
+    progress = not args.no_progress
+    result = run(cfg, resume=args.resume, progress=progress, calibrate=calibrate_after_training)
     if _stopped(cfg.train.output_dir):
         return INTERRUPTED
-    from structqa.calibration.report import calibrate_after_training
-
     if (cal := calibrate_after_training(cfg)) is not None:
         log.info("best/calibration.json: %s, null threshold %s", cal.method, cal.null_threshold)
     if result is not None:

@@ -91,10 +91,13 @@ def test_best_is_chosen_on_validation_and_the_test_file_is_read_once_after_train
         "--no-progress",
     ]
     assert main(args) == 0
-    # the test file once, after training; then the calibration takes its validation questions
-    # from the training file again (the same seeded split), never from the test file
+    # the test file once, after training and after the calibration (its null threshold is
+    # the one the test is scored at) took its validation questions from the training file
+    # again (the same seeded split), never from the test file; `train` fits the calibration
+    # once more at its end (also for runs without a test file)
     assert reads == [
         ("bees-train.json", False),
+        ("bees-train.json", True),
         ("bees-test.json", True),
         ("bees-train.json", True),
     ]
@@ -165,3 +168,48 @@ def test_a_train_size_beyond_what_validation_left_names_both(tmp_path, tiny_chec
     err = capsys.readouterr().err
     assert "data.train_size" in err and "pool of 35 questions" in err
     assert "after data.validation took 5" in err
+
+
+def test_a_squad2_test_file_is_scored_at_the_threshold_fitted_on_validation(
+    tmp_path, tiny_checkpoint
+) -> None:
+    """`train` fits the calibration (threshold and verifier) on the validation questions
+    before it reads the test file, and scores the test at that threshold, re-scored by the
+    verifier: never at a threshold tuned on the test file itself."""
+    from structqa.calibration import load_calibration
+
+    data = json.loads(TRAIN.read_text())
+    i = 0
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                if i % 2:  # every other question made unanswerable
+                    qa["is_impossible"], qa["answers"] = True, []
+                i += 1
+    data["version"] = "v2.0"
+    train_v2 = tmp_path / "bees-v2.json"
+    train_v2.write_text(json.dumps(data))
+    out = tmp_path / "run"
+    args = [
+        "train",
+        f"--model.encoder={tiny_checkpoint}",
+        f"--data.train={train_v2}",
+        f"--data.eval={train_v2}",
+        "--data.validation=0.5",
+        "--data.train_size=all",
+        "--data.max_seq_len=256",
+        "--decode.verifier=lexical",
+        f"--train.output_dir={out}",
+        "--train.max_steps=2",
+        "--train.batch_size=8",
+        "--train.bf16=off",
+        "--no-progress",
+    ]
+    assert main(args) == 0
+    cal = load_calibration(out / "best")
+    assert cal is not None and cal.verifier is not None
+    tested = json.loads((out / "best" / "eval" / "metrics.json").read_text())
+    assert tested["null_threshold"] == cal.null_threshold
+    odds = json.loads((out / "best" / "eval" / "null_odds.json").read_text())
+    raw = json.loads((out / "best" / "null_odds.json").read_text())  # validation, the model's
+    assert set(odds.values()).isdisjoint(raw.values())  # the verifier's odds on the test

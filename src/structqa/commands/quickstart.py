@@ -127,18 +127,18 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
         f"best/ is chosen on {_share(cfg.data.validation)} of that file, then scored once on "
         f"{cfg.data.eval}"
     )
+    from structqa.calibration.report import calibrate_after_training
+
     t0 = time.perf_counter()
-    try:
-        run(cfg, resume=args.resume, progress=True)
+    try:  # calibrated on the validation slice before the test: the probabilities shown below
+        run(cfg, resume=args.resume, progress=True, calibrate=calibrate_after_training)
     except RunExists as err:
         raise ValueError(
             f"{err}. `structqa quickstart --resume` shows that run's result again"
         ) from None
     if stopped(cfg.train.output_dir):
         return INTERRUPTED
-    from structqa.calibration.report import calibrate_after_training
-
-    calibrate_after_training(cfg)  # the probabilities printed below are calibrated
+    calibrate_after_training(cfg)  # (again: a resumed run may not have reached the test)
     best = Path(cfg.train.output_dir) / "best"
     eval_dir = best / TEST_DIR
     if not (eval_dir / "metrics.json").is_file():

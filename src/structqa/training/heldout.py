@@ -1,17 +1,20 @@
 """Scoring a checkpoint on a test file: once after training (``best/eval/``), and for
 ``structqa evaluate``.
 
-After a run that chose ``best/`` on a validation set, the test file (``data.eval``) is read
-for the first time and scored once with ``best/``, exactly as ``structqa evaluate RUN/best``
-would score it.
+After a run that chose ``best/`` on a validation set, ``best/`` is calibrated on that set
+(the null threshold, the probability map and any verifier: ``calibration.json``), then the
+test file (``data.eval``) is read for the first time and scored once with ``best/`` at that
+threshold, exactly as ``structqa evaluate RUN/best`` would score it. (Scored first, a SQuAD
+2.0 test file would have its threshold tuned on itself.)
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -67,7 +70,16 @@ def _finished(out: Path) -> bool:
     return state.is_file() and bool(json.loads(state.read_text()).get("finished"))
 
 
-def score_best_once(cfg: Config, best: EvalResult | None) -> EvalResult | None:
+#: fits and saves best/'s calibration on the validation set, returning it (a
+#: ``structqa.calibration.Calibrator``: ``null_threshold``, ``verifier``, ``verify``) or None;
+#: ``structqa.calibration.report.calibrate_after_training``, passed in by the commands (the
+#: calibration layer sits above training)
+Calibrate = Callable[[Config], Any]
+
+
+def score_best_once(
+    cfg: Config, best: EvalResult | None, calibrate: Calibrate | None = None
+) -> EvalResult | None:
     """After training: ``best/`` scored once on the test file ``data.eval`` (written to
     ``best/eval/``) when best/ was chosen on a validation set; ``best`` (the validation
     result) when there is no test file, no validation set (``data.validation: none``: best/
@@ -87,10 +99,15 @@ def score_best_once(cfg: Config, best: EvalResult | None) -> EvalResult | None:
         return None
     if not PartialState().is_main_process:
         return best
+    calibrator = calibrate(cfg) if calibrate is not None else None  # before the test
+    threshold = calibrator.null_threshold if calibrator is not None else None
+    rescore = calibrator.verify if calibrator is not None and calibrator.verifier else None
     model, tokenizer, saved = model_from_checkpoint(best_dir)
     device = default_device()
     model.to(device)
-    result, examples, _ = score_file(model, tokenizer, saved, None, cfg.train.bf16, device)
+    result, examples, _ = score_file(
+        model, tokenizer, saved, None, cfg.train.bf16, device, threshold, rescore
+    )
     write_outputs(result, best_dir / TEST_DIR)
     log.info(
         "test: best/ scored once on %s (%d questions): F1 %.2f; wrote %s",

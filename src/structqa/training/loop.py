@@ -26,7 +26,7 @@ from structqa.features.squad import Feature
 from structqa.inference import run_inference
 from structqa.models.build import build_model
 from structqa.training.data import TrainData, prepare_data
-from structqa.training.heldout import score_best_once
+from structqa.training.heldout import Calibrate, score_best_once
 from structqa.training.trainer import (
     CheckpointedTask,
     Env,
@@ -92,16 +92,23 @@ def epoch_batches(features: list[Feature], cfg: Config, epoch: int, world: int) 
     return epoch_order(lengths, cfg.train.batch_size, cfg.train.seed, epoch, world)
 
 
-def run(cfg: Config, resume: bool = False, progress: bool = True) -> EvalResult | None:
+def run(
+    cfg: Config,
+    resume: bool = False,
+    progress: bool = True,
+    calibrate: Calibrate | None = None,
+) -> EvalResult | None:
     """Check the config, seed, build the model, read and featurize the data, train; then
     score best/ once on the test file (data.eval) when best/ was chosen on validation data
-    (that result is returned; else best/'s on the data that chose it)."""
+    (that result is returned; else best/'s on the data that chose it), at the null threshold
+    of the calibration ``calibrate`` fits on that validation data first (without it, a SQuAD
+    2.0 test file has its threshold tuned on itself)."""
     validate(cfg)
     set_seed(cfg.train.seed)
     model, tokenizer = build_model(cfg)
     data = prepare_data(cfg, tokenizer)
     best = train(cfg, model, tokenizer, data, resume=resume, progress=progress)
-    return score_best_once(cfg, best)
+    return score_best_once(cfg, best, calibrate)
 
 
 def train(
