@@ -261,12 +261,11 @@ def fit_verifier(
     names: Sequence[str] = FEATURES,
     encoder: str | None = None,
 ) -> tuple[Verifier, np.ndarray]:
-    """The verifier fitted on (Q, F) features ``names`` (the first the model's null odds;
-    ``encoder`` the sentence encoder of similarity features) and whether each question is
-    unanswerable (L2
-    logistic regression, its strength the one of :data:`STRENGTHS` with the lowest
-    cross-validated log-loss), and the out-of-fold log-odds of those Q questions (each scored
-    by a fit, strength choice included, on the other folds)."""
+    """The verifier fitted on (Q, F) features ``names`` (``encoder``: the sentence encoder of
+    similarity features, if any) and whether each question is unanswerable (L2 logistic
+    regression, its strength the one of :data:`STRENGTHS` with the lowest cross-validated
+    log-loss), and the out-of-fold log-odds of those Q questions (each scored by a fit,
+    strength choice included, on the other folds)."""
     from sklearn.metrics import roc_auc_score
 
     y = np.asarray(unanswerable, dtype=int)
