@@ -4,8 +4,9 @@
 After a run that chose ``best/`` on a validation set, ``best/`` is calibrated on that set
 (the null threshold, the probability map and any verifier: ``calibration.json``), then the
 test file (``data.eval``) is read for the first time and scored once with ``best/`` at that
-threshold, exactly as ``structqa evaluate RUN/best`` would score it. (Scored first, a SQuAD
-2.0 test file would have its threshold tuned on itself.)
+threshold, as ``structqa evaluate RUN/best`` would score it (evaluate also reports the
+calibration error). Scored first, a SQuAD 2.0 test file would have its threshold tuned on
+itself.
 """
 
 from __future__ import annotations
