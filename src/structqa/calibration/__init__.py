@@ -9,6 +9,7 @@ from structqa.calibration.fit import (
     expected_calibration_error,
     fit_calibrator,
     raw_probability,
+    returned_probabilities,
     scores_from_predictions,
 )
 from structqa.calibration.report import (
@@ -31,6 +32,7 @@ __all__ = [
     "fit_calibrator",
     "load_calibration",
     "raw_probability",
+    "returned_probabilities",
     "save_calibration",
     "scores_from_predictions",
 ]

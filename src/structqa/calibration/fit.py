@@ -304,6 +304,19 @@ class Calibrator:
         )
 
 
+def returned_probabilities(
+    predictions: Sequence[Prediction], threshold: float | None, cal: Calibrator | None
+) -> np.ndarray:
+    """(Q,) the probability returned with each prediction's answer (what ``predict`` and the
+    service report): ``cal``'s map where there is a calibration, else the raw probability at
+    ``threshold`` (None: SQuAD 1.1-style, always answer)."""
+    ids = [str(i) for i in range(len(predictions))]
+    scores = scores_from_predictions(
+        dict(zip(ids, predictions, strict=True)), ids, threshold is not None
+    )
+    return cal.probability(scores) if cal is not None else raw_probability(scores, threshold)
+
+
 def _halves(ids: Sequence[str]) -> np.ndarray:
     """(Q,) bool: a fixed half of the questions, by a hash of the id (two-fold selection)."""
     return np.array([hashlib.sha1(q.encode()).digest()[0] % 2 == 0 for q in ids])

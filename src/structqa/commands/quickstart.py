@@ -56,15 +56,14 @@ def returned_probabilities(best: Path, eval_dir: Path) -> dict[str, float]:
     """The probability ``predict`` would return for each answer written in ``eval_dir``:
     calibrated by best/'s calibration.json when there is one, else the answer's n-best share
     (and, with unanswerable questions, the odds against the saved threshold)."""
-    from structqa.calibration import load_calibration, raw_probability, scores_from_predictions
+    from structqa.calibration import load_calibration, returned_probabilities
     from structqa.calibration.report import predictions_from_files
 
     predictions = predictions_from_files(eval_dir)
     cal = load_calibration(best)
     threshold = cal.null_threshold if cal is not None else None
     ids = list(predictions)
-    scores = scores_from_predictions(predictions, ids, version_2=threshold is not None)
-    p = cal.probability(scores) if cal is not None else raw_probability(scores, threshold)
+    p = returned_probabilities([predictions[q] for q in ids], threshold, cal)
     return dict(zip(ids, p.tolist(), strict=True))
 
 

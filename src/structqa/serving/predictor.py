@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from structqa.calibration import Calibrator, load_calibration, raw_probability
-from structqa.calibration import scores_from_predictions as calibration_scores
+from structqa.calibration import Calibrator, load_calibration, returned_probabilities
 from structqa.cpu import tune_allocator
 from structqa.data.hygiene import InvalidText, check_text
 from structqa.data.records import Example
@@ -167,14 +166,7 @@ class Predictor:
 
     def probabilities(self, predictions: Sequence[Prediction]):
         """(Q,) the probability of each prediction's returned answer (see :class:`Answer`)."""
-        scores = calibration_scores(
-            {str(i): p for i, p in enumerate(predictions)},
-            [str(i) for i in range(len(predictions))],
-            version_2=self.null_threshold is not None,
-        )
-        if self.calibrator is not None:
-            return self.calibrator.probability(scores)
-        return raw_probability(scores, self.null_threshold)
+        return returned_probabilities(predictions, self.null_threshold, self.calibrator)
 
     def verify(
         self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
