@@ -197,6 +197,11 @@ class TrainConfig:
     )
 
 
+#: answerability verifier kinds (structqa.calibration.verifier); decode.verifier also takes
+#: true (lexical), false and none
+VERIFIER_KINDS = ("lexical", "similarity")
+
+
 @dataclass
 class DecodeSettings:
     n_best: int = setting(20, "candidate answers kept per question")
@@ -395,7 +400,7 @@ def validate(cfg: Config) -> Config:
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     validation_fraction(d.validation)  # a number must be a fraction in (0, 1)
-    if dec.verifier not in (True, False, "lexical", "similarity", "none"):
+    if dec.verifier not in (True, False, "none", *VERIFIER_KINDS):
         raise ConfigError(
             f"decode.verifier must be true, false, lexical, similarity or none, got "
             f"{dec.verifier!r}"

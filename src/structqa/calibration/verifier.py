@@ -36,12 +36,13 @@ from typing import Any
 
 import numpy as np
 
+from structqa.config import VERIFIER_KINDS
 from structqa.data.records import Example
 from structqa.decoding import Prediction
 
 STEM_CHARS = 5
 FOLDS = 5
-KINDS = ("lexical", "similarity")
+KINDS = VERIFIER_KINDS
 FEATURES = (
     "null_odds",  # the model's own log-odds of "no answer"
     "top_probability",  # the best span's share among the n-best
