@@ -37,15 +37,16 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
-    from structqa.calibration.report import calibrate_after_training
+    from structqa.calibration.report import CalibrateOnce
     from structqa.training.loop import run
 
     cfg = _config(args, extra)
     progress = not args.no_progress
-    result = run(cfg, resume=args.resume, progress=progress, calibrate=calibrate_after_training)
+    calibrate = CalibrateOnce()
+    result = run(cfg, resume=args.resume, progress=progress, calibrate=calibrate)
     if _stopped(cfg.train.output_dir):
         return INTERRUPTED
-    if (cal := calibrate_after_training(cfg)) is not None:
+    if (cal := calibrate.done(cfg)) is not None:
         log.info("best/calibration.json: %s, null threshold %s", cal.method, cal.null_threshold)
     if result is not None:
         tested = cfg.data.validation is not None and cfg.data.eval

@@ -296,3 +296,21 @@ def calibrate_after_training(cfg: Any) -> Calibrator | None:
     examples, v2 = load_validation_examples(cfg)
     source = f"validation questions of {cfg.data.train} ({cfg.data.validation})"
     return calibrate_evaluated(best, examples, v2, source=source, verifier=cfg.decode.verifier)
+
+
+class CalibrateOnce:
+    """``calibrate_after_training`` as the training commands call it: passed to
+    ``training.loop.run`` (which fits before it scores a test file), then ``done(cfg)`` once the
+    run is over, which returns that fit, or fits now when the run did not (no test file, or a
+    run resumed after its test)."""
+
+    def __init__(self) -> None:
+        self.fitted = False
+        self.calibrator: Calibrator | None = None
+
+    def __call__(self, cfg: Any) -> Calibrator | None:
+        self.calibrator, self.fitted = calibrate_after_training(cfg), True
+        return self.calibrator
+
+    def done(self, cfg: Any) -> Calibrator | None:
+        return self.calibrator if self.fitted else self(cfg)

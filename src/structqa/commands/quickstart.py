@@ -126,18 +126,19 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
         f"best/ is chosen on {_share(cfg.data.validation)} of that file, then scored once on "
         f"{cfg.data.eval}"
     )
-    from structqa.calibration.report import calibrate_after_training
+    from structqa.calibration.report import CalibrateOnce
 
+    calibrate = CalibrateOnce()
     t0 = time.perf_counter()
     try:  # calibrated on the validation slice before the test: the probabilities shown below
-        run(cfg, resume=args.resume, progress=True, calibrate=calibrate_after_training)
+        run(cfg, resume=args.resume, progress=True, calibrate=calibrate)
     except RunExists as err:
         raise ValueError(
             f"{err}. `structqa quickstart --resume` shows that run's result again"
         ) from None
     if stopped(cfg.train.output_dir):
         return INTERRUPTED
-    calibrate_after_training(cfg)  # (again: a resumed run may not have reached the test)
+    calibrate.done(cfg)  # a resumed run may not have reached the test
     best = Path(cfg.train.output_dir) / "best"
     eval_dir = best / TEST_DIR
     if not (eval_dir / "metrics.json").is_file():
