@@ -402,7 +402,7 @@ def validate(cfg: Config) -> Config:
     validation_fraction(d.validation)  # a number must be a fraction in (0, 1)
     if dec.verifier not in (True, False, "none", *VERIFIER_KINDS):
         raise ConfigError(
-            f"decode.verifier must be true, false, lexical, similarity or none, got "
+            f"decode.verifier must be true, false, {', '.join(VERIFIER_KINDS)} or none, got "
             f"{dec.verifier!r}"
         )
     if d.validation is None and not d.eval:

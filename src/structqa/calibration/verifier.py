@@ -5,7 +5,7 @@ validation questions and saved in ``calibration.json``.
 A span model trained on a thousand questions learns spans much better than it learns when to
 abstain (docs/results/squad2). What it misses is often visible on the surface: a question
 whose content words are absent from the passage, or present but not near the span the model
-would answer with, tends to be unanswerable. Two kinds (:data:`KINDS`):
+would answer with, tends to be unanswerable. Two kinds (:data:`structqa.config.VERIFIER_KINDS`):
 
 - ``lexical`` (:data:`FEATURES`): the model's own scores and lexical counts. None needs
   another model, so the verifier costs microseconds per question at serving time.
@@ -42,7 +42,6 @@ from structqa.decoding import Prediction
 
 STEM_CHARS = 5
 FOLDS = 5
-KINDS = VERIFIER_KINDS
 FEATURES = (
     "null_odds",  # the model's own log-odds of "no answer"
     "top_probability",  # the best span's share among the n-best
@@ -178,28 +177,29 @@ def feature_matrix(
 
 
 def verifier_kind(value: bool | str | None) -> str | None:
-    """The verifier kind a setting asks for: None (false, "none") or one of :data:`KINDS`
-    (true means "lexical")."""
+    """The verifier kind a setting asks for: None (false, "none") or one of
+    :data:`structqa.config.VERIFIER_KINDS` (true means "lexical")."""
     if value is None or value is False or value in ("none", "false", ""):
         return None
     if value is True or value == "true":
         return "lexical"
-    if value not in KINDS:
+    if value not in VERIFIER_KINDS:
         raise ValueError(
-            f"unknown verifier {value!r}: give true (lexical), lexical, similarity or none"
+            f"unknown verifier {value!r}: give true (lexical), {', '.join(VERIFIER_KINDS)} or none"
         )
     return str(value)
 
 
 def kind_features(kind: str) -> tuple[tuple[str, ...], str | None]:
-    """The feature names and sentence encoder of a verifier kind (:data:`KINDS`)."""
+    """The feature names and sentence encoder of a verifier kind
+    (:data:`structqa.config.VERIFIER_KINDS`)."""
     from structqa.calibration.similarity import DEFAULT, SIMILARITY_FEATURES
 
     if kind == "lexical":
         return FEATURES, None
     if kind == "similarity":
         return FEATURES + SIMILARITY_FEATURES, DEFAULT
-    raise ValueError(f"unknown verifier kind {kind!r}: one of {', '.join(KINDS)}")
+    raise ValueError(f"unknown verifier kind {kind!r}: one of {', '.join(VERIFIER_KINDS)}")
 
 
 def with_null_odds(

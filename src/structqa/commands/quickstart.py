@@ -52,7 +52,7 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix} question"
 
 
-def returned_probabilities(best: Path, eval_dir: Path) -> dict[str, float]:
+def saved_answer_probabilities(best: Path, eval_dir: Path) -> dict[str, float]:
     """The probability ``predict`` would return for each answer written in ``eval_dir``:
     calibrated by best/'s calibration.json when there is one, else the answer's n-best share
     (and, with unanswerable questions, the odds against the saved threshold)."""
@@ -150,7 +150,7 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
         f"({time.perf_counter() - t0:.0f} s; {eval_dir / 'predictions.json'})"
     )
     examples, _ = load_eval_examples(cfg)
-    shown = _answer_lines(examples, eval_dir, returned_probabilities(best, eval_dir))
+    shown = _answer_lines(examples, eval_dir, saved_answer_probabilities(best, eval_dir))
     for line in [*shown, "", *next_commands(best)]:
         console.print(escape(line), highlight=False, soft_wrap=True)
     return 0
