@@ -1,12 +1,14 @@
 """The answerability verifier on SQuAD 2.0 checkpoints, against their own null odds:
-held-out scores at the threshold fitted on the validation slice, for three ways of scoring
+held-out scores at the threshold fitted on the validation slice, for four ways of scoring
 "no answer" (:mod:`structqa.calibration.verifier`):
 
 - ``null odds``: the model's own (what ``scripts/squad2_heldout.py`` reports);
 - ``lexical verifier``: ``structqa calibrate --verifier lexical``, the model's scores and
   lexical features, fitted on the validation slice;
 - ``similarity verifier``: ``structqa calibrate --verifier similarity``, those and the
-  question's sentence similarity to the passage by the default encoder as shipped.
+  question's sentence similarity to the passage by the default encoder as shipped;
+- ``auto (the default)``: what ``decode.verifier``'s default fits, the similarity verifier
+  where it ranks the validation questions better out of fold than the null odds, else none.
 
 Each run needs ``best/`` (its answers to the validation slice, saved by the runner) and
 ``best/heldout/`` (its held-out answers, written by ``scripts/squad2_heldout.py``). The
@@ -45,7 +47,12 @@ HELDOUT = "splits/squad2-heldout.v2.0.json"
 KEYS = ("f1", "HasAns_f1", "NoAns_f1", "NoAns_auc")
 
 
-ARMS = {"null odds": False, "lexical verifier": "lexical", "similarity verifier": "similarity"}
+ARMS = {
+    "null odds": False,
+    "lexical verifier": "lexical",
+    "similarity verifier": "similarity",
+    "auto (the default)": "auto",
+}
 
 
 def score_run(
@@ -82,9 +89,12 @@ def table(runs: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
                 f"| {run} | {arm} | {m['f1']:.2f} | {m['HasAns_f1']:.2f} | {m['NoAns_f1']:.2f} "
                 f"| {m['NoAns_auc']:.1f} | {m['ece']:.3f} | {'' if val is None else f'{val:.1f}'} |"
             )
-    heads = sorted({re.sub(r"^variant=([\w-]+),.*", r"\1", r) for r in runs})
-    for head in heads:
-        mine = [v for r, v in runs.items() if r.startswith(f"variant={head},")]
+
+    def group(run: str) -> str:  # the run's name less its seed
+        return re.sub(r",?seed=\d+", "", run).removeprefix("variant=")
+
+    for head in sorted({group(r) for r in runs}):
+        mine = [v for r, v in runs.items() if group(r) == head]
         for arm in ARMS:
             mean = {k: statistics.fmean(m[arm][k] for m in mine) for k in (*KEYS, "ece")}
             sd = {  # (sample standard deviation over seeds; none for one seed)

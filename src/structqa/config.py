@@ -198,8 +198,10 @@ class TrainConfig:
 
 
 #: answerability verifier kinds (structqa.calibration.verifier); decode.verifier also takes
+#: auto (similarity where the validation questions include unanswerable ones, else none),
 #: true (lexical), false and none
 VERIFIER_KINDS = ("lexical", "similarity")
+VERIFIER_AUTO = "auto"
 
 
 @dataclass
@@ -213,11 +215,12 @@ class DecodeSettings:
         False, "widen answers that start or end inside a word (WordPiece) to whole words"
     )
     verifier: bool | str = setting(
-        False,
+        VERIFIER_AUTO,
         "SQuAD 2.0: fit an answerability verifier on the validation questions, with the "
         "calibration: lexical (or true: the null odds with lexical features of the question "
         "and passage), similarity (those and sentence similarity by the default encoder; one "
-        "more encoder pass per question), or false",
+        "more encoder pass per question), false, or auto: similarity where the validation "
+        "questions include unanswerable ones, none where all are answerable",
     )
 
 
@@ -400,9 +403,10 @@ def validate(cfg: Config) -> Config:
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     validation_fraction(d.validation)  # a number must be a fraction in (0, 1)
-    if dec.verifier not in (True, False, "none", *VERIFIER_KINDS):
+    if dec.verifier not in (True, False, "none", VERIFIER_AUTO, *VERIFIER_KINDS):
         raise ConfigError(
-            f"decode.verifier must be true, false, {', '.join(VERIFIER_KINDS)} or none, got "
+            f"decode.verifier must be {VERIFIER_AUTO}, true, false, {', '.join(VERIFIER_KINDS)} "
+            f"or none, got "
             f"{dec.verifier!r}"
         )
     if d.validation is None and not d.eval:

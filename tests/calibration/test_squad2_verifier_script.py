@@ -65,9 +65,15 @@ def test_the_verifier_arms_are_fitted_on_validation_and_scored_on_held_out(tmp_p
     script = load_script("squad2_verifier")
     assert script.main([str(runs), "--out", str(out), "--data", str(tmp_path / "data")]) == 0
     got = json.loads((out / "verifier.json").read_text())["variant=a,seed=0"]
-    assert set(got) == {"null odds", "lexical verifier", "similarity verifier"}
+    assert set(got) == {
+        "null odds",
+        "lexical verifier",
+        "similarity verifier",
+        "auto (the default)",
+    }
     assert got["lexical verifier"]["NoAns_auc"] == 100.0  # the question's words tell
     assert got["similarity verifier"]["NoAns_auc"] == 100.0
     assert got["null odds"]["NoAns_auc"] < 90  # noise
+    assert got["auto (the default)"] == got["similarity verifier"]  # it ranks better: kept
     assert (out / "reliability" / "variant=a,seed=0" / "reliability.png").is_file()
     assert "**a, mean of 1**" in (out / "verifier.md").read_text()

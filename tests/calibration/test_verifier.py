@@ -194,21 +194,24 @@ def test_names_numbers_and_span_score_features():
 
 
 @pytest.mark.parametrize(
-    ("value", "kind"),
+    ("value", "version_2", "kind"),
     [
-        (True, "lexical"),
-        (False, None),
-        ("none", None),
-        ("lexical", "lexical"),
-        ("similarity", "similarity"),
+        (True, True, "lexical"),
+        (False, True, None),
+        ("none", True, None),
+        ("lexical", True, "lexical"),
+        ("similarity", True, "similarity"),
+        ("similarity", False, "similarity"),  # asked for by name: calibrate() warns instead
+        ("auto", True, "similarity"),
+        ("auto", False, None),  # all answerable: nothing to verify
     ],
 )
-def test_verifier_kinds(value, kind):
-    assert verifier_kind(value) == kind
+def test_verifier_kinds(value, version_2, kind):
+    assert verifier_kind(value, version_2) == kind
 
 
 def test_unknown_verifier_kind_and_feature_are_refused():
-    with pytest.raises(ValueError, match="give true"):
+    with pytest.raises(ValueError, match="give auto, true"):
         verifier_kind("semantic")
     examples, predictions = _synthetic_v2(4)
     with pytest.raises(ValueError, match="unknown verifier features"):
@@ -265,3 +268,34 @@ def test_calibrate_fits_and_saves_a_similarity_verifier(tmp_path):
     verified = again.verify(examples, predictions)
     answers = {q: p.answer(cal.null_threshold) for q, p in verified.items()}
     assert sum((answers[ex.id] == "") == ex.is_impossible for ex in examples) == len(examples)
+
+
+def test_auto_fits_the_similarity_verifier_only_where_it_helps_and_says_why_not(caplog):
+    """decode.verifier's default: the similarity verifier where the questions include enough
+    unanswerable ones and it ranks them better out of fold than the model's null odds."""
+    examples, predictions = _synthetic_v2()  # 40 of each; the model's null odds are noise
+    cal = calibrate(examples, predictions, version_2=True, verifier="auto")
+    assert cal.verifier is not None and cal.verifier.encoder == "default"
+    assert "verifier_note" not in cal.fit
+    # too few of a kind to choose by: the model's own odds, and the calibration says why
+    few = calibrate(examples[:30], predictions, version_2=True, verifier="auto")
+    assert few.verifier is None and "15 answerable and 15 unanswerable" in few.fit["verifier_note"]
+    plain = calibrate(examples[:30], predictions, version_2=True)
+    assert (few.null_threshold, few.t_span, few.t_null) == (
+        plain.null_threshold,
+        plain.t_span,
+        plain.t_null,
+    )
+    # the model already ranks every question right: nothing for a verifier to add
+    sure = {
+        ex.id: _prediction(ex.id, "The Broncos", 0, 5.0 if ex.is_impossible else -5.0)
+        for ex in examples
+    }
+    kept = calibrate(examples, sure, version_2=True, verifier="auto")
+    assert kept.verifier is None and "no better than the model's own" in kept.fit["verifier_note"]
+    assert "no better than the model's own" in caplog.text
+    # all answerable: nothing to verify, and no warning about it
+    caplog.clear()
+    answerable = [ex for ex in examples if not ex.is_impossible]
+    assert calibrate(answerable, predictions, version_2=False, verifier="auto").verifier is None
+    assert "verifier" not in caplog.text

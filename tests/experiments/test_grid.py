@@ -429,6 +429,23 @@ def test_results_of_a_changed_recipe_are_stale_not_mixed_in(
         {"name": "tiny", "base": whole, "grid": {"train.seed": [0, 1]}}, source="t.yaml"
     )
     assert stale.stale_results(widened, paths, results) == {"seed=0": ["decode.whole_words"]}
+    # a result from when decode.verifier defaulted to false: the same recipe as "auto" where
+    # every question was answerable (auto fits no verifier there), another one where some were
+    # not (auto fits the similarity verifier)
+    assert results["seed=0"]["config"]["decode"]["verifier"] == "auto"
+    results["seed=0"]["config"]["decode"]["verifier"] = False
+    assert "NoAns_total" not in results["seed=0"]["metrics"]
+    assert stale.stale_results(exp, paths, results) == {}
+    results["seed=0"]["metrics"]["NoAns_total"] = 10
+    assert stale.stale_results(exp, paths, results) == {"seed=0": ["decode.verifier"]}
+    pinned = tiny_finetune_base(tiny_checkpoint, shared_data) | {"decode": {"verifier": False}}
+    off = experiment_from_dict(
+        {"name": "tiny", "base": pinned, "grid": {"train.seed": [0, 1]}}, source="t.yaml"
+    )
+    assert stale.stale_results(off, paths, results) == {}
+    results["seed=0"]["config"]["decode"]["verifier"] = "lexical"
+    del results["seed=0"]["metrics"]["NoAns_total"]
+    assert stale.stale_results(exp, paths, results) == {"seed=0": ["decode.verifier"]}
 
 
 def test_an_unfinished_run_of_a_changed_recipe_is_stale_and_not_resumed(

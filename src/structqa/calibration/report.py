@@ -25,18 +25,25 @@ from structqa.calibration.fit import (
     scores_from_predictions,
 )
 from structqa.calibration.verifier import (
+    Verifier,
     feature_matrix,
     fit_verifier,
     kind_features,
     verifier_kind,
     with_null_odds,
 )
+from structqa.config import VERIFIER_AUTO
 from structqa.data.records import Example
 from structqa.decoding import Candidate, Prediction
 from structqa.evaluation import EvalResult, best_null_threshold
 from structqa.io import write_json
 
 log = logging.getLogger(__name__)
+
+# decode.verifier auto fits a verifier only on at least this many answerable and this many
+# unanswerable validation questions: below it, five folds hold three or fewer of a kind each
+# and the out-of-fold comparison that decides is noise (the recipes were measured with 687)
+AUTO_MIN_PER_CLASS = 20
 
 CALIBRATION_FILE = "calibration.json"  # in a checkpoint directory, beside metrics.json
 RELIABILITY_PNG = "reliability.png"
@@ -54,26 +61,21 @@ def calibrate(
     map fitted on ``examples`` (validation questions the model did not train on). With
     ``verifier`` (SQuAD 2.0 only; True or "lexical", or "similarity"), an answerability
     verifier of that kind is fitted first and the threshold and map are fitted on its
-    out-of-fold null odds (:mod:`structqa.calibration.verifier`)."""
+    out-of-fold null odds (:mod:`structqa.calibration.verifier`). "auto" fits the similarity
+    one where it has enough questions and ranks them better than the model alone
+    (:func:`_fit_verifier`); the calibration's ``fit["verifier_note"]`` says why not."""
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     ids = list(gold)
     predictions = with_null_answers(examples, predictions)
-    fitted = None
-    kind = verifier_kind(verifier)
+    fitted, note = None, ""
+    kind = verifier_kind(verifier, version_2)
     if kind and version_2:
         unanswerable = np.array([not gold[q] for q in ids])
-        names, encoder = kind_features(kind)
-        x = feature_matrix(examples, predictions, names, encoder)
-        fitted, oof = fit_verifier(x, unanswerable, names=names, encoder=encoder)
-        predictions = with_null_odds(predictions, ids, oof)
-        log.info(
-            "%s answerability verifier on %d questions: no-answer AUC %.1f out of fold "
-            "(the model's null odds: %.1f)",
-            kind,
-            len(ids),
-            fitted.fit["auc_out_of_fold"],
-            fitted.fit["auc_null_odds"],
+        fitted, oof, note = _fit_verifier(
+            kind, verifier == VERIFIER_AUTO, examples, predictions, unanswerable
         )
+        if fitted is not None:
+            predictions = with_null_odds(predictions, ids, oof)
     elif kind:
         log.warning("no answerability verifier: these questions are all answerable (SQuAD 1.1)")
     scores = scores_from_predictions(predictions, ids, version_2)
@@ -83,6 +85,8 @@ def calibrate(
     cal = fit_calibrator(scores, outcomes(gold, predictions, ids), threshold, method)
     cal = dataclasses.replace(cal, verifier=fitted)
     cal.fit["source"] = source
+    if note:
+        cal.fit["verifier_note"] = note
     log.info(
         "calibration on %d questions of %s: %s, threshold %s, T_span %.3g, T_null %.3g, "
         "ECE %.4f (uncalibrated %.4f)",
@@ -96,6 +100,50 @@ def calibrate(
         cal.fit["ece_uncalibrated"],
     )
     return cal
+
+
+def _fit_verifier(
+    kind: str,
+    auto: bool,
+    examples: Sequence[Example],
+    predictions: Mapping[str, Prediction],
+    unanswerable: np.ndarray,
+) -> tuple[Verifier | None, np.ndarray, str]:
+    """The ``kind`` verifier fitted on these questions and its out-of-fold null odds. Chosen
+    by ``auto`` (decode.verifier's default), it is kept only where there are at least
+    :data:`AUTO_MIN_PER_CLASS` questions of each kind and it ranks them better out of fold than
+    the model's own null odds do; else (None, no odds, why not: also logged)."""
+    n_unanswerable = int(unanswerable.sum())
+    n_answerable = len(unanswerable) - n_unanswerable
+    if auto and min(n_answerable, n_unanswerable) < AUTO_MIN_PER_CLASS:
+        return _declined(
+            f"the validation questions have {n_answerable} answerable and {n_unanswerable} "
+            f"unanswerable; it needs {AUTO_MIN_PER_CLASS} of each"
+        )
+    names, encoder = kind_features(kind)
+    x = feature_matrix(examples, predictions, names, encoder)
+    fitted, oof = fit_verifier(x, unanswerable, names=names, encoder=encoder)
+    auc, own = fitted.fit["auc_out_of_fold"], fitted.fit["auc_null_odds"]
+    log.info(
+        "%s answerability verifier on %d questions: no-answer AUC %.1f out of fold "
+        "(the model's null odds: %.1f)",
+        kind,
+        len(unanswerable),
+        auc,
+        own,
+    )
+    if auto and own is not None and auc <= own:
+        return _declined(
+            f"it ranks these questions no better than the model's own null odds (no-answer "
+            f"AUC {auc:.1f} out of fold against {own:.1f})"
+        )
+    return fitted, oof, ""
+
+
+def _declined(why: str) -> tuple[None, np.ndarray, str]:
+    note = f"no answerability verifier (decode.verifier auto): {why}"
+    log.warning(note)
+    return None, np.empty(0), note
 
 
 def midway(threshold: float, odds: np.ndarray) -> float:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from structqa.config import VERIFIER_KINDS
+from structqa.config import VERIFIER_AUTO, VERIFIER_KINDS
 from structqa.data.records import Example
 from structqa.decoding import Prediction
 
@@ -176,16 +176,21 @@ def feature_matrix(
     return np.stack([columns[n] for n in names], axis=1)
 
 
-def verifier_kind(value: bool | str | None) -> str | None:
-    """The verifier kind a setting asks for: None (false, "none") or one of
-    :data:`structqa.config.VERIFIER_KINDS` (true means "lexical")."""
+def verifier_kind(value: bool | str | None, version_2: bool = False) -> str | None:
+    """The verifier kind a setting asks for on questions that include unanswerable ones
+    (``version_2``) or not: None (false, "none") or one of
+    :data:`structqa.config.VERIFIER_KINDS` (true means "lexical"; "auto" means "similarity"
+    where ``version_2``, else None: all-answerable questions have nothing to verify)."""
     if value is None or value is False or value in ("none", "false", ""):
         return None
+    if value == VERIFIER_AUTO:
+        return "similarity" if version_2 else None
     if value is True or value == "true":
         return "lexical"
     if value not in VERIFIER_KINDS:
         raise ValueError(
-            f"unknown verifier {value!r}: give true (lexical), {', '.join(VERIFIER_KINDS)} or none"
+            f"unknown verifier {value!r}: give {VERIFIER_AUTO}, true (lexical), "
+            f"{', '.join(VERIFIER_KINDS)} or none"
         )
     return str(value)
 

@@ -64,10 +64,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--verifier",
         nargs="?",
         const="lexical",
-        choices=["lexical", "similarity", "none"],
+        choices=["lexical", "similarity", "auto", "none"],
         default=None,
-        help="SQuAD 2.0: also fit an answerability verifier, lexical (the default kind) or "
-        "similarity (adds sentence similarity by the default encoder); default: the "
+        help="SQuAD 2.0: also fit an answerability verifier, lexical (the kind a bare "
+        "--verifier fits) or similarity (adds sentence similarity by the default encoder; "
+        "auto: similarity where the questions include unanswerable ones); default: the "
         "checkpoint's decode.verifier",
     )
     c.add_argument(

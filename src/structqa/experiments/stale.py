@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from structqa.config import ConfigError, config_changes
+from structqa.config import VERIFIER_AUTO, ConfigError, config_changes
 from structqa.experiments.results import LAST_PREFIX
 from structqa.experiments.spec import RUNNER_KEYS, Experiment, Run, flatten, plan, pretrain_arm
 from structqa.experiments.store import Paths, config_file, read_json
@@ -24,6 +24,10 @@ _DEFAULT_WHEN_MISSING = frozenset({"decode.whole_words"})
 # settings added after results were recorded, with the value those results were made with
 # where it is not the new default (before data.validation, best/ was chosen on data.eval)
 VALUE_WHEN_MISSING: dict[str, Any] = {"data.validation": None}
+# (setting, recorded value, value now) that mean the same recipe for a result whose questions
+# were all answerable (no "NoAns_total" among its metrics): decode.verifier's default became
+# "auto", which fits no verifier on such questions, as false did
+SAME_WHEN_ALL_ANSWERABLE = frozenset({("decode.verifier", False, VERIFIER_AUTO)})
 
 
 def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> list[str]:
@@ -52,6 +56,13 @@ def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> l
     for key in VALUE_WHEN_MISSING.keys() & (now.keys() - recorded.keys()):
         recorded[key] = VALUE_WHEN_MISSING[key]
     skip |= NOT_COMPARED
+    metrics = result.get("metrics")
+    if isinstance(metrics, Mapping) and "NoAns_total" not in metrics:
+        skip |= {
+            k
+            for k, was, is_now in SAME_WHEN_ALL_ANSWERABLE
+            if recorded.get(k) == was and now.get(k) == is_now
+        }
     return sorted(
         k for k in recorded.keys() & now.keys() if k not in skip and recorded[k] != now[k]
     )

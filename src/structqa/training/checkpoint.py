@@ -40,8 +40,9 @@ from structqa.manifest import verify_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 
-# Settings a resumed session may change: where things live and how often it logs, saves or
-# batches evaluation. Any other difference from the checkpoint's config refuses the resume.
+# Settings a resumed session may change: where things live, how often it logs, saves or
+# batches evaluation, and the verifier fitted after training. Any other difference from the
+# checkpoint's config refuses the resume.
 RESUME_MAY_CHANGE = frozenset(
     {
         "train.output_dir",
@@ -50,6 +51,7 @@ RESUME_MAY_CHANGE = frozenset(
         "train.log_every_steps",
         "train.save_every_steps",
         "train.eval_batch_size",
+        "decode.verifier",  # used only by the calibration fitted once training is over
     }
 )
 
