@@ -12,6 +12,10 @@ For each checkpoint (Independent and DyREx, trained with the quickstart recipe):
   only, bf16 weights as inference uses them);
 - end to end, raw (question, context) -> answers through ``Predictor.predict_examples``
   (featurize, batch, forward, decode) for torch-fp32, torch-bf16, onnx-fp32 and onnx-int8;
+- onnx-int8 with activations quantized per token (the export's graph) and, beside it,
+  onnxruntime's per-tensor graph of earlier exports, run in whole batches per call
+  (``onnx-int8-per-tensor``: a window's answer depends on the windows beside it) and one
+  window per call (``onnx-int8-per-tensor-per-window``, how structqa runs such an export);
 - the held-out F1 of each runtime (``--f1-questions``, default every held-out question) and
   the share of answers identical to torch fp32's.
 
@@ -28,6 +32,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -49,9 +54,11 @@ from structqa.data.records import Example  # noqa: E402
 from structqa.features.batching import Batch, collate, sorted_batches  # noqa: E402
 from structqa.features.squad import Feature, featurize  # noqa: E402
 from structqa.inference import bf16_weights  # noqa: E402
+from structqa.manifest import write_manifest  # noqa: E402
 from structqa.metrics.squad import squad_v1  # noqa: E402
 from structqa.paths import resolve_data_dir, resolve_data_file  # noqa: E402
 from structqa.runtimes.onnx_export import export_onnx  # noqa: E402
+from structqa.runtimes.quantize import quantize_int8  # noqa: E402
 from structqa.serving.predictor import Predictor  # noqa: E402
 
 log = logging.getLogger("bench_runtimes")
@@ -187,6 +194,13 @@ def bench_model(
         r: Predictor.from_checkpoint(checkpoint if r.startswith("torch") else export_dir, runtime=r)
         for r in RUNTIMES
     }
+    old = per_tensor_export(export_dir)
+    for key, per_window in (
+        ("onnx-int8-per-tensor", False),
+        ("onnx-int8-per-tensor-per-window", True),
+    ):
+        predictors[key] = Predictor.from_checkpoint(old, runtime="onnx-int8")
+        predictors[key].model.per_window = per_window
     torch_model = predictors["torch-fp32"].model
     features, _ = featurize(
         timed_examples, predictors["torch-fp32"].tokenizer, predictors["torch-fp32"].features
@@ -236,14 +250,55 @@ def bench_model(
     if f1_examples:
         reference: dict[str, str] = {}
         result["f1"], result["same_answers_as_torch_fp32"] = {}, {}
-        for r in RUNTIMES:
+        for r in predictors:
             f1, answers = f1_of(predictors[r], f1_examples)
             result["f1"][r] = f1
             if r == "torch-fp32":
                 reference = answers
             same = sum(answers[k] == reference[k] for k in reference) / len(reference)
             result["same_answers_as_torch_fp32"][r] = same
+    result["alone_vs_batched"] = {
+        r: alone_vs_batched(predictors[r], timed_examples, args.batch_size)
+        for r in (
+            "torch-bf16",
+            "onnx-int8",
+            "onnx-int8-per-tensor",
+            "onnx-int8-per-tensor-per-window",
+        )
+    }
     return result
+
+
+def alone_vs_batched(predictor: Predictor, examples: list[Example], batch_size: int) -> dict:
+    """The share of questions whose answer, and whose null odds to the bit, are the same asked
+    one window per batch as in batches of ``batch_size`` (what a micro-batching server mixes)."""
+    predictor.batch_size = batch_size
+    together = predictor.predict_examples(examples)
+    predictor.batch_size = 1
+    alone = predictor.predict_examples(examples)
+    predictor.batch_size = batch_size
+    ids = list(together)
+    return {
+        "same_answer": sum(together[k].text == alone[k].text for k in ids) / len(ids),
+        "same_null_odds": sum(together[k].null_odds == alone[k].null_odds for k in ids) / len(ids),
+    }
+
+
+def per_tensor_export(export_dir: Path) -> Path:
+    """A copy of ``export_dir`` whose int8 graph quantizes activations per tensor, as exports
+    made before per-token activations do (written once, beside it)."""
+    old = export_dir.with_name(export_dir.name + "-per-tensor")
+    if not (old / "structqa_export.json").is_file():
+        tmp = old.with_name(old.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(export_dir, tmp)
+        quantize_int8(tmp / "model.onnx", tmp / "model.int8.onnx", activations="per-tensor")
+        meta = json.loads((tmp / "structqa_export.json").read_text())
+        meta["files"]["int8"].pop("activations", None)
+        (tmp / "structqa_export.json").write_text(json.dumps(meta, indent=1))
+        write_manifest(tmp)
+        tmp.rename(old)
+    return old
 
 
 def stock_predict(predictor: Predictor, examples: list[Example]) -> Any:
@@ -260,12 +315,12 @@ def report(name: str, r: dict[str, Any], peaks: dict[str, float]) -> None:
     e = r["export"]
     sizes = ", ".join(f"{p} {b / 1e6:.1f} MB" for p, b in e["bytes"].items())
     print(f"export: {e['seconds']:.1f} s, {sizes}")
-    print(f"{'run':<12} {'windows/s':>10} {'GFLOP/s':>9} {'F1':>7} {'same':>6}")
+    print(f"{'run':<32} {'windows/s':>10} {'GFLOP/s':>9} {'F1':>7} {'same':>6}")
     for k in w:
         f1 = r.get("f1", {}).get(k)
         same = r.get("same_answers_as_torch_fp32", {}).get(k)
         print(
-            f"{k:<12} {w[k]:>10.1f} {g[k]:>9.1f} "
+            f"{k:<32} {w[k]:>10.1f} {g[k]:>9.1f} "
             f"{'' if f1 is None else f'{f1:.2f}':>7} {'' if same is None else f'{same:.3f}':>6}"
         )
     print(
@@ -278,6 +333,11 @@ def report(name: str, r: dict[str, Any], peaks: dict[str, float]) -> None:
         f"ratio fp32/fp32-stock (the CPU kernels): {w['torch-fp32'] / w['torch-fp32-stock']:.2f}x"
     )
     print(f"ratio int8/bf16: {w['onnx-int8'] / w['torch-bf16']:.2f}x")
+    print(f"ratio int8 per-token / per-tensor: {w['onnx-int8'] / w['onnx-int8-per-tensor']:.2f}x")
+    print(
+        "ratio int8 per-tensor, one window per call / whole batches: "
+        f"{w['onnx-int8-per-tensor-per-window'] / w['onnx-int8-per-tensor']:.2f}x"
+    )
     print(f"ratio onnx-fp32/torch-fp32: {w['onnx-fp32'] / w['torch-fp32']:.2f}x")
     print(f"ratio end-to-end/bare-bf16: {w['torch-bf16'] / w['bare-bf16']:.2f}")
     print(f"ratio end-to-end/bare-fp32: {w['torch-fp32'] / w['bare-fp32']:.2f}")
@@ -286,6 +346,11 @@ def report(name: str, r: dict[str, Any], peaks: dict[str, float]) -> None:
     print(f"ratio int8/fp32, CPU time: {c['onnx-int8'] / c['torch-fp32']:.2f}x")
     if "f1" in r:
         print(f"F1 int8 - fp32: {r['f1']['onnx-int8'] - r['f1']['torch-fp32']:+.2f}")
+    for k, v in r["alone_vs_batched"].items():
+        print(
+            f"{k}: alone and batched, same answer {v['same_answer']:.3f}, "
+            f"same null odds {v['same_null_odds']:.3f}"
+        )
 
 
 def main() -> None:

@@ -14,9 +14,12 @@ from export_cases import CASES
 
 from structqa.features.batching import collate, sorted_batches
 from structqa.features.squad import featurize
+from structqa.heads.base import NEG
+from structqa.manifest import write_manifest
 from structqa.models.build import model_from_checkpoint
 from structqa.runtimes.onnx_export import ExportRefused, export_onnx
 from structqa.runtimes.onnx_model import OnnxSpanModel, read_export
+from structqa.runtimes.quantize import quantize_int8
 from structqa.serving.predictor import Predictor
 from structqa.training.data import feature_config
 
@@ -86,6 +89,81 @@ def test_int8_export_is_smaller_and_answers(case, checkpoint_of, heldout, tmp_pa
     answers = predictor.predict_examples(heldout.examples)
     assert set(answers) == {ex.id for ex in heldout.examples}
     assert all(np.isfinite(p.null_odds) for p in answers.values())
+
+
+def _by_window(model, batch, alone, fields):
+    """Each window's outputs in one call with ``batch`` and in a call of its own, cut to its
+    own tokens: [(name, together, apart, n)]."""
+    together, apart = model(batch), [model(one) for one in alone]
+    out = []
+    for i, one in enumerate(alone):
+        n = int(one.attention_mask.sum())
+        for name in fields:
+            full = getattr(together, name)
+            cut = slice(None, n) if full.ndim > 1 else ...  # (B, N, ...) or (B,)
+            out.append((name, full[i][cut], getattr(apart[i], name)[0][cut], full[i], n))
+    return out
+
+
+@pytest.mark.parametrize("case", ["dyrex", "joint", "joint-full", "dyref"])
+def test_an_int8_window_answers_the_same_whatever_shares_its_batch(
+    case, checkpoint_of, heldout, tmp_path
+) -> None:
+    """The int8 graph quantizes activations per token, so a window's logits do not move with
+    its neighbours in a batch. An older per-tensor graph's do; for it, one window per call (its
+    default) makes them the window's own, bit for bit."""
+    ckpt = checkpoint_of(case)
+    done = export_onnx(ckpt, tmp_path / "onnx", quantize="int8")
+    assert read_export(done.directory)["files"]["int8"]["activations"] == "per-token"
+    _, collated = batches(ckpt, heldout.examples, batch_size=4)
+    batch = next(b for b in collated if len(b) == 4 and len(set(b.attention_mask.sum(1))) > 1)
+    alone = [collate_row(batch, i) for i in range(len(batch))]
+    fields = ["start_logits", "end_logits"] + (
+        ["span_scores", "null_scores"] if "joint" in case else []
+    )
+    int8 = OnnxSpanModel(done.directory, "int8")
+    assert not int8.per_window  # batched: per-token scales need no help
+    for name, together, apart, _, _ in _by_window(int8, batch, alone, fields):
+        assert torch.allclose(together, apart, rtol=0, atol=ATOL), name
+
+    # an export from before per-token activations: onnxruntime's per-tensor graph
+    old = tmp_path / "old"
+    shutil.copytree(done.directory, old)
+    quantize_int8(old / "model.onnx", old / "model.int8.onnx", activations="per-tensor")
+    meta = read_export(old)
+    del meta["files"]["int8"]["activations"]
+    (old / "structqa_export.json").write_text(json.dumps(meta))
+    write_manifest(old)
+    per_tensor = OnnxSpanModel(old, "int8")
+    assert per_tensor.activations == "per-tensor" and per_tensor.per_window
+    for name, together, apart, row, n in _by_window(per_tensor, batch, alone, fields):
+        assert torch.equal(together, apart), name  # bit for bit
+        if row.ndim:
+            assert (row[n:] == NEG).all()  # padding, masked as the model masks it
+    whole = OnnxSpanModel(old, "int8", per_window=False)
+    moved = max(
+        float((t - a).abs().max()) for _, t, a, _, _ in _by_window(whole, batch, alone, fields)
+    )
+    assert moved > 1e-3  # whole batches: a window's logits depend on its neighbours
+    # fp32 one window per call gives the batched call's logits
+    fp32, fp32_rows = OnnxSpanModel(done.directory), OnnxSpanModel(done.directory, per_window=True)
+    assert not fp32.per_window
+    for name in fields:
+        r, o = getattr(fp32(batch), name), getattr(fp32_rows(batch), name)
+        assert torch.allclose(r, o, rtol=0, atol=ATOL), name
+
+
+def collate_row(batch, i: int):
+    """Window ``i`` of ``batch`` as a batch of its own, cut to its own tokens."""
+    from structqa.features.batching import Batch
+
+    n = int(batch.attention_mask[i].sum())
+    return Batch(
+        **{
+            k: None if v is None else (v[i : i + 1, :n] if v.ndim == 2 else v[i : i + 1])
+            for k, v in vars(batch).items()
+        }
+    )
 
 
 def test_a_graph_that_misses_the_tolerance_is_refused(checkpoint_of, tmp_path) -> None:

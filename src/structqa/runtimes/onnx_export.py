@@ -4,7 +4,8 @@ The directory written holds:
 
 - ``model.onnx``: the fp32 graph (:class:`~structqa.runtimes.graph.SpanGraph`), dynamic batch
   and length axes; ``model.int8.onnx`` with ``--quantize int8`` (onnxruntime's dynamic int8
-  quantization of the encoder's matrix products; the head stays fp32, see :func:`quantize_int8`);
+  quantization of the encoder's matrix products, activations quantized per token; the head
+  stays fp32: :func:`structqa.runtimes.quantize.quantize_int8`);
 - the tokenizer, ``structqa_config.json`` (windows, token tags and decoding settings, as in the
   checkpoint), ``encoder_config.json`` and ``metrics.json`` (the tuned no-answer threshold);
 - ``structqa_export.json``: what the graphs take and return, where they came from, and the
@@ -41,6 +42,7 @@ from structqa.manifest import write_manifest
 from structqa.models.extractive import ExtractiveQAModel
 from structqa.runtimes.graph import GraphSignature, SpanGraph, batch_inputs, signature
 from structqa.runtimes.onnx_model import EXPORT_FILE, ONNX_FILES, session
+from structqa.runtimes.quantize import quantize_int8
 
 log = logging.getLogger(__name__)
 
@@ -152,27 +154,6 @@ def compare(graph: SpanGraph, sig: GraphSignature, path: Path, batches: list[Bat
     return worst
 
 
-def quantize_int8(fp32: Path, out: Path) -> None:
-    """onnxruntime's dynamic int8 quantization of the encoder's weight matrix products: int8
-    weights with one scale per output channel, activations quantized per call. Per-tensor
-    weight scales cost the quickstart DyREx checkpoint 1.8 F1 on 400 held-out questions,
-    per-channel 0.3 (docs/results/runtimes/README.md). The head's products (the learned
-    queries, DyREx's decoder, the joint bilinear form) stay fp32: they rank spans and cost
-    little."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    head_nodes = [n.name for n in onnx.load(str(fp32)).graph.node if "/head/" in n.name]
-    quantize_dynamic(
-        str(fp32),
-        str(out),
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        op_types_to_quantize=["MatMul", "Gemm"],
-        nodes_to_exclude=head_nodes,
-    )
-
-
 def export_onnx(
     checkpoint: str | Path,
     out: str | Path,
@@ -226,7 +207,11 @@ def export_onnx(
         tmp / EXPORT_FILE,
         {
             "format": "onnx",
-            "files": {p: {"file": f.name, "bytes": sizes[p]} for p, f in files.items()},
+            "files": {
+                p: {"file": f.name, "bytes": sizes[p]}
+                | ({"activations": "per-token"} if p == "int8" else {})
+                for p, f in files.items()
+            },
             "inputs": list(sig.inputs),
             "outputs": list(sig.outputs),
             "dynamic_axes": sig.dynamic_axes,

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from structqa.features.batching import Batch
-from structqa.heads.base import HeadOutput
+from structqa.heads.base import NEG, HeadOutput
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,26 @@ def session(path: Path, threads: int | None = None):
 
 
 class OnnxSpanModel:
-    """The ``precision`` graph (``fp32`` or ``int8``) of an export directory on onnxruntime."""
+    """The ``precision`` graph (``fp32`` or ``int8``) of an export directory on onnxruntime.
+
+    ``per_window`` runs each window of a batch as its own call, cut to its own tokens. It is
+    the default for an int8 graph that quantizes its activations per tensor (exports made
+    before per-token activations, :mod:`structqa.runtimes.quantize`): such a graph takes one
+    scale over everything in the call, so a window's logits would otherwise change with the
+    windows and the padding beside it, and a service batching concurrent requests could answer
+    the same question differently under other traffic (docs/results/runtimes).
+    """
 
     training = False  # duck-types the parts of nn.Module that inference touches
     device = torch.device("cpu")
 
-    def __init__(self, directory: str | Path, precision: str = "fp32", threads: int | None = None):
+    def __init__(
+        self,
+        directory: str | Path,
+        precision: str = "fp32",
+        threads: int | None = None,
+        per_window: bool | None = None,
+    ):
         self.directory = Path(directory)
         meta = read_export(self.directory)
         if meta.get("format") != "onnx":
@@ -66,6 +80,13 @@ class OnnxSpanModel:
                 f"{self.directory}: no {precision} graph in this export (it holds: {held}){hint}"
             )
         self.precision = precision
+        # (an int8 graph from before per-token activations names none: per tensor)
+        self.activations = (
+            files[precision].get("activations", "per-tensor") if precision == "int8" else None
+        )
+        if per_window is None:
+            per_window = precision == "int8" and self.activations == "per-tensor"
+        self.per_window = per_window
         self.runtime = f"onnx-{precision}"
         self.inputs: tuple[str, ...] = tuple(meta["inputs"])
         self.outputs: tuple[str, ...] = tuple(meta["outputs"])
@@ -89,7 +110,10 @@ class OnnxSpanModel:
                     "(featurize with the export's structqa_config.json data.token_tags)"
                 )
             feed[name] = value.numpy()
-        got = dict(zip(self.outputs, self.session.run(list(self.outputs), feed), strict=True))
+        if self.per_window:
+            got = self._run_per_window(feed, batch.attention_mask.sum(dim=1).tolist())
+        else:
+            got = dict(zip(self.outputs, self.session.run(list(self.outputs), feed), strict=True))
         as_tensor = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in got.items()}
         return HeadOutput(
             as_tensor["start_logits"],
@@ -97,3 +121,24 @@ class OnnxSpanModel:
             span_scores=as_tensor.get("span_scores"),
             null_scores=as_tensor.get("null_scores"),
         )
+
+    def _run_per_window(self, feed: dict[str, np.ndarray], lengths: list[int]) -> dict:
+        """The graph's outputs for each window run alone on its own ``lengths`` tokens (batches
+        are padded on the right), laid out as one batched call's: per-token outputs are (B, N,
+        ...) with NEG past each window's end, as the model masks padding."""
+        rows = [
+            self.session.run(list(self.outputs), {k: v[i : i + 1, :n] for k, v in feed.items()})
+            for i, n in enumerate(lengths)
+        ]
+        b, n_tokens = next(iter(feed.values())).shape
+        out = {}
+        for j, name in enumerate(self.outputs):
+            first = rows[0][j]
+            if first.ndim == 1:  # (1,) per window
+                out[name] = np.concatenate([r[j] for r in rows])
+                continue
+            full = np.full((b, n_tokens, *first.shape[2:]), NEG, dtype=first.dtype)
+            for i, (r, n) in enumerate(zip(rows, lengths, strict=True)):
+                full[i, :n] = r[j][0]
+            out[name] = full
+        return out

@@ -1,0 +1,139 @@
+"""The int8 graph of an export: onnxruntime's dynamic quantization of the encoder's matrix
+products, with the activations quantized per token instead of per call.
+
+onnxruntime's ``quantize_dynamic`` quantizes each activation tensor with one scale for the
+whole tensor (``DynamicQuantizeLinear``), taken over everything in the session call: every
+window of the batch and its padding. A window's logits then move with its neighbours, and a
+micro-batching server could answer the same question differently under other traffic. Its
+graph is rewritten so that each token's activation row gets its own scale (symmetric, the
+row's largest magnitude over 127, zero point 128 in uint8): a window's logits no longer depend
+on what shares its call, and one outlier token no longer coarsens every other token's
+quantization. Measured in docs/results/runtimes/README.md.
+
+Why by hand: onnxruntime's quantizer has no per-token activation mode, and its ``MatMulInteger``
+takes only a scalar zero point for its first input, so the per-token scale is applied by one
+``Mul`` after each integer product (where the graph multiplied by the activation scale, that
+scale becomes 1: onnxruntime's fused integer-product kernel takes per-tensor or per-column
+scales only, and gave wrong results when handed per-row ones).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+#: how an int8 graph quantizes its activations: ``per-token`` (written by this version) or
+#: ``per-tensor`` (onnxruntime's default; exports made before per-token, whose structqa_export.json
+#: names no ``activations``)
+ACTIVATIONS = ("per-token", "per-tensor")
+
+_CONSTANTS = {
+    "per_token_zero_point": np.array(128, dtype=np.uint8),
+    "per_token_one": np.array(1.0, dtype=np.float32),
+    "per_token_inv127": np.array(1.0 / 127, dtype=np.float32),
+    "per_token_eps": np.array(1e-12, dtype=np.float32),
+}
+
+
+def quantize_int8(fp32: Path, out: Path, activations: str = "per-token") -> None:
+    """onnxruntime's dynamic int8 quantization of the encoder's weight matrix products: int8
+    weights with one scale per output channel, activations quantized per token
+    (:func:`per_token_activations`; ``per-tensor``: as onnxruntime leaves them). Per-tensor
+    weight scales cost the quickstart DyREx checkpoint 1.8 F1 on 400 held-out questions,
+    per-channel 0.3 (docs/results/runtimes/README.md). The head's products (the learned
+    queries, DyREx's decoder, the joint bilinear form) stay fp32: they rank spans and cost
+    little."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations {activations!r}: one of {', '.join(ACTIVATIONS)}")
+    head_nodes = [n.name for n in onnx.load(str(fp32)).graph.node if "/head/" in n.name]
+    quantize_dynamic(
+        str(fp32),
+        str(out),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["MatMul", "Gemm"],
+        nodes_to_exclude=head_nodes,
+    )
+    if activations == "per-token":
+        model = onnx.load(str(out))
+        per_token_activations(model)
+        onnx.checker.check_model(model)
+        onnx.save(model, str(out))
+
+
+def per_token_activations(model) -> int:
+    """Rewrite ``model`` (an ``onnx.ModelProto`` from ``quantize_dynamic``) in place so that
+    every ``DynamicQuantizeLinear`` quantizes each row of its input (one token's activations,
+    the last axis) with a scale of its own; returns how many integer products now rescale per
+    row. Each quantized tensor must feed only the first input of ``MatMulInteger`` nodes
+    followed by ``Cast`` and ``Mul``, which is what ``quantize_dynamic`` writes."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node, i))
+    graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in _CONSTANTS.items())
+    rescaled: dict[str, str] = {}  # the Mul applying an activation scale -> the row scales
+    nodes = []
+    for k, node in enumerate(graph.node):
+        if node.op_type != "DynamicQuantizeLinear":
+            nodes.append(node)
+            continue
+        x = node.input[0]
+        quantized, scale, zero_point = node.output
+        p = f"per_token_{k}"
+        rows = p + "_scale"
+        for product, i in consumers.get(quantized, []):
+            rescaled[_scaling_mul(product, i, consumers).name] = rows
+        nodes += [
+            helper.make_node("ReduceMax", [x], [p + "_max"], axes=[-1], keepdims=1),
+            helper.make_node("ReduceMin", [x], [p + "_min"], axes=[-1], keepdims=1),
+            helper.make_node("Neg", [p + "_min"], [p + "_neg_min"]),
+            helper.make_node("Max", [p + "_max", p + "_neg_min", "per_token_eps"], [p + "_abs"]),
+            helper.make_node("Mul", [p + "_abs", "per_token_inv127"], [rows]),
+            helper.make_node("Div", [x, rows], [p + "_scaled"]),
+            helper.make_node(
+                "QuantizeLinear",
+                [p + "_scaled", "per_token_one", "per_token_zero_point"],
+                [quantized],
+            ),
+            helper.make_node("Identity", ["per_token_zero_point"], [zero_point]),
+            helper.make_node("Identity", ["per_token_one"], [scale]),
+        ]
+    out = []
+    for node in nodes:
+        out.append(node)
+        if node.name in rescaled:
+            y = node.output[0]
+            node.output[0] = y + "_per_tensor"
+            out.append(
+                helper.make_node(
+                    "Mul", [node.output[0], rescaled[node.name]], [y], name=node.name + "_rows"
+                )
+            )
+    del graph.node[:]
+    graph.node.extend(out)
+    return len(rescaled)
+
+
+def _scaling_mul(product, i: int, consumers: dict[str, list]):
+    """The ``Mul`` that scales the integer ``product``'s result (MatMulInteger -> Cast -> Mul)."""
+    if product.op_type != "MatMulInteger" or i != 0:
+        raise ValueError(
+            f"{product.name}: a quantized activation feeds {product.op_type} input {i}"
+        )
+    (cast, _), *more = consumers[product.output[0]]
+    if more or cast.op_type != "Cast":
+        raise ValueError(f"{product.name}: its result is not cast once, as quantize_dynamic writes")
+    (mul, _), *more = consumers[cast.output[0]]
+    if more or mul.op_type != "Mul":
+        raise ValueError(
+            f"{product.name}: its result is not scaled once, as quantize_dynamic writes"
+        )
+    return mul
