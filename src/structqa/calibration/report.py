@@ -118,7 +118,8 @@ def _fit_verifier(
     if auto and min(n_answerable, n_unanswerable) < AUTO_MIN_PER_CLASS:
         return _declined(
             f"the validation questions have {n_answerable} answerable and {n_unanswerable} "
-            f"unanswerable; it needs {AUTO_MIN_PER_CLASS} of each"
+            f"unanswerable; it needs {AUTO_MIN_PER_CLASS} of each (a larger data.validation "
+            "gives it more, decode.verifier=none says you want none)"
         )
     names, encoder = kind_features(kind)
     x = feature_matrix(examples, predictions, names, encoder)
