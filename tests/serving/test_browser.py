@@ -115,6 +115,12 @@ def test_the_page_highlights_the_apis_answer(driver, page_url, passage, tmp_path
     driver.find_element(By.ID, "ask").click()
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results li")) == 2)
     expected = [_api(page_url, q, context) for q in questions]
+    # before any click, the passage shows the first question's answer that is not "no answer"
+    first = next((a for a in expected if not a["no_answer"]), None)
+    if first is None:
+        assert not driver.find_elements(By.ID, "answer-mark")
+    else:
+        wait.until(lambda d, a=first: d.find_element(By.ID, "answer-mark").text == a["answer"])
     for i, answer in enumerate(expected):
         driver.find_elements(By.CSS_SELECTOR, "#results button.result")[i].click()
         prob = driver.find_elements(By.CSS_SELECTOR, "#results .prob")[i].text

@@ -180,9 +180,10 @@ async function ask(ev) {
     state.context = context;
     state.results = out.map((r, i) => ({ ...r, question: questions[i] }));
     state.explained = new Map();
-    state.selected = 0;
+    // the first question that has an answer is shown in the passage (else the first question)
+    state.selected = Math.max(0, state.results.findIndex((r) => !r.no_answer));
     renderResults(performance.now() - t0);
-    await select(0);
+    await select(state.selected);
   } catch (e) {
     setStatus(e.message, true);
   } finally {
