@@ -406,8 +406,7 @@ def validate(cfg: Config) -> Config:
     if dec.verifier not in (True, False, "none", VERIFIER_AUTO, *VERIFIER_KINDS):
         raise ConfigError(
             f"decode.verifier must be {VERIFIER_AUTO}, true, false, {', '.join(VERIFIER_KINDS)} "
-            f"or none, got "
-            f"{dec.verifier!r}"
+            f"or none, got {dec.verifier!r}"
         )
     if d.validation is None and not d.eval:
         raise ConfigError(
