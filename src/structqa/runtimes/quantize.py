@@ -2,7 +2,7 @@
 products, with the activations quantized per token instead of per call.
 
 onnxruntime's ``quantize_dynamic`` quantizes each activation tensor with one scale for the
-whole tensor (``DynamicQuantizeLinear``), taken over everything in the session call: every
+whole tensor (``DynamicQuantizeLinear``), taken over everything in one call of the graph: every
 window of the batch and its padding. A window's logits then move with its neighbours, and a
 micro-batching server could answer the same question differently under other traffic. Its
 graph is rewritten so that each token's activation row gets its own scale (symmetric, the

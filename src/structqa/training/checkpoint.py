@@ -40,7 +40,7 @@ from structqa.manifest import verify_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 
-# Settings a resumed session may change: where things live, how often it logs, saves or
+# Settings a resumed run may change: where things live, how often it logs, saves or
 # batches evaluation, and the verifier fitted after training. Any other difference from the
 # checkpoint's config refuses the resume.
 RESUME_MAY_CHANGE = frozenset(
