@@ -18,6 +18,7 @@ from pathlib import Path
 
 from structqa.calibration.fit import METHODS
 from structqa.calibration.report import calibrate, save_calibration
+from structqa.config import VERIFIER_AUTO, VERIFIER_KINDS
 from structqa.data import parse_train_size, train_subset
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
@@ -64,7 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--verifier",
         nargs="?",
         const="lexical",
-        choices=["lexical", "similarity", "auto", "none"],
+        choices=[*VERIFIER_KINDS, VERIFIER_AUTO, "none"],
         default=None,
         help="SQuAD 2.0: also fit an answerability verifier, lexical (the kind a bare "
         "--verifier fits) or similarity (adds sentence similarity by the default encoder; "

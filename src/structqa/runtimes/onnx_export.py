@@ -42,7 +42,7 @@ from structqa.manifest import write_manifest
 from structqa.models.extractive import ExtractiveQAModel
 from structqa.runtimes.graph import GraphSignature, SpanGraph, batch_inputs, signature
 from structqa.runtimes.onnx_model import EXPORT_FILE, ONNX_FILES, session
-from structqa.runtimes.quantize import quantize_int8
+from structqa.runtimes.quantize import PER_TOKEN, quantize_int8
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ def export_onnx(
             "format": "onnx",
             "files": {
                 p: {"file": f.name, "bytes": sizes[p]}
-                | ({"activations": "per-token"} if p == "int8" else {})
+                | ({"activations": PER_TOKEN} if p == "int8" else {})
                 for p, f in files.items()
             },
             "inputs": list(sig.inputs),

@@ -17,6 +17,7 @@ import torch
 
 from structqa.features.batching import Batch
 from structqa.heads.base import NEG, HeadOutput
+from structqa.runtimes.quantize import PER_TENSOR
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +83,10 @@ class OnnxSpanModel:
         self.precision = precision
         # (an int8 graph from before per-token activations names none: per tensor)
         self.activations = (
-            files[precision].get("activations", "per-tensor") if precision == "int8" else None
+            files[precision].get("activations", PER_TENSOR) if precision == "int8" else None
         )
         if per_window is None:
-            per_window = precision == "int8" and self.activations == "per-tensor"
+            per_window = self.activations == PER_TENSOR
         self.per_window = per_window
         self.runtime = f"onnx-{precision}"
         self.inputs: tuple[str, ...] = tuple(meta["inputs"])

@@ -26,7 +26,7 @@ import numpy as np
 #: how an int8 graph quantizes its activations: ``per-token`` (written by this version) or
 #: ``per-tensor`` (onnxruntime's default; exports made before per-token, whose structqa_export.json
 #: names no ``activations``)
-ACTIVATIONS = ("per-token", "per-tensor")
+PER_TOKEN, PER_TENSOR = ACTIVATIONS = ("per-token", "per-tensor")
 
 _CONSTANTS = {
     "per_token_zero_point": np.array(128, dtype=np.uint8),
@@ -36,7 +36,7 @@ _CONSTANTS = {
 }
 
 
-def quantize_int8(fp32: Path, out: Path, activations: str = "per-token") -> None:
+def quantize_int8(fp32: Path, out: Path, activations: str = PER_TOKEN) -> None:
     """onnxruntime's dynamic int8 quantization of the encoder's weight matrix products: int8
     weights with one scale per output channel, activations quantized per token
     (:func:`per_token_activations`; ``per-tensor``: as onnxruntime leaves them). Per-tensor
@@ -58,7 +58,7 @@ def quantize_int8(fp32: Path, out: Path, activations: str = "per-token") -> None
         op_types_to_quantize=["MatMul", "Gemm"],
         nodes_to_exclude=head_nodes,
     )
-    if activations == "per-token":
+    if activations == PER_TOKEN:
         model = onnx.load(str(out))
         per_token_activations(model)
         onnx.checker.check_model(model)
