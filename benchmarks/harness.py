@@ -177,6 +177,8 @@ class Provenance:
         machine["device"] = str(device or pick_device())
         # other processes may share these cores: the 1/5/15-minute load at the start
         machine["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        # every benchmark says which kind of CPU its figures are from (bf16 native or not)
+        print(f"CPU: {machine['cpu']} ({machine['cpu_kind']})", file=sys.stderr)
         started = time.time()
         return cls(
             command=shlex.join(["python", *sys.argv]),

@@ -122,7 +122,11 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
             if not value.strip():
                 raise ValueError(f"--{name} is empty")
     predictor = Predictor.from_checkpoint(
-        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words, runtime=args.runtime
+        args.checkpoint,
+        bf16=args.bf16,
+        whole_words=args.whole_words,
+        runtime=args.runtime,
+        make_int8_export=True,  # the fast runtime where bf16 is not native (logged)
     )
     if args.file:
         from structqa.data.readers import read_extractive

@@ -93,7 +93,7 @@ def _cpu_model() -> str:
 def machine_info() -> dict[str, Any]:
     import torch
 
-    from structqa.runtime import cpu_has_native_bf16
+    from structqa.runtime import cpu_has_native_bf16, cpu_kind, int8_weight_type
 
     try:
         usable = len(os.sched_getaffinity(0))
@@ -107,6 +107,10 @@ def machine_info() -> dict[str, Any]:
         # differ in both
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "native_bf16": cpu_has_native_bf16(),
+        # the same in words, with VNNI and any ONEDNN_MAX_CPU_ISA cap, and the int8 weight
+        # type the ONNX runtime loads here (structqa.runtime.int8_weight_type)
+        "cpu_kind": cpu_kind(),
+        "int8_weights": int8_weight_type(),
         "cores": os.cpu_count(),
         "usable_cores": usable,
         "torch_threads": torch.get_num_threads(),

@@ -3,20 +3,106 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 from pathlib import Path
 
 import torch
 
+#: oneDNN's own switch to use no instructions past the ISA it names; ``AVX2`` on an
+#: AVX512-BF16 machine reproduces an ordinary AVX2 CPU's missing bf16 and VNNI kernels
+MAX_ISA_ENV = "ONEDNN_MAX_CPU_ISA"
+#: ``u8`` or ``s8``: the int8 weight type the ONNX runtime loads, whatever the CPU (for tests)
+INT8_WEIGHTS_ENV = "STRUCTQA_INT8_WEIGHTS"
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``; empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def _isa_capped_below(feature: str) -> bool:
+    """Whether ``ONEDNN_MAX_CPU_ISA`` caps the instructions below ``feature`` (``bf16`` or
+    ``vnni``): AVX2, AVX, SSE41 and the like; an AVX512 value names bf16 or AMX to reach it."""
+    cap = os.environ.get(MAX_ISA_ENV, "").upper()
+    if not cap or cap in ("ALL", "DEFAULT"):
+        return False
+    if feature == "vnni":
+        return not ("VNNI" in cap or "BF16" in cap or "AMX" in cap)
+    return not ("BF16" in cap or "AMX" in cap)
+
 
 @functools.cache
 def cpu_has_native_bf16() -> bool:
-    """True when the CPU executes bf16 matrix products natively (AVX512-BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
+    """True when the CPU executes bf16 matrix products natively (AVX512-BF16 or AMX) and
+    oneDNN may use them (``ONEDNN_MAX_CPU_ISA`` below them says no)."""
+    flags = cpu_flags()
+    if not flags:
         return platform.machine() == "arm64"  # Apple silicon and Graviton3+ have bf16 dot
+    if _isa_capped_below("bf16"):
+        return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+@functools.cache
+def onednn_has_bf16() -> bool:
+    """Whether torch's oneDNN has bf16 kernels on this CPU (under ``ONEDNN_MAX_CPU_ISA``):
+    its fused linear layers refuse bf16 where it has none; torch's stock operators then
+    emulate bf16, correct but about 30x slower than fp32."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def cpu_has_vnni() -> bool:
+    """True where the CPU multiplies uint8 by int8 into int32 sums without saturating
+    (AVX512-VNNI, AVX-VNNI, AMX); not on x86 CPUs with AVX2 only."""
+    if _isa_capped_below("vnni"):
+        return False
+    flags = cpu_flags()
+    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def int8_weight_type() -> str:
+    """The int8 weight type the ONNX runtime loads on this CPU: ``s8`` (int8), or ``u8``
+    (uint8, zero point 128) on x86 CPUs without VNNI.
+
+    Why: there, onnxruntime's uint8 x int8 kernel adds pairs of products in 16 bits
+    (``vpmaddubsw``), which saturate at 32,767: 255 x 127 x 2 does not fit, and a token
+    with large activations gets wrong sums (measured: 26 of 288 values off by up to 56). Its
+    uint8 x uint8 kernel widens both to 16 bits first and sums in 32, exactly; the weights
+    shifted by 128 with zero point 128 are the same numbers, so nothing is lost but some
+    speed. ``STRUCTQA_INT8_WEIGHTS`` (u8|s8) overrides the choice."""
+    forced = os.environ.get(INT8_WEIGHTS_ENV, "").lower()
+    if forced in ("u8", "s8"):
+        return forced
+    if forced:
+        raise ValueError(f"{INT8_WEIGHTS_ENV}={forced!r}: use u8 or s8 (or leave it unset)")
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+    return "u8" if x86 and not cpu_has_vnni() else "s8"
+
+
+def cpu_kind() -> str:
+    """One line for benchmark and result files: the CPU's bf16, VNNI and AVX class, as the
+    code sees it (after ``ONEDNN_MAX_CPU_ISA``)."""
+    flags = cpu_flags()
+    isa = next((f for f in ("avx512f", "avx2", "avx", "asimd") if f in flags), "unknown ISA")
+    capped = (
+        f", capped by {MAX_ISA_ENV}={os.environ[MAX_ISA_ENV]}"
+        if _isa_capped_below("bf16") and os.environ.get(MAX_ISA_ENV)
+        else ""
+    )
+    bf16 = "native bf16" if cpu_has_native_bf16() else "no native bf16"
+    vnni = "VNNI" if cpu_has_vnni() else "no VNNI"
+    return f"{isa}, {bf16}, {vnni}{capped}"
 
 
 def use_bf16(setting: str | bool, device: torch.device) -> bool:
@@ -28,6 +114,12 @@ def use_bf16(setting: str | bool, device: torch.device) -> bool:
     if setting == "off":
         return False
     if setting == "on":
+        if device.type == "cpu" and not onednn_has_bf16():
+            raise ValueError(
+                "bf16 on: this CPU has no bf16 kernels (oneDNN reports none: an AVX2 CPU, or "
+                f"{MAX_ISA_ENV} caps it), so bf16 would be emulated, about 30x slower than "
+                "fp32; use bf16 auto (fp32 here) or off"
+            )
         return True
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()

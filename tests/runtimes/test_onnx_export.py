@@ -168,9 +168,28 @@ def collate_row(batch, i: int):
 
 def test_a_graph_that_misses_the_tolerance_is_refused(checkpoint_of, tmp_path) -> None:
     out = tmp_path / "onnx"
-    with pytest.raises(ExportRefused, match="differs from torch"):
-        export_onnx(checkpoint_of("dyrex"), out, atol=1e-12)
+    with pytest.raises(ExportRefused, match="differs from torch") as refused:
+        export_onnx(checkpoint_of("dyrex"), out, atol=1e-12, rtol=1e-12)
     assert not out.exists() and not out.with_name("onnx.tmp").exists()
+    # it names the output, by how much, and the tolerance that would pass
+    message = str(refused.value)
+    assert "start_logits differs by" in message and "its scale" in message
+    suggested = float(message.split("export with --rtol ")[1].split()[0])
+    assert export_onnx(checkpoint_of("dyrex"), out, atol=0.0, rtol=suggested).directory == out
+
+
+def test_the_tolerance_is_relative_to_the_logits_scale(checkpoint_of, tmp_path) -> None:
+    """A difference that is large in absolute terms but small beside the logits' size passes:
+    fp32 kernels of two CPUs differ in the last bits of large logits."""
+    done = export_onnx(checkpoint_of("independent"), tmp_path / "onnx")
+    check = read_export(done.directory)["check"]
+    scale, diff = check["scale"]["start_logits"], check["max_abs_diff"]["fp32"]["start_logits"]
+    assert scale >= 1.0 and check["moved_answers"]["fp32"]["start_logits"] == 0
+    if diff > 0:  # an absolute floor below the difference, a relative one above it
+        again = export_onnx(
+            checkpoint_of("independent"), tmp_path / "again", atol=diff / 2, rtol=2 * diff / scale
+        )
+        assert again.max_abs_diff["fp32"] == pytest.approx(diff, rel=0.5)
 
 
 def test_only_int8_quantization_exists(checkpoint_of, tmp_path) -> None:

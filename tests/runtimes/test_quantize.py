@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from structqa.runtimes.quantize import quantize_int8
+from structqa.runtime import INT8_WEIGHTS_ENV, int8_weight_type
+from structqa.runtimes.onnx_model import session
+from structqa.runtimes.quantize import as_uint8_weights, quantize_int8
 
 K, M = 64, 48
 
@@ -25,9 +26,8 @@ def _product_graph(path, weight: np.ndarray) -> None:
 
 
 def _run(path, x: np.ndarray) -> np.ndarray:
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
-        0
-    ]
+    """The graph on this CPU, with the int8 weight type structqa loads for it."""
+    return session(path, int8=True).run(None, {"x": x})[0]
 
 
 @pytest.fixture
@@ -41,22 +41,41 @@ def graphs(tmp_path):
     return tmp_path, weight
 
 
-def test_each_token_is_quantized_with_its_own_scale(graphs) -> None:
-    tmp, weight = graphs
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(6, K)).astype(np.float32)
-    x[2] *= 50  # one outlier token
-    got = _run(tmp / "per-token.onnx", x)
-    # the reference: the int8 weights the graph holds, and each row's scale max|x| / 127
-    init = {
-        t.name: numpy_helper.to_array(t)
-        for t in onnx.load(str(tmp / "per-token.onnx")).graph.initializer
-    }
+def _weights(path) -> tuple[np.ndarray, np.ndarray]:
+    """The int8 weights a per-token graph holds, and their per-column scales."""
+    init = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
     wq = next(v for k, v in init.items() if v.dtype == np.int8 and v.shape == (K, M))
     w_scale = next(v for k, v in init.items() if k.endswith("_scale") and v.shape == (M,))
+    return wq, w_scale
+
+
+def _outlier_tokens() -> np.ndarray:
+    x = np.random.default_rng(1).normal(size=(6, K)).astype(np.float32)
+    x[2] *= 50  # one outlier token
+    return x
+
+
+def _per_token_reference(x: np.ndarray, wq: np.ndarray, w_scale: np.ndarray) -> np.ndarray:
+    """Each row's scale max|x| / 127, exact integer products with the int8 weights."""
     s = np.abs(x).max(axis=1, keepdims=True) / 127
     xq = np.clip(np.round(x / s), -128, 127)
-    reference = (xq @ wq.astype(np.float64)) * s * w_scale
+    return (xq @ wq.astype(np.float64)) * s * w_scale
+
+
+def _avx2_uint8_int8_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """uint8 ``a`` (T, K) times int8 ``b`` (K, M) as an x86 CPU without VNNI adds them in
+    onnxruntime's uint8 x int8 kernel: ``vpmaddubsw`` adds each pair of neighbouring products
+    along K in 16 bits, saturating, then the pairs are summed in 32 bits."""
+    products = a.astype(np.int32)[:, :, None] * b.astype(np.int32)[None, :, :]  # (T, K, M)
+    pairs = products[:, 0::2] + products[:, 1::2]
+    return np.clip(pairs, -32768, 32767).sum(axis=1)
+
+
+def test_each_token_is_quantized_with_its_own_scale(graphs) -> None:
+    tmp, weight = graphs
+    x = _outlier_tokens()
+    got = _run(tmp / "per-token.onnx", x)
+    reference = _per_token_reference(x, *_weights(tmp / "per-token.onnx"))
     np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-4)
     # near the fp32 product on every row, the outlier's neighbours included
     exact = x @ weight
@@ -83,3 +102,51 @@ def test_a_tokens_result_does_not_depend_on_the_other_tokens(graphs) -> None:
 def test_an_unknown_activation_mode_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match="per-token, per-tensor"):
         quantize_int8(tmp_path / "a.onnx", tmp_path / "b.onnx", activations="per-channel")
+
+
+def test_uint8_weights_compute_exactly_what_avx2_would_saturate(graphs, monkeypatch) -> None:
+    """On x86 CPUs without VNNI the int8 weights load as uint8 (zero point 128): onnxruntime's
+    uint8 x uint8 kernel sums in 32 bits, so the graph computes the exact integer products
+    that its uint8 x int8 kernel there would saturate (a reference of that arithmetic)."""
+    tmp, _ = graphs
+    x = _outlier_tokens()
+    wq, w_scale = _weights(tmp / "per-token.onnx")
+    s = np.abs(x).max(axis=1, keepdims=True) / 127
+    xq = np.clip(np.round(x / s), -128, 127)
+    exact = xq.astype(np.int64) @ wq.astype(np.int64)
+    # uint8 activations (zero point 128): sum((xq + 128) w) - 128 sum(w) is the product
+    saturating = _avx2_uint8_int8_sums((xq + 128).astype(np.uint8), wq) - 128 * wq.astype(
+        np.int64
+    ).sum(axis=0)
+    assert (saturating != exact).sum() > 0  # the fault is real for these tokens
+    model = onnx.load(str(tmp / "per-token.onnx"))
+    assert as_uint8_weights(model) == 1
+    types = {t.name: t.data_type for t in model.graph.initializer}
+    product = next(n for n in model.graph.node if n.op_type == "MatMulInteger")
+    assert types[product.input[1]] == TensorProto.UINT8 == types[product.input[3]]
+    assert not [t for t in model.graph.initializer if t.data_type == TensorProto.INT8]
+    monkeypatch.setenv(INT8_WEIGHTS_ENV, "u8")
+    assert int8_weight_type() == "u8"
+    got = _run(tmp / "per-token.onnx", x)
+    np.testing.assert_allclose(got, exact * s * w_scale, rtol=1e-5, atol=1e-4)
+    monkeypatch.setenv(INT8_WEIGHTS_ENV, "s8")
+    np.testing.assert_allclose(_run(tmp / "per-token.onnx", x), got, rtol=1e-5, atol=1e-4)
+
+
+def test_the_weight_type_follows_the_cpu_that_loads_the_graph(monkeypatch) -> None:
+    import structqa.runtime as runtime
+
+    monkeypatch.delenv(INT8_WEIGHTS_ENV, raising=False)
+    monkeypatch.setattr(runtime.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.delenv(runtime.MAX_ISA_ENV, raising=False)
+    assert int8_weight_type() == "u8"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "avx512_vnni"}))
+    assert int8_weight_type() == "s8"
+    monkeypatch.setenv(runtime.MAX_ISA_ENV, "AVX2")  # oneDNN's cap stands for an AVX2 CPU
+    assert int8_weight_type() == "u8"
+    monkeypatch.setattr(runtime.platform, "machine", lambda: "aarch64")
+    assert int8_weight_type() == "s8"
+    monkeypatch.setenv(INT8_WEIGHTS_ENV, "int4")
+    with pytest.raises(ValueError, match="u8 or s8"):
+        int8_weight_type()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from structqa import runtime as hardware
 from structqa.cli import main
 from structqa.runtimes.onnx_export import export_onnx
 from structqa.runtimes.select import choose
@@ -30,11 +31,13 @@ def test_auto_without_native_bf16_or_export_is_torch_fp32(checkpoint_of) -> None
     assert choice.runtime == "torch-fp32" and "no ONNX export" in choice.reason
 
 
-def test_auto_takes_bf16_torch_where_bf16_is_on(with_export) -> None:
+def test_auto_takes_bf16_torch_where_bf16_is_on(with_export, monkeypatch) -> None:
+    monkeypatch.setattr(hardware, "onednn_has_bf16", lambda: True)  # as on a bf16 CPU
     assert choose(with_export, "auto", CPU, bf16="on").runtime == "torch-bf16"
 
 
-def test_auto_takes_the_int8_export_without_bf16(with_export) -> None:
+def test_auto_takes_the_int8_export_without_bf16(with_export, monkeypatch) -> None:
+    monkeypatch.setattr(hardware, "onednn_has_bf16", lambda: True)
     choice = choose(with_export, "auto", CPU, bf16="off")
     assert choice.runtime == "onnx-int8" and choice.onnx_dir == with_export / "onnx"
     assert choose(with_export / "onnx", "auto", CPU, bf16="on").runtime == "onnx-int8"
@@ -98,3 +101,50 @@ def test_predict_runs_an_export(with_export, capsys) -> None:
         assert main(["predict", str(path), *args, "--runtime", "onnx-int8"]) == 0
         answer = json.loads(capsys.readouterr().out)
         assert answer["answer"] and answer["answer"] in context
+
+
+def test_predict_makes_and_keeps_an_int8_export_where_bf16_is_not_native(
+    checkpoint_of, shared_data, tmp_path, monkeypatch, capsys, caplog
+) -> None:
+    """On a CPU without native bf16, `predict` on a torch checkpoint writes its int8 export
+    once beside it and answers with it; `evaluate` keeps torch; weights written again since
+    make the export stale, so it is not used."""
+    import structqa.runtimes.select as select
+    from structqa.manifest import write_manifest
+
+    monkeypatch.setenv(select.AUTO_EXPORT_ENV, "on")
+    monkeypatch.setattr(select, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)  # (bf16 auto: off)
+    ckpt = tmp_path / "best"
+    shutil.copytree(checkpoint_of("dyrex"), ckpt)
+    context = "The Denver Broncos defeated the Carolina Panthers to win Super Bowl 50."
+    args = ["predict", str(ckpt), "--question", "Who won Super Bowl 50?", "--context", context]
+    with caplog.at_level("INFO"):
+        assert main([*args, "--bf16", "auto"]) == 0
+    assert "making its export once" in caplog.text and "runtime onnx-int8" in caplog.text
+    first = json.loads(capsys.readouterr().out)
+    assert (ckpt / "onnx" / "model.int8.onnx").is_file() and first["answer"] in context
+    stamp = (ckpt / "onnx" / "model.int8.onnx").stat().st_mtime_ns
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert main(args) == 0
+    assert "making its export" not in caplog.text  # loaded, not made again
+    assert (ckpt / "onnx" / "model.int8.onnx").stat().st_mtime_ns == stamp
+    assert json.loads(capsys.readouterr().out)["answer"] == first["answer"]
+    # evaluate keeps torch, and says so
+    common = ["--data", str(shared_data), "--eval", "fixtures/squad-v1.1-mini.json"]
+    assert main(["evaluate", str(ckpt), *common, "--out", str(tmp_path / "ev")]) == 0
+    assert "runtime torch-fp32" in capsys.readouterr().err
+    # the checkpoint trained again (other weights, a new manifest): its old export is stale
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(ckpt / "model.safetensors")
+    name = next(iter(weights))
+    weights[name] = weights[name] + 0.01
+    save_file(weights, ckpt / "model.safetensors")
+    write_manifest(ckpt)
+    monkeypatch.setenv(select.AUTO_EXPORT_ENV, "off")
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert main(args) == 0
+    assert "made from other weights" in caplog.text and "runtime torch-fp32" in caplog.text

@@ -39,6 +39,14 @@ def _onednn_linear_available() -> bool:
 
 
 _ONEDNN_LINEAR = _onednn_linear_available()
+#: dtypes oneDNN's fused linear computes here: fp32 always, bf16 only where oneDNN has bf16
+#: kernels (on an AVX2 CPU it has none and refuses to build the primitive; the stock
+#: operators then compute bf16 correctly, if slowly)
+_ONEDNN_DTYPES = (
+    (torch.float32, torch.bfloat16)
+    if _ONEDNN_LINEAR and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    else (torch.float32,)
+)
 
 
 def cpu_kernels_enabled() -> bool:
@@ -72,7 +80,7 @@ def linear(x: Tensor, layer: nn.Linear, gelu: bool = False) -> Tensor:
     if (
         _ONEDNN_LINEAR
         and fast_path(x)
-        and x.dtype in (torch.float32, torch.bfloat16)
+        and x.dtype in _ONEDNN_DTYPES
         and layer.weight.dtype == x.dtype
     ):
         flat = x.reshape(-1, x.shape[-1])

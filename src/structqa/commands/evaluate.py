@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -23,11 +24,17 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.runtimes.select import load
     from structqa.training.heldout import score_file
 
-    # a checkpoint (torch) or an export (onnxruntime); a checkpoint scores on the GPU if any
-    loaded = load(args.checkpoint, args.runtime, bf16=args.bf16)
+    # a checkpoint (torch) or an export (onnxruntime); a checkpoint scores on the GPU if any.
+    # A checkpoint keeps torch unless --runtime says otherwise, so that a recorded score does
+    # not depend on the CPU kind (predict and serve take the fastest runtime instead)
+    runtime = args.runtime
+    if runtime is None:
+        has_torch = (Path(args.checkpoint) / "model.safetensors").is_file()
+        runtime = "torch" if has_torch else "auto"
+    loaded = load(args.checkpoint, runtime, bf16=args.bf16)
     model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
     device = default_device() if loaded.choice.onnx_dir is None else torch.device("cpu")
-    log.info("scoring with %s (%s)", loaded.choice.runtime, loaded.choice.reason)
+    print(f"runtime {loaded.choice.runtime} ({loaded.choice.reason})", file=sys.stderr)
     if args.data:
         cfg.data.dir = args.data
     # the whole file unless --eval-size says otherwise (the checkpoint's data.eval_size was
@@ -86,5 +93,7 @@ def add_parser(subparsers) -> None:
     e.add_argument("--eval-size", type=int, help="score only the first N questions")
     e.add_argument("--out", help="output directory (default CHECKPOINT/eval)")
     e.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    add_runtime_argument(e)
+    add_runtime_argument(
+        e, default=None, note="; default: torch for a checkpoint, the graph for an export"
+    )
     e.set_defaults(func=cmd_evaluate)

@@ -10,12 +10,15 @@ from structqa.runtimes.select import DEFAULT_EXPORT_DIR, RUNTIMES
 RUNTIME_HELP = (
     "torch (bf16 per --bf16), torch-bf16, torch-fp32, onnx (int8 if exported, else fp32), "
     "onnx-int8, onnx-fp32, or auto: bf16 torch where the hardware computes bf16 natively, "
-    "else int8 ONNX when exported (CHECKPOINT/onnx or an export dir), else fp32"
+    "else int8 ONNX when exported (CHECKPOINT/onnx or an export dir; predict and serve "
+    "write it once where bf16 is not native), else fp32"
 )
 
 
-def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--runtime", default="auto", choices=RUNTIMES, help=RUNTIME_HELP)
+def add_runtime_argument(
+    parser: argparse.ArgumentParser, default: str | None = "auto", note: str = ""
+) -> None:
+    parser.add_argument("--runtime", default=default, choices=RUNTIMES, help=RUNTIME_HELP + note)
 
 
 def add_parser(subparsers) -> None:
@@ -40,10 +43,17 @@ def add_parser(subparsers) -> None:
         "--runtime auto finds it; CHECKPOINT/transformers for transformers)",
     )
     p.add_argument(
+        "--rtol",
+        type=float,
+        default=1e-4,
+        help="largest |onnx - torch| allowed on an output of the export check, as a share of "
+        "the output's scale (its largest |value|)",
+    )
+    p.add_argument(
         "--atol",
         type=float,
         default=1e-4,
-        help="largest |onnx - torch| allowed on any output of the export check",
+        help="the absolute floor of that allowance, for outputs of small scale",
     )
     p.set_defaults(func=cmd_export)
 
@@ -63,7 +73,11 @@ def cmd_export(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.runtimes.onnx_export import export_onnx
 
     done = export_onnx(
-        checkpoint, args.out or checkpoint / DEFAULT_EXPORT_DIR, args.quantize, args.atol
+        checkpoint,
+        args.out or checkpoint / DEFAULT_EXPORT_DIR,
+        args.quantize,
+        atol=args.atol,
+        rtol=args.rtol,
     )
     for precision, size in done.sizes.items():
         print(

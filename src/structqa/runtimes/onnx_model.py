@@ -17,7 +17,8 @@ import torch
 
 from structqa.features.batching import Batch
 from structqa.heads.base import NEG, HeadOutput
-from structqa.runtimes.quantize import PER_TENSOR
+from structqa.runtime import int8_weight_type
+from structqa.runtimes.quantize import PER_TENSOR, as_uint8_weights
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +37,26 @@ def read_export(directory: str | Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def session(path: Path, threads: int | None = None):
+def session(path: Path, threads: int | None = None, int8: bool = False):
     """An onnxruntime CPU session with every graph optimization, ``threads`` intra-op threads
-    (default: torch's, so both runtimes use the same cores)."""
+    (default: torch's, so both runtimes use the same cores). An ``int8`` graph gets the
+    weight type of the CPU that loads it (:func:`structqa.runtime.int8_weight_type`), not of
+    the one that exported it: on x86 CPUs without VNNI its int8 weights are loaded as uint8."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads or torch.get_num_threads()
     options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    graph: str | bytes = str(path)
+    if int8 and int8_weight_type() == "u8":
+        import onnx
+
+        model = onnx.load(str(path))
+        changed = as_uint8_weights(model)
+        log.info("%s: %d integer products take uint8 weights on this CPU (no VNNI)", path, changed)
+        graph = model.SerializeToString()
+    return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
 
 
 class OnnxSpanModel:
@@ -91,7 +102,9 @@ class OnnxSpanModel:
         self.runtime = f"onnx-{precision}"
         self.inputs: tuple[str, ...] = tuple(meta["inputs"])
         self.outputs: tuple[str, ...] = tuple(meta["outputs"])
-        self.session = session(self.directory / files[precision]["file"], threads)
+        self.session = session(
+            self.directory / files[precision]["file"], threads, int8=precision == "int8"
+        )
 
     def eval(self) -> OnnxSpanModel:
         return self

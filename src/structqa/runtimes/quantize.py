@@ -34,6 +34,7 @@ _CONSTANTS = {
     "per_token_inv127": np.array(1.0 / 127, dtype=np.float32),
     "per_token_eps": np.array(1e-12, dtype=np.float32),
 }
+_U8_ZERO = "uint8_weight_zero_point"
 
 
 def quantize_int8(fp32: Path, out: Path, activations: str = PER_TOKEN) -> None:
@@ -137,3 +138,52 @@ def _scaling_mul(product, i: int, consumers: dict[str, list]):
             f"{product.name}: its result is not scaled once, as quantize_dynamic writes"
         )
     return mul
+
+
+def as_uint8_weights(model) -> int:
+    """Rewrite ``model`` (an int8 graph, ``onnx.ModelProto``) in place so that every integer
+    product takes uint8 weights: each int8 weight ``w`` becomes ``w + 128`` with its zero point
+    raised by 128, the same numbers; returns how many products changed. For x86 CPUs without
+    VNNI, where onnxruntime's uint8 x int8 kernel saturates and its uint8 x uint8 one does not
+    (:func:`structqa.runtime.int8_weight_type`)."""
+    from onnx import TensorProto, numpy_helper
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    int8 = TensorProto.INT8
+    made: dict[str, str] = {}  # int8 initializer -> its uint8 copy
+
+    def shifted(name: str) -> str:
+        if name not in made:
+            values = numpy_helper.to_array(inits[name]).astype(np.int16) + 128
+            made[name] = name + "_u8"
+            graph.initializer.append(numpy_helper.from_array(values.astype(np.uint8), made[name]))
+        return made[name]
+
+    changed = 0
+    for node in graph.node:
+        if node.op_type != "MatMulInteger" or len(node.input) < 2:
+            continue
+        weight = node.input[1]
+        if weight not in inits or inits[weight].data_type != int8:
+            continue
+        zero = node.input[3] if len(node.input) > 3 and node.input[3] else None
+        if zero is not None and (zero not in inits or inits[zero].data_type != int8):
+            raise ValueError(f"{node.name}: its int8 weight's zero point is not a constant")
+        node.input[1] = shifted(weight)
+        if zero is None:  # zero point 0 in int8 is 128 in uint8
+            if _U8_ZERO not in inits:
+                zero_point = _CONSTANTS["per_token_zero_point"]
+                graph.initializer.append(numpy_helper.from_array(zero_point, _U8_ZERO))
+                inits[_U8_ZERO] = graph.initializer[-1]
+            while len(node.input) < 3:
+                node.input.append("")
+            node.input.append(_U8_ZERO)
+        else:
+            node.input[3] = shifted(zero)
+        changed += 1
+    used = {name for node in graph.node for name in node.input}
+    keep = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    return changed

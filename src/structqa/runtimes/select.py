@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ from structqa.runtimes.onnx_model import EXPORT_FILE, OnnxSpanModel, read_export
 
 log = logging.getLogger(__name__)
 
+#: ``off`` keeps ``predict`` and ``serve`` from writing an int8 export into a checkpoint
+#: (a read-only checkpoint, or answers that must not depend on the CPU kind)
+AUTO_EXPORT_ENV = "STRUCTQA_AUTO_EXPORT"
 RUNTIMES = ("auto", "torch", "torch-bf16", "torch-fp32", "onnx", "onnx-int8", "onnx-fp32")
 DEFAULT_EXPORT_DIR = "onnx"  # inside a checkpoint: where `structqa export` writes by default
 
@@ -65,6 +69,27 @@ def onnx_export_of(path: Path) -> Path | None:
     return None
 
 
+def _current(checkpoint: Path, export: Path) -> Path | None:
+    """A checkpoint's own export (``CHECKPOINT/onnx``) if it was made from the weights the
+    checkpoint holds now, else None (logged): a checkpoint written again since its export
+    answers with its new weights. The checkpoint's files are checked against its manifest
+    too, so a damaged checkpoint is refused whatever its export holds."""
+    from structqa.runtimes.onnx_export import source_weights_sha256
+
+    verify_manifest(checkpoint)
+    made_from = read_export(export).get("source_weights_sha256")
+    now = source_weights_sha256(checkpoint)
+    if made_from and now and made_from != now:
+        log.warning(
+            "%s: made from other weights than %s holds now; not used (export again, or "
+            "predict/serve make it again where bf16 is not native)",
+            export,
+            checkpoint,
+        )
+        return None
+    return export
+
+
 def choose(
     path: str | Path, runtime: str = "auto", device: torch.device | None = None, bf16: str = "auto"
 ) -> Choice:
@@ -76,6 +101,8 @@ def choose(
     device = device or default_device()
     has_torch = (path / "model.safetensors").is_file()
     export = onnx_export_of(path)
+    if export is not None and export != path and has_torch:
+        export = _current(path, export)
     precisions = set(read_export(export)["files"]) if export else set()
     if not has_torch and export is None:
         from structqa.models.build import not_a_checkpoint
@@ -114,15 +141,57 @@ def choose(
     return Choice("torch-fp32", f"auto: {no_bf16} and no ONNX export")
 
 
+def cache_int8_export(path: Path) -> Path | None:
+    """Write ``path``'s int8 ONNX export where ``auto`` finds it (``CHECKPOINT/onnx``), once;
+    returns it, or None (logged with why) where the checkpoint cannot be exported or written."""
+    from structqa.runtimes.onnx_export import ExportRefused, export_onnx
+
+    out = path / DEFAULT_EXPORT_DIR
+    log.warning(
+        "%s: no native bf16 on this CPU, so the int8 ONNX runtime answers fastest; making its "
+        "export once, into %s (about half a minute; later runs load it)",
+        path,
+        out,
+    )
+    try:
+        done = export_onnx(path, out, quantize="int8")
+    except (ExportRefused, OSError) as err:
+        log.warning("%s: no int8 export (%s); torch fp32 answers", path, err)
+        return None
+    log.info("int8 export written to %s in %.0f s", done.directory, done.seconds)
+    return done.directory
+
+
 def load(
-    path: str | Path, runtime: str = "auto", device: str | None = None, bf16: str = "auto"
+    path: str | Path,
+    runtime: str = "auto",
+    device: str | None = None,
+    bf16: str = "auto",
+    make_int8_export: bool = False,
 ) -> Loaded:
-    """The model (torch or onnxruntime), tokenizer and config that answer for ``path``."""
+    """The model (torch or onnxruntime), tokenizer and config that answer for ``path``.
+    ``make_int8_export``: where ``auto`` would run torch fp32 on a CPU without native bf16
+    for want of an export, write the int8 export beside the checkpoint first and run that
+    (``predict`` and ``serve`` do, unless ``STRUCTQA_AUTO_EXPORT=off``; ``evaluate`` keeps
+    torch unless told)."""
     from structqa.config import config_from_dict
     from structqa.models.build import load_tokenizer, model_from_checkpoint
 
     dev = torch.device(device) if device else default_device()
     choice = choose(path, runtime, dev, bf16)
+    if (
+        make_int8_export
+        and os.environ.get(AUTO_EXPORT_ENV, "on").lower() not in ("0", "off", "false")
+        and runtime == "auto"
+        and choice.runtime == "torch-fp32"
+        and dev.type == "cpu"
+        and not cpu_has_native_bf16()
+    ):
+        # loaded first: a damaged checkpoint is refused as any load refuses it
+        model, tokenizer, cfg = model_from_checkpoint(path)
+        if cache_int8_export(Path(path)) is None:
+            return Loaded(model.to(dev), tokenizer, cfg, choice)
+        choice = choose(path, runtime, dev, bf16)
     if choice.onnx_dir is not None:
         d = choice.onnx_dir
         verify_manifest(d, warn_if_absent=True)  # refuses a missing or altered file

@@ -135,7 +135,11 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     sock.bind((args.host, args.port))
     t0 = time.perf_counter()
     predictor = Predictor.from_checkpoint(
-        args.checkpoint, bf16=args.bf16, whole_words=args.whole_words, runtime=args.runtime
+        args.checkpoint,
+        bf16=args.bf16,
+        whole_words=args.whole_words,
+        runtime=args.runtime,
+        make_int8_export=True,  # the fast runtime where bf16 is not native (logged)
     )
     app = create_app(predictor, settings, load_seconds=time.perf_counter() - t0)
     config = uvicorn.Config(

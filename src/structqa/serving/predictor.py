@@ -92,12 +92,16 @@ class Predictor:
         null_threshold: float | None = None,
         whole_words: bool | None = None,
         runtime: str = "auto",
+        make_int8_export: bool = False,
     ) -> Predictor:
         """Load a checkpoint written by ``structqa train`` (its ``best`` or ``last`` dir), or
         a directory written by ``structqa export --format onnx``.
 
         ``runtime`` (:data:`structqa.runtimes.select.RUNTIMES`) picks torch bf16/fp32 or
         onnxruntime int8/fp32; ``auto`` the fastest at hand for the machine, logged with why.
+        ``make_int8_export``: on a CPU without native bf16, where ``auto`` finds no export,
+        write the int8 one beside the checkpoint first and answer with it (``structqa predict``
+        and ``serve`` do: :func:`structqa.runtimes.select.load`).
 
         For SQuAD 2.0-style models the no-answer threshold is ``null_threshold`` when given,
         else the one fitted on validation questions (calibration.json, which also maps the
@@ -107,7 +111,7 @@ class Predictor:
         ``device`` defaults to the first GPU when there is one, else the CPU."""
         from structqa.runtimes.select import load
 
-        loaded = load(path, runtime, device, bf16)
+        loaded = load(path, runtime, device, bf16, make_int8_export)
         log.info("runtime %s (%s)", loaded.choice.runtime, loaded.choice.reason)
         cfg = loaded.config
         if whole_words is not None:
