@@ -41,9 +41,9 @@ from structqa.data import read_examples
 from structqa.features.batching import Batch, collate
 from structqa.features.squad import featurize
 from structqa.paths import resolve_data_dir, resolve_data_file
+from structqa.prediction.predictor import Predictor
 from structqa.runtime import autocast
 from structqa.serving.batcher import SHAPE_MULTIPLE, length_groups
-from structqa.serving.predictor import Predictor
 
 HELDOUT = "splits/squad1-heldout.mrqa.jsonl.gz"
 

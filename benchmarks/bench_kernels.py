@@ -30,7 +30,7 @@ from structqa.features.batching import collate, sorted_batches
 from structqa.features.squad import featurize
 from structqa.inference import bf16_weights
 from structqa.paths import resolve_data_dir, resolve_data_file
-from structqa.serving.predictor import Predictor
+from structqa.prediction.predictor import Predictor
 
 HELDOUT = "splits/squad1-heldout.mrqa.jsonl.gz"
 

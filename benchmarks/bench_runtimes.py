@@ -57,9 +57,9 @@ from structqa.inference import bf16_weights  # noqa: E402
 from structqa.manifest import write_manifest  # noqa: E402
 from structqa.metrics.squad import squad_v1  # noqa: E402
 from structqa.paths import resolve_data_dir, resolve_data_file  # noqa: E402
+from structqa.prediction.predictor import Predictor  # noqa: E402
 from structqa.runtimes.onnx_export import export_onnx  # noqa: E402
 from structqa.runtimes.quantize import quantize_int8  # noqa: E402
-from structqa.serving.predictor import Predictor  # noqa: E402
 
 log = logging.getLogger("bench_runtimes")
 

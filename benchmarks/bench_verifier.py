@@ -27,7 +27,7 @@ from harness import Provenance, alternate, median, ratio, timing
 from structqa.calibration.report import calibrate, predictions_from_files
 from structqa.calibration.similarity import DEFAULT, sentence_encoder
 from structqa.data.readers import read_extractive
-from structqa.serving.predictor import Predictor
+from structqa.prediction.predictor import Predictor
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -180,7 +180,8 @@ def print_report(
     print(f"machine: {where} ({machine['device']})")
     if sq:
         print(
-            f"structqa precision: {sq['precision']} (--structqa-bf16 {sq['bf16_setting']}); "
+            f"structqa precision: {sq['precision']} (--structqa-bf16 {sq['bf16_setting']}), "
+            f"inference on {sq.get('runtime', 'torch')}; "
             "dynamic padding, length-grouped batches"
         )
     if hf:
@@ -232,6 +233,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--structqa-bf16",
         choices=["auto", "on", "off"],
         help="structqa precision (default: auto for --quick, off for --full)",
+    )
+    p.add_argument(
+        "--structqa-runtime",
+        choices=["auto", "torch", "onnx-int8"],
+        default="auto",
+        help="--quick: structqa's inference runtime; auto: the one predict and serve run by "
+        "default on this CPU (the int8 export without native bf16, else torch)",
     )
     p.add_argument(
         "--train-features",

@@ -25,9 +25,9 @@ from structqa.features.squad import featurize
 from structqa.io import write_json
 from structqa.metrics.squad import squad_v1
 from structqa.paths import resolve_data_dir, resolve_data_file
+from structqa.prediction.predictor import Predictor
 from structqa.runtimes.hf_export import export_transformers
 from structqa.runtimes.hf_pipeline import hf4_path, pipeline_answers, pipeline_settings
-from structqa.serving.predictor import Predictor
 
 HELDOUT = "splits/squad1-heldout.mrqa.jsonl.gz"
 

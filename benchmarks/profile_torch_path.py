@@ -18,7 +18,7 @@ from structqa.decoding import SpanCollector
 from structqa.features.batching import collate, sorted_batches
 from structqa.features.squad import featurize
 from structqa.paths import resolve_data_dir, resolve_data_file
-from structqa.serving.predictor import Predictor
+from structqa.prediction.predictor import Predictor
 
 
 def wall(fn) -> float:

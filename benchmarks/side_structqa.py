@@ -279,6 +279,10 @@ def structqa_quick(
         "train_mean_window_tokens": float(np.mean([len(f) for f in train_feats])),
         "train_call_seconds": call_s,
     }
+    runtime = quick_runtime(getattr(args, "structqa_runtime", "torch"), device)
+    res["runtime"] = runtime
+    if runtime == "onnx-int8":  # the user's default where bf16 is not native: export, run it
+        model, bf16 = int8_of(work, device), False
     res.update(
         structqa_evaluate(
             model, cfg, eval_ex, eval_feats, bf16, device, args.postprocess_repeats, replay=replay
@@ -287,6 +291,31 @@ def structqa_quick(
     res["config"] = cfg.to_dict()
     shutil.rmtree(work.parent, ignore_errors=True)  # quick-work: checkpoints not kept
     return res
+
+
+def quick_runtime(setting: str, device: torch.device) -> str:
+    """``torch`` or ``onnx-int8``; ``auto``: what ``predict`` and ``serve`` run by default, the
+    int8 export on a CPU without native bf16, else torch (bf16 where native)."""
+    from structqa.runtime import cpu_has_native_bf16
+
+    if setting == "auto":
+        return "onnx-int8" if device.type == "cpu" and not cpu_has_native_bf16() else "torch"
+    return setting
+
+
+def int8_of(work: Path, device: torch.device):
+    """The int8 ONNX graph of the run's last checkpoint, exported as ``predict`` would."""
+    from structqa.runtimes.onnx_export import export_onnx
+    from structqa.runtimes.onnx_model import OnnxSpanModel
+
+    if device.type != "cpu":
+        raise ValueError("--structqa-runtime onnx-int8 runs on the CPU only")
+    checkpoint = next(
+        d for d in (work / "last", work / "best") if (d / "model.safetensors").is_file()
+    )
+    done = export_onnx(checkpoint, work / "onnx", quantize="int8")
+    log.info("structqa: int8 export in %.1f s (not timed)", done.seconds)
+    return OnnxSpanModel(done.directory, "int8")
 
 
 def structqa_full(args, device, out: Path, key: str) -> dict[str, Any] | None:

@@ -32,8 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("evaluation",),  # predictions -> metrics
     ("training",),  # the training scaffold shared by the tasks
     ("pretrain", "ncbert", "calibration"),  # MLM and DROP tasks; answer probabilities
-    ("analysis", "experiments"),  # reports on trained models; grids of runs and tables
-    ("serving",),  # the Predictor and the HTTP service (its page shows analysis' maps)
+    ("analysis", "experiments", "prediction"),  # reports; grids of runs; the answer path
+    ("serving",),  # the HTTP service (its page shows analysis' maps)
     ("commands",),  # the larger subcommands (quickstart, evaluate, config)
     ("cli",),  # the `structqa` command
     ("__main__",),
@@ -145,8 +145,8 @@ def _loop(graph: dict[str, dict[str, int]], component: set[str]) -> list[str]:
 
 def test_the_walk_sees_the_package() -> None:
     # guards the walk itself: a broken resolver would find no edges and pass everything
-    assert "structqa.experiments.command" in MODULES
-    assert "structqa.experiments.runner" in GRAPH["structqa.experiments.command"]
+    assert "structqa.commands.experiment" in MODULES
+    assert "structqa.experiments.runner" in GRAPH["structqa.commands.experiment"]
     assert "structqa.encoders.bert" in GRAPH["structqa.models.build"]
     assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [
         ["a", "b", "c", "a"]
@@ -205,3 +205,43 @@ def test_no_file_over_the_limit(path: Path) -> None:
         f"{path.relative_to(SRC)} has {lines} lines (limit {MAX_LINES}): a file this long "
         "holds two concerns; split it by responsibility"
     )
+
+
+def test_only_the_serve_command_reaches_the_http_package() -> None:
+    """Predicting is the prediction layer's: the CLI, the other subcommands and calibration
+    answer through it, never through the HTTP service's package."""
+    reaching = sorted(
+        f"{module}:{line}"
+        for module, deps in GRAPH.items()
+        if _top(module) in ("cli", "commands", "calibration")
+        and module != "structqa.commands.serve"
+        for dep, line in deps.items()
+        if _top(dep) == "serving"
+    )
+    assert not reaching, f"imports of structqa.serving outside the serve command: {reaching}"
+
+
+def test_the_prediction_layer_is_what_answers() -> None:
+    """The Predictor lives in prediction/, and the service's batcher, predict and calibrate
+    use it (so every entry point answers through one path)."""
+    answering = ("structqa.prediction", "structqa.prediction.predictor")
+    for user in (
+        "structqa.serving.batcher",
+        "structqa.commands.common",
+        "structqa.commands.calibrate",
+    ):
+        assert any(m in GRAPH[user] for m in answering), user
+    assert not [m for m in MODULES if m.startswith("structqa.serving.predictor")]
+
+
+def test_every_subcommand_lives_in_commands() -> None:
+    """The CLI in one home: the modules that register a subcommand (``add_parser``) are
+    structqa.commands' modules, and cli.py holds no command of its own."""
+    registering = sorted(
+        module
+        for module, path in MODULES.items()
+        if "\ndef add_parser(" in path.read_text(encoding="utf-8")
+    )
+    assert registering and all(m.startswith("structqa.commands.") for m in registering), registering
+    cli = MODULES["structqa.cli"].read_text(encoding="utf-8")
+    assert "\ndef cmd_" not in cli

@@ -81,7 +81,8 @@ def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_dat
     ]
     assert main(args) == 0
     metrics = _stdout_json(capsys)
-    assert set(metrics) == {"exact_match", "f1"}
+    assert set(metrics) == {"exact_match", "f1", "questions_truncated"}
+    assert metrics["questions_truncated"] == 0  # counted, none here
     best = out / "best"
     assert (
         main(
@@ -107,7 +108,8 @@ def test_train_evaluate_predict_end_to_end(tmp_path, tiny_checkpoint, shared_dat
         assert (tmp_path / "ev" / name).exists()
     # scoring the written predictions reproduces the evaluation metrics
     assert main(["score", str(shared_data / MINI), str(tmp_path / "ev" / "predictions.json")]) == 0
-    assert _stdout_json(capsys) == pytest.approx(metrics)
+    scored = {k: v for k, v in metrics.items() if k != "questions_truncated"}
+    assert _stdout_json(capsys) == pytest.approx(scored)
     context = "Denver Broncos defeated the Carolina Panthers to win the title."
     assert main(["predict", str(best), "--question", "Who won?", "--context", context]) == 0
     answer = _stdout_json(capsys)
@@ -167,7 +169,7 @@ def test_quickstart_trains_dyrex_and_shows_answers_by_a_fixed_rule(
         assert f"gold: {qa['answers'][0]['text']}" in printed
         assert f"model: {answers[qa['id']] or '(no answer)'} (probability" in printed
     # the probability shown is the one predict returns: calibrated on the validation slice
-    from structqa.serving.predictor import Predictor
+    from structqa.prediction.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(out / "best")
     assert predictor.calibrator is not None
@@ -184,7 +186,7 @@ def test_quickstart_trains_dyrex_and_shows_answers_by_a_fixed_rule(
 
 
 def test_predictor_batch_matches_single(tiny_trained_run):
-    from structqa.serving.predictor import Predictor
+    from structqa.prediction.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(tiny_trained_run / "best", bf16="off")
     pairs = [
@@ -201,7 +203,7 @@ def test_predictor_batch_matches_single(tiny_trained_run):
 
 
 def test_predictor_whole_words_answers_on_word_boundaries(tiny_trained_run, monkeypatch):
-    from structqa.serving.predictor import Predictor
+    from structqa.prediction.predictor import Predictor
 
     ckpt = tiny_trained_run / "best"
     assert Predictor.from_checkpoint(ckpt, bf16="off").decode.whole_words is False

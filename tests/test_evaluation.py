@@ -8,7 +8,7 @@ import pytest
 
 from structqa.cli import main
 from structqa.data.readers import read_extractive
-from structqa.serving.predictor import Predictor
+from structqa.prediction.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

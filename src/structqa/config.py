@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -335,7 +335,14 @@ def load_config(
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
         _apply(cfg, data, "")
-    for item in overrides or []:
+    return apply_overrides(cfg, overrides or [])
+
+
+def apply_overrides(cfg: Any, overrides: Sequence[str]) -> Any:
+    """``cfg`` with ``section.key=value`` overrides applied in order (leading dashes optional),
+    each checked and converted to its field's type as a YAML file's value would be; returns
+    ``cfg``. An unknown key is a ConfigError naming the closest valid one."""
+    for item in overrides:
         item = item.lstrip("-")
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value")

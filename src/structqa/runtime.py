@@ -12,8 +12,9 @@ import torch
 #: oneDNN's own switch to use no instructions past the ISA it names; ``AVX2`` on an
 #: AVX512-BF16 machine reproduces an ordinary AVX2 CPU's missing bf16 and VNNI kernels
 MAX_ISA_ENV = "ONEDNN_MAX_CPU_ISA"
-#: ``u8`` or ``s8``: the int8 weight type the ONNX runtime loads, whatever the CPU (for tests)
+#: the int8 weight format the ONNX runtime loads, whatever the CPU (for tests and comparisons)
 INT8_WEIGHTS_ENV = "STRUCTQA_INT8_WEIGHTS"
+INT8_WEIGHT_TYPES = ("s8", "s7", "u8")
 
 
 @functools.cache
@@ -72,22 +73,26 @@ def cpu_has_vnni() -> bool:
 
 
 def int8_weight_type() -> str:
-    """The int8 weight type the ONNX runtime loads on this CPU: ``s8`` (int8), or ``u8``
-    (uint8, zero point 128) on x86 CPUs without VNNI.
+    """The int8 weight format the ONNX runtime loads on this CPU: ``s8`` (int8 as exported),
+    or ``s7`` (7-bit weights, onnxruntime's ``reduce_range``) on x86 CPUs without VNNI.
 
     Why: there, onnxruntime's uint8 x int8 kernel adds pairs of products in 16 bits
     (``vpmaddubsw``), which saturate at 32,767: 255 x 127 x 2 does not fit, and a token
-    with large activations gets wrong sums (measured: 26 of 288 values off by up to 56). Its
-    uint8 x uint8 kernel widens both to 16 bits first and sums in 32, exactly; the weights
-    shifted by 128 with zero point 128 are the same numbers, so nothing is lost but some
-    speed. ``STRUCTQA_INT8_WEIGHTS`` (u8|s8) overrides the choice."""
+    with large activations gets wrong sums (measured: 26 of 288 values off by up to 56).
+    7-bit weights fit (255 x 64 x 2 = 32,640) and keep that fast kernel; ``u8`` (uint8
+    weights, zero point 128: the same numbers through the uint8 x uint8 kernel, which sums
+    in 32 bits) is exact too but ran at 0.66x the speed. ``STRUCTQA_INT8_WEIGHTS``
+    (s8|s7|u8) overrides the choice."""
     forced = os.environ.get(INT8_WEIGHTS_ENV, "").lower()
-    if forced in ("u8", "s8"):
+    if forced in INT8_WEIGHT_TYPES:
         return forced
     if forced:
-        raise ValueError(f"{INT8_WEIGHTS_ENV}={forced!r}: use u8 or s8 (or leave it unset)")
+        raise ValueError(
+            f"{INT8_WEIGHTS_ENV}={forced!r}: use one of {', '.join(INT8_WEIGHT_TYPES)} "
+            "(or leave it unset)"
+        )
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
-    return "u8" if x86 and not cpu_has_vnni() else "s8"
+    return "s7" if x86 and not cpu_has_vnni() else "s8"
 
 
 def cpu_kind() -> str:

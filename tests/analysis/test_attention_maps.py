@@ -21,7 +21,7 @@ from structqa.data import read_examples
 from structqa.features.batching import collate
 from structqa.features.squad import FeatureConfig, featurize
 from structqa.models.build import model_from_checkpoint
-from structqa.serving.predictor import Predictor
+from structqa.prediction.predictor import Predictor
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 

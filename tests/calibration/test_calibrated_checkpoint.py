@@ -15,8 +15,8 @@ from structqa.commands.calibrate import calibrate_checkpoint, unseen_pool_slice
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.manifest import write_manifest
+from structqa.prediction.predictor import Predictor
 from structqa.serving.app import create_app
-from structqa.serving.predictor import Predictor
 
 MINI = "fixtures/squad-v1.1-mini.json"
 

@@ -23,8 +23,8 @@ from structqa.calibration.verifier import (
 from structqa.cli import main
 from structqa.data.records import Answer, Example
 from structqa.decoding import Candidate, Prediction
+from structqa.prediction.predictor import Predictor
 from structqa.serving.app import create_app
-from structqa.serving.predictor import Predictor
 
 CONTEXT = "The Broncos won the game in Denver. It rained all day in the mountains."
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from tiny import tiny_finetune_base
 
+from structqa.commands.experiment import add_parser
 from structqa.config import ConfigError
 from structqa.experiments.claims import claim_path, holder, try_claim
-from structqa.experiments.command import add_parser
 from structqa.experiments.grid import experiment_from_dict
 from structqa.experiments.runner import run_experiment
 from structqa.experiments.store import Paths, run_status

@@ -17,10 +17,10 @@ import pytest
 import yaml
 from tiny import interrupt_at_batch, tiny_finetune_base
 
+from structqa.commands.experiment import add_parser
 from structqa.config import ConfigError
 from structqa.data import read_examples
 from structqa.experiments import bootstrap, listing, runner, stale
-from structqa.experiments.command import add_parser
 from structqa.experiments.grid import experiment_from_dict, load_experiment
 from structqa.experiments.results import load_results
 from structqa.experiments.run_config import resolve_config, validation_files

@@ -150,7 +150,7 @@ def test_pretrain_only_trains_the_selected_runs_arms_and_fine_tunes_nothing(
 def test_pretrain_only_from_the_command_line(tmp_path, tiny_checkpoint, corpus, shared_data):
     import argparse
 
-    from structqa.experiments.command import add_parser
+    from structqa.commands.experiment import add_parser
 
     raw = {
         "name": "arms",

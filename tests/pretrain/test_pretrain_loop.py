@@ -27,11 +27,11 @@ from structqa.encoders import (
 from structqa.encoders.bert import BertEncoder
 from structqa.features.batching import collate
 from structqa.models.build import build_model, model_from_checkpoint
+from structqa.prediction.predictor import Predictor
 from structqa.pretrain import loop
 from structqa.pretrain.config import load_pretrain_config
 from structqa.pretrain.data import read_corpus, split_heldout
 from structqa.pretrain.mlm_head import MaskedLM
-from structqa.serving.predictor import Predictor
 from structqa.training import loop as training_loop
 from structqa.training.data import prepare_data
 

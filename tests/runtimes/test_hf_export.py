@@ -17,10 +17,10 @@ from structqa.cli import main
 from structqa.data import read_examples
 from structqa.data.records import Example
 from structqa.features.squad import featurize
+from structqa.prediction.predictor import Predictor
 from structqa.runtimes.hf_export import export_transformers
 from structqa.runtimes.hf_pipeline import hf4_path, pipeline_answers, pipeline_settings
 from structqa.runtimes.onnx_export import ExportRefused
-from structqa.serving.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

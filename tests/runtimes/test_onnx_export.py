@@ -17,10 +17,10 @@ from structqa.features.squad import featurize
 from structqa.heads.base import NEG
 from structqa.manifest import write_manifest
 from structqa.models.build import model_from_checkpoint
+from structqa.prediction.predictor import Predictor
 from structqa.runtimes.onnx_export import ExportRefused, export_onnx
 from structqa.runtimes.onnx_model import OnnxSpanModel, read_export
 from structqa.runtimes.quantize import quantize_int8
-from structqa.serving.predictor import Predictor
 from structqa.training.data import feature_config
 
 ATOL = 1e-4

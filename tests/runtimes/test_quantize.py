@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from structqa.runtime import INT8_WEIGHTS_ENV, int8_weight_type
 from structqa.runtimes.onnx_model import session
-from structqa.runtimes.quantize import as_uint8_weights, quantize_int8
+from structqa.runtimes.quantize import as_7bit_weights, as_uint8_weights, quantize_int8
 
 K, M = 64, 48
 
@@ -140,13 +140,44 @@ def test_the_weight_type_follows_the_cpu_that_loads_the_graph(monkeypatch) -> No
     monkeypatch.setattr(runtime.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     monkeypatch.delenv(runtime.MAX_ISA_ENV, raising=False)
-    assert int8_weight_type() == "u8"
+    assert int8_weight_type() == "s7"
     monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "avx512_vnni"}))
     assert int8_weight_type() == "s8"
     monkeypatch.setenv(runtime.MAX_ISA_ENV, "AVX2")  # oneDNN's cap stands for an AVX2 CPU
-    assert int8_weight_type() == "u8"
+    assert int8_weight_type() == "s7"
     monkeypatch.setattr(runtime.platform, "machine", lambda: "aarch64")
     assert int8_weight_type() == "s8"
     monkeypatch.setenv(INT8_WEIGHTS_ENV, "int4")
-    with pytest.raises(ValueError, match="u8 or s8"):
+    with pytest.raises(ValueError, match="s8, s7, u8"):
         int8_weight_type()
+
+
+def test_7bit_weights_keep_avx2s_fast_kernel_exact(graphs, monkeypatch) -> None:
+    """The default on x86 CPUs without VNNI: the weights halved to 7 bits (scale doubled), so
+    that onnxruntime's uint8 x int8 kernel there, whose pair sums saturate at 16 bits, adds
+    them exactly (a reference of that arithmetic), and the graph computes the exact integer
+    products of the 7-bit weights, near the fp32 product."""
+    tmp, weight = graphs
+    x = _outlier_tokens()
+    wq, w_scale = _weights(tmp / "per-token.onnx")
+    model = onnx.load(str(tmp / "per-token.onnx"))
+    assert as_7bit_weights(model) == 1
+    held = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    w7 = next(v for k, v in held.items() if k.endswith("_quantized_7bit"))
+    s7 = next(v for k, v in held.items() if k.endswith("_scale_7bit"))
+    assert w7.min() >= -64 and w7.max() <= 63
+    np.testing.assert_allclose(s7, 2 * w_scale)
+    s = np.abs(x).max(axis=1, keepdims=True) / 127
+    xq = np.clip(np.round(x / s), -128, 127)
+    exact = xq.astype(np.int64) @ w7.astype(np.int64)
+    avx2 = _avx2_uint8_int8_sums((xq + 128).astype(np.uint8), w7) - 128 * w7.astype(np.int64).sum(
+        axis=0
+    )
+    np.testing.assert_array_equal(avx2, exact)  # no pair saturates
+    monkeypatch.setenv(INT8_WEIGHTS_ENV, "s7")
+    got = _run(tmp / "per-token.onnx", x)
+    np.testing.assert_allclose(got, exact * s * s7, rtol=1e-5, atol=1e-4)
+    # one bit less: still near fp32 on every token
+    fp32 = x @ weight
+    scale = np.abs(fp32).max(axis=1)
+    assert (np.abs(got - fp32).max(axis=1) < 0.05 * scale).all()

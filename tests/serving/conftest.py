@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from structqa.prediction.predictor import Predictor
 from structqa.serving.app import create_app
-from structqa.serving.predictor import Predictor
 from structqa.serving.settings import ServeSettings
 
 QUESTION = "Who won?"

@@ -7,7 +7,7 @@ import gc
 import pytest
 from conftest import CONTEXT, QUESTION, client_for
 
-from structqa.serving.predictor import Predictor
+from structqa.prediction.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from conftest import CONTEXT
 
+from structqa.prediction.predictor import Predictor
 from structqa.serving.batcher import (
     SHAPE_MULTIPLE,
     Batcher,
@@ -16,7 +17,6 @@ from structqa.serving.batcher import (
     Featurizer,
     length_groups,
 )
-from structqa.serving.predictor import Predictor
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see tests/conftest.py
 

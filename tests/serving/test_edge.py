@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from conftest import CONTEXT, QUESTION, served
 
-from structqa.serving.predictor import Predictor
+from structqa.prediction.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

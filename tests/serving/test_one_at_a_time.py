@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 from conftest import CONTEXT, client_for
 
-from structqa.serving.predictor import Answer, Predictor
+from structqa.prediction.predictor import Answer, Predictor
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see tests/conftest.py
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from conftest import CONTEXT, QUESTION, client_for
 
-from structqa.serving.predictor import Predictor
+from structqa.prediction.predictor import Predictor
 
 LIMITS = dict(max_context_chars=200, max_questions=3, max_body_bytes=250_000, api_key="s3cret")
 KEY = {"X-API-Key": "s3cret"}
@@ -235,3 +235,32 @@ def test_a_client_that_leaves_is_dropped(tiny_predictor):
         assert "structqa_batch_windows_count 1.0" in text  # the warm-up's batch only
     finally:
         service.close()
+
+
+@pytest.mark.parametrize("one_at_a_time", [False, True], ids=["batched", "one-at-a-time"])
+def test_an_over_long_question_is_a_422_naming_the_limit_in_both_modes(
+    tiny_predictor, one_at_a_time: bool
+) -> None:
+    """The Predictor's one policy for a user's question, whichever mode serves it: a question
+    longer than data.max_query_len tokens is refused, never cut and answered."""
+    limit = tiny_predictor.features.max_query_len
+    long_question = " ".join(["which"] * (limit + 40)) + "?"
+    with client_for(tiny_predictor, one_at_a_time=one_at_a_time) as client:
+        one = client.post(
+            "/v1/answer", json={"question": long_question, "context": "The Broncos won."}
+        )
+        assert one.status_code == 422, one.text
+        assert f"more than the {limit} this model reads" in one.json()["error"]
+        assert one.json()["fields"][0]["field"] == "question"
+        many = client.post(
+            "/v1/answer",
+            json=[
+                {"question": "Who won?", "context": "The Broncos won."},
+                {"question": long_question, "context": "The Broncos won."},
+            ],
+        )
+        assert many.status_code == 422 and "pair 1: the question has" in many.text
+        assert many.json()["fields"][0]["field"] == "1.question"
+        # the service goes on answering
+        ok = client.post("/v1/answer", json={"question": "Who won?", "context": "The Broncos won."})
+        assert ok.status_code == 200

@@ -147,7 +147,7 @@ def test_invalid_unicode_is_an_error(ckpt, capsys, question, context, message):
 
 
 def test_the_predictor_raises_specific_errors(ckpt):
-    from structqa.serving.predictor import InvalidText, Predictor, QuestionTooLong
+    from structqa.prediction.predictor import InvalidText, Predictor, QuestionTooLong
 
     predictor = Predictor.from_checkpoint(ckpt, bf16="off")
     with pytest.raises(QuestionTooLong, match=r"^pair 1: the question has \d+ tokens") as info:

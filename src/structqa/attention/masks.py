@@ -141,3 +141,11 @@ def to_additive_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
     zero = torch.zeros((), dtype=dtype, device=mask.device)
     neg = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=mask.device)
     return torch.where(mask, zero, neg)
+
+
+def and_no_self(mask: Tensor | None, n: int, device: torch.device) -> Tensor:
+    """``mask`` (True = may attend, broadcastable to (B, H, n, n)) with the diagonal removed:
+    self-attention over ``n`` tokens made neighbor-aware (ANNA's NAA sub-layer); the only place
+    an encoder layer applies :func:`no_self`."""
+    diag = materialize(no_self, 1, 1, n, n, device)
+    return diag if mask is None else mask & diag

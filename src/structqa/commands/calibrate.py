@@ -107,7 +107,7 @@ def calibrate_checkpoint(
 ):
     """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
     None follows the checkpoint's ``decode.verifier``."""
-    from structqa.serving.predictor import Predictor
+    from structqa.prediction.predictor import Predictor
     from structqa.training.data import data_path
 
     predictor = Predictor.from_checkpoint(checkpoint, bf16=bf16)

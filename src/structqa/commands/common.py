@@ -1,5 +1,5 @@
-"""What the training subcommands share: their config from the command line, and the exit
-status of a run that stopped before finishing."""
+"""What the subcommands share: the training config from the command line, the exit status of
+a run that stopped before finishing, and the options of the commands that answer questions."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from structqa.runtimes.select import RUNTIMES
 
 # exit status of a run stopped by SIGINT/SIGTERM (the shell's 128 + SIGINT): the stop is
 # clean and resumable, but `train ... && evaluate ...` must not go on as if it had finished
@@ -38,3 +40,38 @@ def stopped(output_dir: str | Path) -> bool:
         file=sys.stderr,
     )
     return True
+
+
+WHOLE_WORDS_HELP = (
+    "widen answers that start or end inside a word to the whole word, or not "
+    "(--no-whole-words); default: the checkpoint's decode.whole_words"
+)
+
+
+RUNTIME_HELP = (
+    "torch (bf16 per --bf16), torch-bf16, torch-fp32, onnx (int8 if exported, else fp32), "
+    "onnx-int8, onnx-fp32, or auto: bf16 torch where the hardware computes bf16 natively, "
+    "else int8 ONNX when exported (CHECKPOINT/onnx or an export dir; predict and serve "
+    "write it once where bf16 is not native), else fp32"
+)
+
+
+def add_runtime_argument(
+    parser: argparse.ArgumentParser, default: str | None = "auto", note: str = ""
+) -> None:
+    parser.add_argument("--runtime", default=default, choices=RUNTIMES, help=RUNTIME_HELP + note)
+
+
+def answering_predictor(args: argparse.Namespace):
+    """The Predictor of ``predict`` and ``serve``: CHECKPOINT with --bf16, --runtime and
+    --whole-words, on the fastest runtime at hand (on a CPU without native bf16, the int8
+    export, written once beside the checkpoint; logged)."""
+    from structqa.prediction import Predictor
+
+    return Predictor.from_checkpoint(
+        args.checkpoint,
+        bf16=args.bf16,
+        whole_words=args.whole_words,
+        runtime=args.runtime,
+        make_int8_export=True,
+    )

@@ -18,7 +18,7 @@ log = logging.getLogger("structqa")
 
 def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.calibration.report import calibration_report, load_calibration
-    from structqa.config import _apply  # the config's own checks for the overrides
+    from structqa.config import apply_overrides
     from structqa.evaluation import write_outputs
     from structqa.runtime import default_device
     from structqa.runtimes.select import load
@@ -41,14 +41,13 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     # a training-time setting)
     cfg.data.eval_size = args.eval_size
     for item in extra:
-        k, _, v = item.lstrip("-").partition("=")
-        section, _, key = k.partition(".")
-        if section not in ("data", "decode") and k != "train.eval_batch_size":
+        k = item.lstrip("-").partition("=")[0]
+        if k.partition(".")[0] not in ("data", "decode") and k != "train.eval_batch_size":
             raise ValueError(
                 f"--{k} cannot change a trained model; only data.*, decode.* and "
                 "train.eval_batch_size overrides apply here"
             )
-        _apply(cfg, {section: {key: v}}, "")
+    apply_overrides(cfg, extra)  # the config's own checks and conversions
     t0 = time.perf_counter()
     precision = "on" if loaded.bf16 else "off"  # the runtime chosen above decides
     # the no-answer threshold fitted on validation questions (calibration.json), if any;
@@ -74,7 +73,7 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def add_parser(subparsers) -> None:
-    from structqa.runtimes.command import add_runtime_argument
+    from structqa.commands.common import add_runtime_argument
 
     e = subparsers.add_parser(
         "evaluate",

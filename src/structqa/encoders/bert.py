@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from structqa.attention.kernels import cpu_kernels_enabled, fast_path, linear
-from structqa.attention.masks import MaskMod, and_masks, key_padding, materialize, no_self
+from structqa.attention.masks import MaskMod, and_masks, and_no_self, key_padding, materialize
 from structqa.attention.module import MultiHeadAttention
 from structqa.io import UnreadableFile, read_json, read_safetensors
 
@@ -189,8 +189,7 @@ class AttentionSublayer(nn.Module):
             out, probs = self.attn(x, memory_mask, memory=memory, need_weights=need_weights)
         else:
             if self.neighbor_aware:
-                diag = materialize(no_self, 1, 1, x.shape[1], x.shape[1], x.device)
-                mask = diag if mask is None else mask & diag
+                mask = and_no_self(mask, x.shape[1], x.device)
             out, probs = self.attn(x, mask, need_weights=need_weights)
         return self.LayerNorm(x + self.dropout(out)), probs
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from structqa.attention.masks import materialize, no_self, to_additive_bias
+from structqa.attention.masks import and_no_self, to_additive_bias
 from structqa.encoders.bert import AttentionSublayer, BertEncoder, EncoderConfig
 
 
@@ -112,8 +112,7 @@ class VariantAttentionSublayer(AttentionSublayer):
     ) -> tuple[Tensor, Tensor | None]:
         b, n, _ = x.shape
         if self.neighbor_aware:
-            diag = materialize(no_self, 1, 1, n, n, x.device)
-            mask = diag if mask is None else mask & diag
+            mask = and_no_self(mask, n, x.device)
         attn = self.attn
         q, k, v = self._split(attn.query(x)), self._split(attn.key(x)), self._split(attn.value(x))
         scores = q @ k.transpose(-1, -2)  # (B, H, Q, K)

@@ -18,10 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from structqa.pretrain.np_tokenizer import collect_np_words, extend_embeddings, 
 from structqa.provenance import git_info, machine_info
 from structqa.runtime import autocast
 from structqa.text.annotate import NUM_POS_IDS
-from structqa.training.checkpoint import TrainState, save_resume_state, seal_checkpoint
+from structqa.training.checkpoint import TrainState, save_checkpoint
 from structqa.training.trainer import CheckpointedTask, Env, Evaluation, Settings, fit
 
 __all__ = [
@@ -218,20 +217,19 @@ def save_pretrain_checkpoint(
     scheduler: Any = None,
     metrics: dict[str, Any] | None = None,
 ) -> None:
-    """An HF BertForMaskedLM directory (+ resume state), written aside, sealed with its
-    manifest and swapped in."""
-    tmp = target.with_name(target.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(str(tmp))
-    write_json(tmp / CONFIG_FILE, config)
-    write_json(tmp / "train_state.json", asdict(state))
-    if metrics is not None:
-        write_json(tmp / "metrics.json", metrics)
-    if optimizer is not None:
-        save_resume_state(tmp, optimizer, scheduler)
-    seal_checkpoint(tmp, target)
+    """An HF BertForMaskedLM directory (+ resume state), by the one checkpoint writer."""
+    save_checkpoint(
+        target,
+        model,
+        tokenizer,
+        config,
+        state,
+        optimizer,
+        scheduler,
+        metrics,
+        write_model=model.save_pretrained,
+        config_file=CONFIG_FILE,
+    )
 
 
 def _load_weights(model: MaskedLM, path: Path) -> None:

@@ -64,6 +64,7 @@ class Exported:
     seconds: float
     sizes: dict[str, int]  # precision -> bytes
     max_abs_diff: dict[str, float]  # precision -> largest |onnx - torch| over the checks
+    scale: float = 1.0  # the largest |torch output| over the checks, for scale
 
 
 def sample_batch(
@@ -299,7 +300,8 @@ def export_onnx(
     write_manifest(tmp)  # last: it records every file above, verified at loading
     replace_dir(tmp, out)
     log.info("exported %s to %s in %.1f s (%s)", checkpoint, out, seconds, sizes)
-    return Exported(out, seconds, sizes, {p: max(d.values()) for p, d in diffs.items()})
+    scale = max(checked["fp32"].scale.values())
+    return Exported(out, seconds, sizes, {p: max(d.values()) for p, d in diffs.items()}, scale)
 
 
 def source_weights_sha256(checkpoint: Path) -> str | None:

@@ -18,7 +18,7 @@ import torch
 from structqa.features.batching import Batch
 from structqa.heads.base import NEG, HeadOutput
 from structqa.runtime import int8_weight_type
-from structqa.runtimes.quantize import PER_TENSOR, as_uint8_weights
+from structqa.runtimes.quantize import PER_TENSOR, as_7bit_weights, as_uint8_weights
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def session(path: Path, threads: int | None = None, int8: bool = False):
     """An onnxruntime CPU session with every graph optimization, ``threads`` intra-op threads
     (default: torch's, so both runtimes use the same cores). An ``int8`` graph gets the
     weight type of the CPU that loads it (:func:`structqa.runtime.int8_weight_type`), not of
-    the one that exported it: on x86 CPUs without VNNI its int8 weights are loaded as uint8."""
+    the one that exported it: on x86 CPUs without VNNI its weights are loaded as 7-bit ones."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -49,12 +49,13 @@ def session(path: Path, threads: int | None = None, int8: bool = False):
     options.intra_op_num_threads = threads or torch.get_num_threads()
     options.inter_op_num_threads = 1
     graph: str | bytes = str(path)
-    if int8 and int8_weight_type() == "u8":
+    weights = int8_weight_type() if int8 else "s8"
+    if weights != "s8":
         import onnx
 
         model = onnx.load(str(path))
-        changed = as_uint8_weights(model)
-        log.info("%s: %d integer products take uint8 weights on this CPU (no VNNI)", path, changed)
+        changed = (as_uint8_weights if weights == "u8" else as_7bit_weights)(model)
+        log.info("%s: %d integer products take %s weights here", path, changed, weights)
         graph = model.SerializeToString()
     return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
 

@@ -16,6 +16,7 @@ export directory (``structqa_export.json``: its ONNX graphs only).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 AUTO_EXPORT_ENV = "STRUCTQA_AUTO_EXPORT"
 RUNTIMES = ("auto", "torch", "torch-bf16", "torch-fp32", "onnx", "onnx-int8", "onnx-fp32")
 DEFAULT_EXPORT_DIR = "onnx"  # inside a checkpoint: where `structqa export` writes by default
+EXPORT_LOCK = ".onnx.lock"  # inside a checkpoint: held while its export is made (hidden)
 
 
 @dataclass(frozen=True)
@@ -147,14 +149,20 @@ def cache_int8_export(path: Path) -> Path | None:
     from structqa.runtimes.onnx_export import ExportRefused, export_onnx
 
     out = path / DEFAULT_EXPORT_DIR
-    log.warning(
-        "%s: no native bf16 on this CPU, so the int8 ONNX runtime answers fastest; making its "
-        "export once, into %s (about half a minute; later runs load it)",
-        path,
-        out,
-    )
     try:
-        done = export_onnx(path, out, quantize="int8")
+        # one process exports, others that start beside it (servers) wait and load its graph
+        with open(path / EXPORT_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            made = onnx_export_of(path)
+            if made is not None and _current(path, made) is not None:
+                return made
+            log.warning(
+                "%s: no native bf16 on this CPU, so the int8 ONNX runtime answers fastest; "
+                "making its export once, into %s (about half a minute; later runs load it)",
+                path,
+                out,
+            )
+            done = export_onnx(path, out, quantize="int8")
     except (ExportRefused, OSError) as err:
         log.warning("%s: no int8 export (%s); torch fp32 answers", path, err)
         return None

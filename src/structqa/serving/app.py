@@ -36,6 +36,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from structqa.prediction.predictor import Answer, Predictor, QuestionTooLong
 from structqa.serving.batcher import SHAPE_MULTIPLE, Batcher, BatchStats, Featurizer
 from structqa.serving.edge import EdgeGuard, HttpMetrics, error_body
 from structqa.serving.metrics import ServeMetrics
@@ -48,7 +49,6 @@ from structqa.serving.parsing import (
     parse_json,
     validation_fields,
 )
-from structqa.serving.predictor import Answer, Predictor
 from structqa.serving.schemas import AnswerOut, ErrorOut, Health, Readiness, check_text
 from structqa.serving.settings import ServeSettings
 
@@ -178,6 +178,9 @@ class Service:
             examples, features = await self._within(self.featurizer.submit(pairs), deadline, gone)
             job = self.batcher.submit(examples, features)
             return await self._within(job.future, deadline, gone)
+        except QuestionTooLong as err:  # the Predictor's one policy, in both modes
+            where = "question" if len(pairs) == 1 else f"{err.index}.question"
+            raise ApiError(422, str(err), fields=[{"field": where, "message": str(err)}]) from None
         finally:
             self.admitted -= 1
 
@@ -225,36 +228,20 @@ def _explain_kind(model: Any) -> str | None:
 
 
 def answer_json(a: Answer, top_k: int, info: dict[str, str]) -> dict[str, Any]:
-    """An Answer as the body of POST /v1/answer (:class:`AnswerOut`)."""
-    return {
-        "answer": a.text,
-        "start": a.start,
-        "end": a.end,
-        "probability": a.probability,
-        "answerable": a.answerable,
-        "calibrated": a.calibrated,
-        "score": a.score,
-        "null_odds": a.null_odds,
-        "no_answer": a.no_answer,
-        "nbest": [
-            {"text": c.text, "start": c.start_char, "end": c.end_char, "probability": c.probability}
-            for c in a.nbest[:top_k]
-        ],
-        "model": info,
-    }
+    """An Answer as the body of POST /v1/answer (:class:`AnswerOut`): the Answer's own JSON
+    and the model that gave it."""
+    return a.to_json(top_k) | {"model": info}
+
+
+#: the keys the old /predict replied with (unchanged)
+LEGACY_KEYS = ("answer", "start", "end", "score", "probability", "no_answer")
 
 
 def legacy_json(a: Answer, n_best: int = 5) -> dict[str, Any]:
     """An Answer as the old /predict replied (unchanged keys)."""
-    return {
-        "answer": a.text,
-        "start": a.start,
-        "end": a.end,
-        "score": a.score,
-        "probability": a.probability,
-        "no_answer": a.no_answer,
-        "nbest": [{"text": c.text, "probability": c.probability} for c in a.nbest[:n_best]],
-    }
+    full = a.to_json(n_best)
+    nbest = [{"text": c["text"], "probability": c["probability"]} for c in full["nbest"]]
+    return {k: full[k] for k in LEGACY_KEYS} | {"nbest": nbest}
 
 
 def route_label(path: str) -> str:

@@ -31,10 +31,10 @@ from structqa.cpu import release_openmp_threads
 from structqa.data.records import Example
 from structqa.decoding import SpanCollector
 from structqa.features.batching import collate
-from structqa.features.squad import Feature, featurize
+from structqa.features.squad import Feature
 from structqa.heads.base import HeadOutput
+from structqa.prediction.predictor import Predictor
 from structqa.runtime import autocast
-from structqa.serving.predictor import Predictor
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +58,12 @@ class Featurizer:
         return tok
 
     def featurize(self, pairs: Sequence[tuple[str, str]]) -> tuple[list[Example], list[Feature]]:
-        """The examples of ``pairs`` and their windows (run on a pool thread)."""
-        examples = [Example(id=str(i), question=q, context=c) for i, (q, c) in enumerate(pairs)]
-        p = self.predictor
+        """The examples of ``pairs`` and their windows (run on a pool thread), by the
+        Predictor's one policy for a user's pairs (an over-long question is refused)."""
         if self._tag_lock is None:
-            features, _ = featurize(examples, self._tokenizer(), p.features)
-        else:
-            with self._tag_lock:
-                features, _ = featurize(examples, self._tokenizer(), p.features, p.annotator)
-        return examples, features
+            return self.predictor.featurize_pairs(pairs, self._tokenizer())
+        with self._tag_lock:
+            return self.predictor.featurize_pairs(pairs, self._tokenizer())
 
     def submit(self, pairs: Sequence[tuple[str, str]]) -> Future:
         return self._pool.submit(self.featurize, pairs)
@@ -312,14 +309,9 @@ class Batcher:
 
     def _finish(self, job: Job) -> None:
         try:
+            # the Predictor's own last step: verifier, null threshold, probability, n-best
             preds = job.collector.predictions(job.examples, job.features)
-            preds = self.predictor.verify(job.examples, preds)
-            # (the Predictor's own conversion: verifier, null threshold, probability, n-best)
-            ordered = [preds[ex.id] for ex in job.examples]
-            chances = self.predictor.probabilities(ordered)  # calibrated where fitted
-            answers = [
-                self.predictor._answer(p, float(q)) for p, q in zip(ordered, chances, strict=True)
-            ]
+            answers = self.predictor.answers(job.examples, preds)
         except Exception as e:
             log.exception("decoding failed for a request of %d windows", job.windows)
             self._fail(job, e)

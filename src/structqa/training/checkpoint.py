@@ -77,15 +77,19 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: Any = None,
     metrics: dict[str, Any] | None = None,
+    write_model: Callable[[Path], None] | None = None,
+    config_file: str = "structqa_config.json",
 ) -> None:
+    """The one checkpoint writer: the model's files (``write_model(directory)``; by default a
+    span model's safetensors and encoder config), the tokenizer, ``config`` as
+    ``config_file``, the train state, metrics and resume state, written aside, sealed with
+    their manifest and swapped in as ``target`` (:func:`seal_checkpoint`)."""
     tmp = target.with_name(target.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(weights, str(tmp / "model.safetensors"))
-    write_json(tmp / "structqa_config.json", config)
-    write_json(tmp / "encoder_config.json", encoder_config_dict(model.encoder))
+    (write_model or (lambda d: _write_span_model(model, d)))(tmp)
+    write_json(tmp / config_file, config)
     tokenizer.save_pretrained(str(tmp))
     write_json(tmp / "train_state.json", asdict(state))
     if metrics is not None:
@@ -93,6 +97,12 @@ def save_checkpoint(
     if optimizer is not None:
         save_resume_state(tmp, optimizer, scheduler)
     seal_checkpoint(tmp, target)
+
+
+def _write_span_model(model: torch.nn.Module, directory: Path) -> None:
+    weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(weights, str(directory / "model.safetensors"))
+    write_json(directory / "encoder_config.json", encoder_config_dict(model.encoder))
 
 
 def seal_checkpoint(tmp: Path, target: Path) -> None:

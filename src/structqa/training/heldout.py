@@ -63,6 +63,8 @@ def score_file(
         null_threshold=null_threshold if v2 else None,
         rescore=rescore if v2 else None,
     )
+    # questions longer than data.max_query_len were cut to it (warned above): counted here
+    result.metrics["questions_truncated"] = rep.truncated_questions
     return result, examples, v2
 
 

@@ -17,7 +17,7 @@ WHOLE_WORDS_HELP = (
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from structqa.runtimes.command import add_runtime_argument
+    from structqa.commands.common import add_runtime_argument
     from structqa.serving.settings import API_KEY_ENV, ServeSettings
 
     d = ServeSettings()
@@ -105,9 +105,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     import uvicorn
 
+    from structqa.commands.common import answering_predictor
     from structqa.serving.app import create_app
     from structqa.serving.edge import guarded_h11
-    from structqa.serving.predictor import Predictor
     from structqa.serving.settings import ServeSettings, api_key_from_env
 
     if extra:
@@ -134,13 +134,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     t0 = time.perf_counter()
-    predictor = Predictor.from_checkpoint(
-        args.checkpoint,
-        bf16=args.bf16,
-        whole_words=args.whole_words,
-        runtime=args.runtime,
-        make_int8_export=True,  # the fast runtime where bf16 is not native (logged)
-    )
+    predictor = answering_predictor(args)
     app = create_app(predictor, settings, load_seconds=time.perf_counter() - t0)
     config = uvicorn.Config(
         app,

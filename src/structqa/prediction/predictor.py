@@ -6,6 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from structqa.calibration import Calibrator, load_calibration, returned_probabilities
 from structqa.cpu import tune_allocator
@@ -13,10 +14,11 @@ from structqa.data.hygiene import InvalidText, check_text
 from structqa.data.records import Example
 from structqa.decoding import Candidate, DecodeConfig, Prediction
 from structqa.encoders.bert import BertEncoder
-from structqa.features.squad import QuestionTooLong, featurize, tag_annotator
+from structqa.features.squad import Feature, QuestionTooLong, featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
 from structqa.io import read_json
 from structqa.runtime import use_bf16
+from structqa.runtimes.protocol import GraphRuntime
 from structqa.training.data import feature_config
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,30 @@ class Answer:
     answerable: bool = True
     calibrated: bool = False
 
+    def to_json(self, top_k: int = 5) -> dict[str, Any]:
+        """The answer as every entry point writes it (``predict``'s output, the service's
+        reply): its fields, with the first ``top_k`` n-best candidates."""
+        return {
+            "answer": self.text,
+            "start": self.start,
+            "end": self.end,
+            "probability": self.probability,
+            "answerable": self.answerable,
+            "calibrated": self.calibrated,
+            "score": self.score,
+            "null_odds": self.null_odds,
+            "no_answer": self.no_answer,
+            "nbest": [
+                {
+                    "text": c.text,
+                    "start": c.start_char,
+                    "end": c.end_char,
+                    "probability": c.probability,
+                }
+                for c in self.nbest[:top_k]
+            ],
+        }
+
 
 class Predictor:
     def __init__(
@@ -62,16 +88,16 @@ class Predictor:
         calibrator: Calibrator | None = None,
     ):
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
-        # a torch module, or an exported graph on onnxruntime (structqa.runtimes), which
-        # names its own runtime and device
-        onnx_runtime = getattr(model, "runtime", None)
-        self.device = model.device if onnx_runtime else next(model.parameters()).device
-        self.bf16 = use_bf16(bf16, self.device) if not onnx_runtime else False
+        # a torch module, or an exported graph (structqa.runtimes), which names its own
+        # runtime and device and keeps its own precision
+        graph = model if isinstance(model, GraphRuntime) else None
+        self.device = graph.device if graph else next(model.parameters()).device
+        self.bf16 = use_bf16(bf16, self.device) if graph is None else False
         if self.device.type == "cpu":
             tune_allocator()  # (process-wide; see its docstring)
         if self.bf16:  # converted once here, not on every call (see run_inference)
             self.model = bf16_weights(self.model)
-        self.runtime = onnx_runtime or ("torch-bf16" if self.bf16 else "torch-fp32")
+        self.runtime = graph.runtime if graph else ("torch-bf16" if self.bf16 else "torch-fp32")
         self.null_threshold = null_threshold
         self.calibrator = calibrator
         if calibrator is not None and calibrator.verifier is not None:
@@ -79,6 +105,8 @@ class Predictor:
         self.batch_size = batch_size
         # windows padded to a multiple of this many tokens (a server sets it: see SHAPE_MULTIPLE)
         self.pad_to_multiple = 1
+        # questions of the last predict_examples call cut to data.max_query_len tokens
+        self.questions_truncated = 0
         self.features = feature_config(config)
         self.annotator = tag_annotator(self.features)  # kept: spaCy loads once
         self.decode = DecodeConfig.from_settings(config.decode)
@@ -150,6 +178,34 @@ class Predictor:
         Raises :class:`InvalidText` for text with a NUL or a lone surrogate
         (:mod:`structqa.data.hygiene`) and :class:`QuestionTooLong` for a question longer than
         ``data.max_query_len`` tokens (its ``index`` is the pair's); both are ValueErrors."""
+        examples, features = self.featurize_pairs(pairs)
+        return self.answers(examples, self.decoded(examples, features))
+
+    def decoded(
+        self, examples: Sequence[Example], features: Sequence[Feature]
+    ) -> dict[str, Prediction]:
+        """The windows scored in length-sorted batches and decoded: a prediction per example
+        id, the model's own null odds (no verifier yet)."""
+        collector = run_inference(
+            self.model,
+            features,
+            self.decode,
+            self.batch_size,
+            self.bf16,
+            self.device,
+            pad_to_multiple=self.pad_to_multiple,
+        )
+        return collector.predictions(examples, features)
+
+    def featurize_pairs(
+        self, pairs: Sequence[tuple[str, str]], tokenizer=None
+    ) -> tuple[list[Example], list[Feature]]:
+        """The examples of ``pairs`` (ids "0", "1", ...) and their windows, by the one policy
+        for a user's pairs: empty or invalid text is refused (ValueError, :class:`InvalidText`)
+        and so is a question longer than ``data.max_query_len`` tokens
+        (:class:`QuestionTooLong` naming the pair), never cut (files are cut and counted
+        instead: :meth:`predict_examples`). ``tokenizer``: a copy of the Predictor's, for a
+        thread of its own (the service's featurizer threads)."""
         examples = [Example(id=str(i), question=q, context=c) for i, (q, c) in enumerate(pairs)]
         prefix = (lambda ex: f"pair {ex.id}: ") if len(examples) > 1 else (lambda ex: "")
         for ex in examples:
@@ -157,14 +213,30 @@ class Predictor:
                 raise ValueError(f"{prefix(ex)}question and context must be non-empty")
             check_text(ex.question, f"{prefix(ex)}the question")
             check_text(ex.context, f"{prefix(ex)}the context")
-        try:  # keyed by id; order is not the input's
-            predictions = self.predict_examples(examples, cut_long_questions=False)
+        try:
+            features, _ = featurize(
+                examples,
+                tokenizer or self.tokenizer,
+                self.features,
+                annotator=self.annotator,
+                cut_long_questions=False,
+            )
         except QuestionTooLong as err:
             if len(examples) == 1:
                 raise
             what = f"pair {err.index}: the question"
             raise QuestionTooLong(err.index, err.length, err.limit, what) from None
-        ordered = [predictions[ex.id] for ex in examples]
+        return examples, features
+
+    def answers(
+        self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
+    ) -> list[Answer]:
+        """The answers to ``examples``, in their order, from the decoded ``predictions`` of
+        their windows (keyed by id): null odds re-scored by the verifier where the
+        calibration has one, the no-answer decision at the threshold, calibrated
+        probabilities. Every entry point's last step (the service's batcher included)."""
+        verified = self.verify(examples, predictions)
+        ordered = [verified[ex.id] for ex in examples]
         probabilities = self.probabilities(ordered)
         return [self._answer(p, float(q)) for p, q in zip(ordered, probabilities, strict=True)]
 
@@ -188,23 +260,15 @@ class Predictor:
         re-scored by the calibration's verifier (if any) unless ``verify`` is False. Questions
         longer than ``data.max_query_len`` tokens are cut and counted (a warning, as for any
         file), or with ``cut_long_questions`` False refused (:class:`QuestionTooLong`)."""
-        features, _ = featurize(
+        features, report = featurize(
             examples,
             self.tokenizer,
             self.features,
             annotator=self.annotator,
             cut_long_questions=cut_long_questions,
         )
-        collector = run_inference(
-            self.model,
-            features,
-            self.decode,
-            self.batch_size,
-            self.bf16,
-            self.device,
-            pad_to_multiple=self.pad_to_multiple,
-        )
-        predictions = collector.predictions(examples, features)
+        self.questions_truncated = report.truncated_questions  # (the last call's; warned)
+        predictions = self.decoded(examples, features)
         return self.verify(examples, predictions) if verify else predictions
 
     def _answer(self, p: Prediction, probability: float) -> Answer:

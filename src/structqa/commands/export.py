@@ -1,24 +1,11 @@
-"""`structqa export` and the ``--runtime`` option of evaluate, predict and serve."""
+"""`structqa export`: a checkpoint as an ONNX graph (fp32, int8) or a transformers directory."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from structqa.runtimes.select import DEFAULT_EXPORT_DIR, RUNTIMES
-
-RUNTIME_HELP = (
-    "torch (bf16 per --bf16), torch-bf16, torch-fp32, onnx (int8 if exported, else fp32), "
-    "onnx-int8, onnx-fp32, or auto: bf16 torch where the hardware computes bf16 natively, "
-    "else int8 ONNX when exported (CHECKPOINT/onnx or an export dir; predict and serve "
-    "write it once where bf16 is not native), else fp32"
-)
-
-
-def add_runtime_argument(
-    parser: argparse.ArgumentParser, default: str | None = "auto", note: str = ""
-) -> None:
-    parser.add_argument("--runtime", default=default, choices=RUNTIMES, help=RUNTIME_HELP + note)
+from structqa.runtimes.select import DEFAULT_EXPORT_DIR
 
 
 def add_parser(subparsers) -> None:
@@ -82,7 +69,8 @@ def cmd_export(args: argparse.Namespace, extra: list[str]) -> int:
     for precision, size in done.sizes.items():
         print(
             f"{precision}: {size / 1e6:.1f} MB, max |onnx - torch| "
-            f"{done.max_abs_diff[precision]:.2e}"
+            f"{done.max_abs_diff[precision]:.2e} on random check windows (outputs up to "
+            f"{done.scale:.3g})"
         )
     print(f"wrote {done.directory} in {done.seconds:.1f} s")
     return 0

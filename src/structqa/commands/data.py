@@ -1,0 +1,71 @@
+"""``structqa synth`` (synthetic numerical QA for NC-BERT's pre-training) and ``structqa
+corpus`` (a sentence-chunked masked-LM corpus)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from structqa.data.synthetic import generate, summarize, write_synthetic
+
+    if extra:
+        raise SystemExit(f"synth takes no config overrides: {' '.join(extra)}")
+    examples = generate(args.kind, args.n, args.seed)
+    write_synthetic(args.out, examples)
+    table = Table(title=f"{len(examples)} synthetic questions -> {args.out} (seed {args.seed})")
+    for column in ("kind", "operation", "answer type"):
+        table.add_column(column)
+    table.add_column("count", justify="right")
+    for (kind, op, answer_type), count in summarize(examples).items():
+        table.add_row(kind, op, answer_type, str(count))
+    Console().print(table)
+    return 0
+
+
+def cmd_corpus(args: argparse.Namespace, extra: list[str]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from structqa.pretrain.corpus import CorpusConfig, build_corpus
+
+    config = CorpusConfig(
+        chunk_words=args.chunk_words,
+        overlap=args.overlap,
+        min_sentence_words=args.min_sentence_words,
+        min_doc_words=args.min_doc_words,
+        lines=args.lines,
+        shard_chunks=args.shard_chunks,
+        progress=not args.no_progress,
+    )
+    report = build_corpus(args.sources, args.out, config, exclude=args.exclude)
+    table = Table("step", "count", title=f"corpus in {args.out}")
+    for step, n in report.counts.items():
+        table.add_row(step, f"{n:,}")
+    Console().print(table)
+    return 0
+
+
+def add_parser(sub) -> None:
+    sy = sub.add_parser("synth", help="write synthetic numerical QA data (DROP JSON)")
+    sy.add_argument("--out", required=True, help="DROP JSON file to write")
+    sy.add_argument("--kind", default="both", choices=["numeric", "textual", "both"])
+    sy.add_argument("--n", type=int, default=1000, help="questions in all (both: half each)")
+    sy.add_argument("--seed", type=int, default=0)
+    sy.set_defaults(func=cmd_synth)
+
+    co = sub.add_parser("corpus", help="build a sentence-chunked pre-training corpus")
+    co.add_argument("sources", nargs="+", help="text, JSONL ({'text'}) or SQuAD/MRQA/DROP files")
+    co.add_argument("--out", required=True, help="output directory (shards, report.json)")
+    co.add_argument("--exclude", nargs="+", action="extend", default=[], help="held-out files")
+    co.add_argument("--chunk-words", type=int, default=300)
+    co.add_argument("--overlap", type=int, default=0, help="sentences shared by chunks")
+    co.add_argument("--min-sentence-words", type=int, default=10)
+    co.add_argument("--min-doc-words", type=int, default=100)
+    co.add_argument("--lines", action="store_true", help="text files: a document per line")
+    co.add_argument("--shard-chunks", type=int, default=10_000)
+    co.add_argument("--no-progress", action="store_true")
+    co.set_defaults(func=cmd_corpus)

@@ -1,0 +1,71 @@
+"""``structqa predict``: answer one question about a passage, or every question of a file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from structqa.commands.common import WHOLE_WORDS_HELP, add_runtime_argument, answering_predictor
+
+log = logging.getLogger("structqa")
+
+
+def null_odds_path(predictions: Path) -> Path:
+    """Where ``predict --file`` writes the null odds of ``predictions``: null_odds.json beside
+    predictions.json (as ``evaluate`` does), else NAME.null_odds.json beside NAME.json, so two
+    prediction files in one folder keep their own."""
+    if predictions.name == "predictions.json":
+        return predictions.with_name("null_odds.json")
+    return predictions.with_name(f"{predictions.stem}.null_odds.json")
+
+
+def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
+    if args.file and (args.question is not None or args.context is not None):
+        raise ValueError("give either --file DATA or --question and --context, not both")
+    if not args.file:
+        for name in ("question", "context"):
+            value = getattr(args, name)
+            if value is None:
+                raise ValueError("give --question and --context, or --file DATA")
+            if not value.strip():
+                raise ValueError(f"--{name} is empty")
+    predictor = answering_predictor(args)
+    if args.file:
+        from structqa.data.readers import read_extractive
+        from structqa.io import write_json
+
+        ds = read_extractive(args.file)
+        preds = predictor.predict_examples(ds.examples)
+        answers = {k: p.answer(predictor.null_threshold) for k, p in preds.items()}
+        out = Path(args.out or "predictions.json")
+        odds_file = null_odds_path(out)
+        write_json(out, answers)
+        write_json(odds_file, {k: p.null_odds for k, p in preds.items()})
+        log.info("wrote %d predictions to %s, their null odds to %s", len(answers), out, odds_file)
+        if predictor.questions_truncated:
+            print(
+                f"{predictor.questions_truncated} of {len(answers)} questions were longer than "
+                f"data.max_query_len = {predictor.features.max_query_len} tokens and were "
+                "answered cut to it (their ids are in the warning above)",
+                file=sys.stderr,
+            )
+        return 0
+    ans = predictor.predict(args.question, args.context)
+    print(json.dumps(ans.to_json(5), indent=2))
+    return 0
+
+
+def add_parser(sub) -> None:
+    pr = sub.add_parser("predict", help="answer one question, or every question of a file")
+    pr.add_argument("checkpoint")
+    pr.add_argument("--question")
+    pr.add_argument("--context")
+    pr.add_argument("--file", help="SQuAD/MRQA file to answer")
+    pr.add_argument("--out", help="predictions file (default predictions.json)")
+    pr.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_runtime_argument(pr)
+    pr.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
+    pr.set_defaults(func=cmd_predict)

@@ -1,0 +1,91 @@
+"""``structqa score`` (a predictions file, as the official scripts score it) and ``structqa
+compare`` (a paired bootstrap over questions between two systems)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.scoring import score_file
+
+    print(
+        json.dumps(score_file(args.data_file, args.predictions, args.na_probs, args.na_prob_thresh))
+    )
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.io import write_json
+    from structqa.scoring import compare_files
+
+    c = compare_files(
+        args.data_file,
+        args.a,
+        args.b,
+        metric=args.metric,
+        resamples=args.resamples,
+        confidence=args.confidence,
+        seed=args.seed,
+    )
+    r = c.bootstrap
+    name = "F1" if c.metric == "f1" else "EM"
+    print(
+        f"{args.data_file}: {r.n_questions} questions ({c.scheme} scoring), {name}, "
+        f"{r.n_runs} run(s) per side averaged per question"
+    )
+    print(f"A {r.mean_a:.2f}   B {r.mean_b:.2f}")
+    print(
+        f"A - B {r.difference:+.2f}, {100 * r.confidence:g}% interval over questions "
+        f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}], p {r.p_value:.3g} "
+        f"({r.resamples} paired resamples, seed {r.seed})"
+    )
+    if r.n_runs > 1:
+        gaps = ", ".join(f"{g:+.2f}" for g in c.run_differences)
+        print(f"per run pair: {gaps}")
+    if args.json:
+        write_json(
+            args.json, {"data_file": str(args.data_file), "a": args.a, "b": args.b, **c.to_dict()}
+        )
+        print(f"wrote {args.json}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    cp = sub.add_parser(
+        "compare",
+        help="paired bootstrap over questions: is A's score above B's beyond question sampling?",
+        description="Scores two sets of predictions on the same data file question by question "
+        "(official SQuAD/MRQA/DROP scoring) and resamples the questions to put an interval and a "
+        "p-value on mean(A) - mean(B). Several files per side are runs (e.g. seeds) paired by "
+        "position; each question's score is averaged over them.",
+    )
+    cp.add_argument("data_file", help="the dataset the predictions answer (.jsonl[.gz] or JSON)")
+    cp.add_argument(
+        "--a",
+        nargs="+",
+        required=True,
+        metavar="PRED",
+        help="predictions.json files or checkpoint directories (system A)",
+    )
+    cp.add_argument(
+        "--b",
+        nargs="+",
+        required=True,
+        metavar="PRED",
+        help="the same for system B (the same seeds as A, in the same order for the per-pair gaps)",
+    )
+    cp.add_argument("--metric", choices=["f1", "em"], default="f1")
+    cp.add_argument("--resamples", type=int, default=10_000)
+    cp.add_argument("--confidence", type=float, default=0.95)
+    cp.add_argument("--seed", type=int, default=0, help="bootstrap random seed")
+    cp.add_argument("--json", metavar="OUT", help="also write the result as JSON")
+    cp.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("score", help="score a predictions file like the official scripts")
+    s.add_argument("data_file")
+    s.add_argument("predictions")
+    s.add_argument("--na-probs", help="SQuAD 2.0 no-answer probabilities (null_odds.json)")
+    s.add_argument("--na-prob-thresh", type=float, default=1.0)
+    s.set_defaults(func=cmd_score)
