@@ -71,6 +71,21 @@ def test_onnx_fp32_matches_torch(case, checkpoint_of, heldout, tmp_path) -> None
         assert got_p[k].null_odds == pytest.approx(p.null_odds, abs=2 * ATOL)
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_export_check_holds_with_the_stock_operators(case, checkpoint_of, tmp_path) -> None:
+    """The graph is compared with torch's stock operators too (STRUCTQA_CPU_KERNELS=off: the
+    reference a CPU without structqa's kernels computes), in fp32, on every head and stacking:
+    within the tolerance of each output's scale and with the same best positions."""
+    from structqa.attention.kernels import stock_kernels
+
+    with stock_kernels():
+        done = export_onnx(checkpoint_of(case), tmp_path / "onnx")
+    check = read_export(done.directory)["check"]
+    assert not any(check["moved_answers"]["fp32"].values())
+    for name, diff in check["max_abs_diff"]["fp32"].items():
+        assert diff <= max(1e-4, 1e-4 * check["scale"][name]), name
+
+
 @pytest.mark.parametrize("case", ["independent", "dyrex"])
 def test_int8_export_is_smaller_and_answers(case, checkpoint_of, heldout, tmp_path) -> None:
     done = export_onnx(checkpoint_of(case), tmp_path / "onnx", quantize="int8")
