@@ -13,6 +13,7 @@ import sys
 from structqa.commands import (
     calibrate,
     data,
+    documents,
     evaluate,
     experiment,
     explain,
@@ -45,6 +46,7 @@ SUBCOMMANDS = (
     export,
     calibrate,
     scores,
+    documents,
 )
 #: subcommands that take no --section.key=value config overrides
 NO_OVERRIDES = ("score", "compare", "predict")

@@ -38,7 +38,14 @@ CACHE_TEXTS = 50_000  # embeddings kept per process (a served model sees unbound
 class SentenceEncoder:
     """Normalized, mean-pooled embeddings of a BERT-style encoder directory."""
 
-    def __init__(self, path: str, batch_size: int = 64, bf16: str = "auto") -> None:
+    def __init__(
+        self,
+        path: str,
+        batch_size: int = 64,
+        bf16: str = "auto",
+        max_tokens: int = MAX_TOKENS,
+        cache: bool = True,
+    ) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -51,6 +58,8 @@ class SentenceEncoder:
         # whole-bf16 weights, as the reader's inference (structqa.inference.bf16_weights)
         self.model = model.to(torch.bfloat16) if self.bf16 else model
         self.batch_size = batch_size
+        self.max_tokens = max_tokens  # longer texts are embedded by their start
+        self.keep = cache  # keep every embedding (texts seen again), or none (an index's chunks)
         self.cache: dict[str, np.ndarray] = {}
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
@@ -60,17 +69,24 @@ class SentenceEncoder:
         todo = sorted((t for t in dict.fromkeys(texts) if t not in self.cache), key=len)
         if len(self.cache) + len(todo) > CACHE_TEXTS:
             self.cache.clear()
+        made: dict[str, np.ndarray] = {}
         for i in range(0, len(todo), self.batch_size):
             chunk = todo[i : i + self.batch_size]
             batch = self.tokenizer(
-                chunk, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt"
+                chunk,
+                padding=True,
+                truncation=True,
+                max_length=self.max_tokens,
+                return_tensors="pt",
             )
             with torch.inference_mode():
                 hidden = self.model(**batch).last_hidden_state.float()
             mask = batch["attention_mask"][..., None]
             pooled = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
-            self.cache.update(zip(chunk, pooled.float().numpy(), strict=True))
-        return np.stack([self.cache[t] for t in texts])
+            made.update(zip(chunk, pooled.float().numpy(), strict=True))
+        if self.keep:
+            self.cache.update(made)
+        return np.stack([made[t] if t in made else self.cache[t] for t in texts])
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,0 +1,105 @@
+"""``structqa index`` (a folder of documents into an index), ``structqa search`` (the best
+chunks for a query) and ``structqa evaluate-retrieval`` (nDCG@10 and recall@k on BEIR-format
+queries and judgements)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from structqa.documents.index import RETRIEVERS
+
+RETRIEVER_HELP = "bm25, dense (the sentence encoder), or hybrid: both, by reciprocal rank fusion"
+
+
+def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
+    from rich.progress import Progress
+
+    from structqa.documents import DocumentIndex
+
+    index = DocumentIndex(args.out)
+    with Progress(disable=args.no_progress, transient=True) as bar:
+        task = bar.add_task("indexing files", total=None)
+        report = index.update(
+            args.paths, progress=lambda n, t: bar.update(task, completed=n, total=t)
+        )
+    print(report.summary())
+    for path, why in report.read.skipped:
+        print(f"structqa index: warning: skipped {path}: {why}", file=sys.stderr)
+    for path, what in report.read.notes:
+        print(f"structqa index: note: {path}: {what}", file=sys.stderr)
+    return 0
+
+
+def cmd_search(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
+    from structqa.documents import DocumentIndex
+
+    hits = DocumentIndex.open(args.index).search(args.query, args.k, args.retriever)
+    if args.json:
+        print(json.dumps([vars(h) for h in hits], indent=2, ensure_ascii=False))
+        return 0
+    for rank, h in enumerate(hits, start=1):
+        page = f", page {h.page}" if h.page else ""
+        where = f"{h.source}{page}, chars {h.start}-{h.end}"
+        print(f"{rank:>3}. {h.title or h.doc_id} ({where}) {h.score:.4g}")
+        print(f"     {h.text[:200]}{'...' if len(h.text) > 200 else ''}")
+    return 0
+
+
+def cmd_evaluate_retrieval(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
+    from structqa.documents import DocumentIndex
+    from structqa.documents.metrics import read_qrels, read_queries, score_runs
+
+    index = DocumentIndex.open(args.index)
+    queries, qrels = read_queries(args.queries), read_qrels(args.qrels)
+    judged = [q for q in queries if q in qrels]
+    depth = max(100, args.depth)
+    runs = {}
+    hits = index.search_many([queries[q] for q in judged], depth, args.retriever)
+    for q, ranked in zip(judged, hits, strict=True):
+        runs[q] = list(dict.fromkeys(h.doc_id for h in ranked))  # documents, best chunk first
+    scores = {"retriever": args.retriever, **score_runs(runs, qrels)}
+    print(json.dumps(scores, indent=2))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(scores, indent=2), encoding="utf-8")
+    return 0
+
+
+def add_parser(sub) -> None:
+    ix = sub.add_parser(
+        "index",
+        help="index a folder of documents for search and questions",
+        description="Reads .txt, .md, .html, .pdf files, SQuAD/MRQA files (each context a "
+        "document) and BEIR corpus.jsonl[.gz] under PATH (folders recursively), cuts them into "
+        "sentence-bounded chunks and indexes them for BM25 and dense search. Run again on a "
+        "changed folder: new and changed files are indexed, deleted ones dropped. Files that "
+        "cannot be read are skipped, each named with the reason.",
+    )
+    ix.add_argument("paths", nargs="+", metavar="PATH")
+    ix.add_argument("--out", required=True, help="the index folder (created or updated)")
+    ix.add_argument("--no-progress", action="store_true")
+    ix.set_defaults(func=cmd_index)
+
+    se = sub.add_parser("search", help="the best chunks of an index for a query")
+    se.add_argument("index")
+    se.add_argument("--query", required=True)
+    se.add_argument("--k", type=int, default=10)
+    se.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
+    se.add_argument("--json", action="store_true", help="the hits as JSON, for scripts")
+    se.set_defaults(func=cmd_search)
+
+    ev = sub.add_parser(
+        "evaluate-retrieval",
+        help="nDCG@10 and recall@1/5/20/100 of an index on BEIR queries and qrels",
+    )
+    ev.add_argument("index")
+    ev.add_argument("--queries", required=True, help="BEIR queries .jsonl (_id, text)")
+    ev.add_argument("--qrels", required=True, help="BEIR qrels .tsv (query-id, corpus-id, score)")
+    ev.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
+    ev.add_argument("--depth", type=int, default=100, help="chunks retrieved per query")
+    ev.add_argument("--out", help="also write the scores as JSON")
+    ev.set_defaults(func=cmd_evaluate_retrieval)

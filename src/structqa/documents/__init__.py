@@ -1,0 +1,8 @@
+"""Questions over a collection of documents: files read into chunks with their offsets
+(:mod:`~structqa.documents.ingest`), an index on disk searched by BM25, by sentence embedding
+or both (:mod:`~structqa.documents.index`), and retrieval scored as BEIR scores it
+(:mod:`~structqa.documents.metrics`)."""
+
+from structqa.documents.index import RETRIEVERS, DocumentIndex, Hit, fuse
+
+__all__ = ["RETRIEVERS", "DocumentIndex", "Hit", "fuse"]

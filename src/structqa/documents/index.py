@@ -1,0 +1,325 @@
+"""A document index on disk: chunks in SQLite, their BM25 index (bm25s) and their sentence
+embeddings (faiss), searched by BM25, by embedding or by both fused (reciprocal rank fusion).
+
+The folder holds ``chunks.sqlite`` (files with their content hash, documents, chunks with
+their text, page and character offsets), ``dense.faiss`` (an exact inner-product index of the
+chunks' unit vectors, keyed by chunk id) and ``bm25/``; no server. Re-indexing a changed
+folder embeds only the chunks of new and changed files (by content hash) and drops those of
+deleted files; BM25 is rebuilt from the chunk texts (seconds for 100k chunks).
+
+The dense encoder is the sentence encoder as shipped (all-MiniLM-L6-v2, mean pooling, 256
+tokens), never a reader fine-tuned for spans: fine-tuning changes what its pooled states mean.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from structqa.documents.ingest import (
+    Chunk,
+    ReadReport,
+    chunk_document,
+    file_sha256,
+    files_under,
+    read_all,
+)
+
+log = logging.getLogger(__name__)
+
+RETRIEVERS = ("bm25", "dense", "hybrid")
+RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al. 2009)
+ENCODER_TOKENS = 256  # all-MiniLM-L6-v2's limit; chunks are cut to fit it
+CHUNK_TOKENS = ENCODER_TOKENS - 2  # [CLS] and [SEP]
+INDEX_FILE = "index.json"
+_SCHEMA = """
+create table if not exists files (path text primary key, sha256 text not null);
+create table if not exists chunks (
+    id integer primary key, path text not null, doc_id text not null, title text not null,
+    start integer not null, end integer not null, page integer, text text not null);
+create index if not exists chunks_path on chunks(path);
+"""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A retrieved chunk: its text, where it comes from, and its score under the retriever."""
+
+    chunk_id: int
+    doc_id: str
+    title: str
+    source: str
+    start: int
+    end: int
+    page: int | None
+    text: str
+    score: float
+
+
+@dataclass
+class IndexReport:
+    read: ReadReport
+    added_files: int = 0
+    unchanged_files: int = 0
+    removed_files: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"{self.read.summary()}\n{self.added_files} files indexed (new or changed), "
+            f"{self.unchanged_files} unchanged, {self.removed_files} removed; "
+            f"{self.chunks} chunks in the index ({self.seconds:.1f} s)"
+        )
+
+
+def _encoder():
+    from structqa.calibration.similarity import SentenceEncoder
+    from structqa.paths import default_encoder_path
+
+    return SentenceEncoder(str(default_encoder_path()), max_tokens=ENCODER_TOKENS, cache=False)
+
+
+class DocumentIndex:
+    """An index folder (see the module docstring): :meth:`update` from files, :meth:`search`."""
+
+    def __init__(self, directory: str | Path, encoder=None) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.directory / "chunks.sqlite")
+        self.db.executescript(_SCHEMA)
+        self._encoder = encoder
+        self._dense = None
+        self._bm25 = None
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            self._encoder = _encoder()
+        return self._encoder
+
+    @classmethod
+    def open(cls, directory: str | Path, encoder=None) -> DocumentIndex:
+        if not (Path(directory) / INDEX_FILE).is_file():
+            raise FileNotFoundError(
+                f"{directory}: not a document index (no {INDEX_FILE}); build one with "
+                "`structqa index FOLDER --out INDEX`"
+            )
+        return cls(directory, encoder)
+
+    def __len__(self) -> int:
+        return self.db.execute("select count(*) from chunks").fetchone()[0]
+
+    # ---- building ----------------------------------------------------------------------
+
+    def update(
+        self, paths: Sequence[str | Path], progress: Callable[[int, int], None] | None = None
+    ) -> IndexReport:
+        """Index the files under ``paths``: new and changed ones (by content hash) are
+        chunked and embedded, deleted ones dropped; files that cannot be read are skipped and
+        reported, the rest indexed."""
+        import faiss
+
+        t0 = time.perf_counter()
+        files = files_under(paths)
+        known = dict(self.db.execute("select path, sha256 from files"))
+        report = IndexReport(ReadReport())
+        present = {str(f) for f in files}
+        dense = self._load_dense() or faiss.IndexIDMap2(faiss.IndexFlatIP(self._dim()))
+        for gone in sorted(set(known) - present):
+            self._drop(gone, dense)
+            report.removed_files += 1
+        todo = []
+        for f in files:
+            digest = file_sha256(f)
+            if known.get(str(f)) == digest:
+                report.unchanged_files += 1
+            else:
+                todo.append((f, digest))
+        count = self._count_tokens
+        for n, (path, docs) in enumerate(read_all([f for f, _ in todo], report.read), start=1):
+            digest = dict(todo)[path]
+            self._drop(str(path), dense)
+            rows = []
+            for doc in docs:
+                for c in chunk_document(doc, count, CHUNK_TOKENS):
+                    rows.append((str(path), doc.doc_id, doc.title, c.start, c.end, c.page, c.text))
+            ids = self._insert(rows)
+            if rows:
+                vectors = self.encoder([r[-1] for r in rows]).astype(np.float32)
+                dense.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
+            self.db.execute("insert or replace into files values (?, ?)", (str(path), digest))
+            report.added_files += 1
+            if progress is not None:
+                progress(n, len(todo))
+        self.db.commit()
+        self._save_dense(dense)
+        self._build_bm25()
+        report.chunks = len(self)
+        report.seconds = time.perf_counter() - t0
+        meta = {
+            "encoder": "all-MiniLM-L6-v2 (the default encoder as shipped)",
+            "chunk_tokens": CHUNK_TOKENS,
+            "chunks": report.chunks,
+            "files": len(present) - len(report.read.skipped),
+        }
+        _write_atomic(self.directory / INDEX_FILE, json.dumps(meta, indent=2))
+        return report
+
+    def _dim(self) -> int:
+        return int(self.encoder(["dimension"]).shape[1])
+
+    def _count_tokens(self, texts: Sequence[str]) -> list[int]:
+        ids = self.encoder.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [len(x) for x in ids]
+
+    def _insert(self, rows: list[tuple]) -> list[int]:
+        ids = []
+        for row in rows:
+            cur = self.db.execute(
+                "insert into chunks (path, doc_id, title, start, end, page, text) "
+                "values (?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+            ids.append(int(cur.lastrowid))
+        return ids
+
+    def _drop(self, path: str, dense) -> None:
+        ids = [r[0] for r in self.db.execute("select id from chunks where path = ?", (path,))]
+        if ids:
+            dense.remove_ids(np.asarray(ids, dtype=np.int64))
+        self.db.execute("delete from chunks where path = ?", (path,))
+        self.db.execute("delete from files where path = ?", (path,))
+
+    def _load_dense(self):
+        import faiss
+
+        path = self.directory / "dense.faiss"
+        if self._dense is None and path.is_file():
+            self._dense = faiss.read_index(str(path))
+        return self._dense
+
+    def _save_dense(self, dense) -> None:
+        import faiss
+
+        tmp = self.directory / "dense.faiss.tmp"
+        faiss.write_index(dense, str(tmp))
+        tmp.replace(self.directory / "dense.faiss")
+        self._dense = dense
+
+    def _build_bm25(self) -> None:
+        import bm25s
+
+        rows = self.db.execute("select id, text from chunks order by id").fetchall()
+        ids = np.asarray([r[0] for r in rows], dtype=np.int64)
+        retriever = bm25s.BM25()
+        if rows:
+            tokens = bm25s.tokenize([r[1] for r in rows], stemmer=_stemmer(), show_progress=False)
+            retriever.index(tokens, show_progress=False)
+        out = self.directory / "bm25"
+        retriever.save(str(out), show_progress=False)
+        np.save(out / "chunk_ids.npy", ids)
+        self._bm25 = (retriever, ids)
+
+    # ---- searching ---------------------------------------------------------------------
+
+    def search(self, query: str, k: int = 10, retriever: str = "hybrid") -> list[Hit]:
+        """The ``k`` best chunks for ``query`` by ``retriever`` (bm25, dense or hybrid)."""
+        return self.search_many([query], k, retriever)[0]
+
+    def search_many(
+        self, queries: Sequence[str], k: int = 10, retriever: str = "hybrid"
+    ) -> list[list[Hit]]:
+        if retriever not in RETRIEVERS:
+            raise ValueError(f"retriever {retriever!r}: one of {', '.join(RETRIEVERS)}")
+        if not len(self):
+            return [[] for _ in queries]
+        deep = max(k, 100) if retriever == "hybrid" else k
+        ranked: list[list[tuple[int, float]]]
+        if retriever == "bm25":
+            ranked = self._bm25_ranked(queries, deep)
+        elif retriever == "dense":
+            ranked = self._dense_ranked(queries, deep)
+        else:
+            sparse, dense = self._bm25_ranked(queries, deep), self._dense_ranked(queries, deep)
+            ranked = [fuse([s, d])[:k] for s, d in zip(sparse, dense, strict=True)]
+        return [self._hits(r[:k]) for r in ranked]
+
+    def _bm25_ranked(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
+        import bm25s
+
+        if self._bm25 is None:
+            path = self.directory / "bm25"
+            self._bm25 = (bm25s.BM25.load(str(path)), np.load(path / "chunk_ids.npy"))
+        retriever, ids = self._bm25
+        tokens = bm25s.tokenize(
+            list(queries), stemmer=_stemmer(), return_ids=False, show_progress=False
+        )
+        k = min(k, len(ids))
+        docs, scores = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        return [
+            [(int(ids[d]), float(s)) for d, s in zip(row, srow, strict=True) if s > 0]
+            for row, srow in zip(docs, scores, strict=True)
+        ]
+
+    def _dense_ranked(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
+        dense = self._load_dense()
+        vectors = self.encoder(list(queries)).astype(np.float32)
+        scores, ids = dense.search(vectors, min(k, dense.ntotal))
+        return [
+            [(int(i), float(s)) for i, s in zip(row, srow, strict=True) if i >= 0]
+            for row, srow in zip(ids, scores, strict=True)
+        ]
+
+    def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
+        if not ranked:
+            return []
+        marks = ",".join("?" * len(ranked))
+        rows = {
+            r[0]: r
+            for r in self.db.execute(
+                f"select id, doc_id, title, path, start, end, page, text from chunks "
+                f"where id in ({marks})",
+                [i for i, _ in ranked],
+            )
+        }
+        return [Hit(*rows[i][:7], rows[i][7], score) for i, score in ranked if i in rows]
+
+    def chunks_of(self, doc_id: str) -> list[Chunk]:
+        rows = self.db.execute(
+            "select doc_id, start, end, text, page from chunks where doc_id = ? order by start",
+            (doc_id,),
+        )
+        return [Chunk(*r) for r in rows]
+
+
+def fuse(
+    rankings: Sequence[Sequence[tuple[int, float]]], k: int = RRF_K
+) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion: each item scores sum(1 / (k + rank)) over the rankings that
+    hold it (rank from 1); best first, ties by id."""
+    score: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, (item, _) in enumerate(ranking, start=1):
+            score[item] = score.get(item, 0.0) + 1.0 / (k + rank)
+    return sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _stemmer():
+    """English Snowball stemming for BM25 (PyStemmer), as the published BM25 baselines use."""
+    import Stemmer
+
+    return Stemmer.Stemmer("english").stemWords
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

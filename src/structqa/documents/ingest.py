@@ -1,0 +1,329 @@
+"""Documents from files, cut into chunks that the retrievers index and the reader reads.
+
+A file becomes one document (``.txt``, ``.md``, ``.html``/``.htm``, ``.pdf``: one text per
+file, a PDF's pages joined with their character offsets kept), or many (a SQuAD/MRQA file: each
+context; a BEIR ``corpus.jsonl[.gz]``: each record, title and text). A file that cannot be
+read (a corrupt PDF, a binary file named ``.txt``, text in no known encoding, an empty file)
+is skipped with its reason; the rest are read, nothing is lost.
+
+Chunks follow sentence boundaries, at most ``max_tokens`` tokens of the sentence encoder
+(all-MiniLM-L6-v2 reads 256), consecutive chunks sharing their boundary sentence, so every
+chunk fits the dense encoder whole and a reader's window with the question. Each keeps its
+document, page and character offsets into the document's extracted text.
+
+Why sentences are split by a regular expression and not spaCy: indexing 100k chunks must take
+minutes, not the hour a parser would; a chunk boundary in the wrong place costs nothing but a
+little overlap.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import html.parser
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
+HTML_SUFFIXES = (".html", ".htm")
+QA_SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".json.gz")
+ENCODINGS = ("utf-8", "cp1252")  # tried in order; cp1252 reads Latin-1 text as well
+_NOTES: list[tuple[str, str]] = []  # caveats of the files being read (read_all collects them)
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n")
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document's extracted text; ``pages`` are (start char, page number) of a PDF's pages."""
+
+    doc_id: str
+    source: str  # the file it came from
+    title: str
+    text: str
+    pages: tuple[tuple[int, int], ...] = ()
+
+    def page_at(self, char: int) -> int | None:
+        """The page number (from 1) holding character ``char``, or None for a text file."""
+        page = None
+        for start, number in self.pages:
+            if start > char:
+                break
+            page = number
+        return page
+
+
+@dataclass(frozen=True)
+class Chunk:
+    doc_id: str
+    start: int  # character offsets into the document's text
+    end: int
+    text: str
+    page: int | None = None
+
+
+@dataclass
+class ReadReport:
+    """What reading some paths did: files read, documents found, files skipped and why."""
+
+    files: int = 0
+    documents: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # read, with a caveat
+
+    def summary(self) -> str:
+        out = f"{self.files} files read, {self.documents} documents, {len(self.skipped)} skipped"
+        out += "".join(f"\n  skipped {f}: {why}" for f, why in self.skipped)
+        return out + "".join(f"\n  note {f}: {what}" for f, what in self.notes)
+
+
+class Unreadable(ValueError):
+    """A file that cannot be read as a document, and why."""
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def files_under(paths: Sequence[str | Path]) -> list[Path]:
+    """Every file under ``paths`` (folders recursively, hidden ones left out), sorted."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += [
+                f
+                for f in sorted(p.rglob("*"))
+                if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+            ]
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"{p}: no such file or folder")
+    return out
+
+
+def read_documents(path: Path) -> list[Document]:
+    """The documents of one file (see the module docstring), or :class:`Unreadable`."""
+    name = path.name.lower()
+    if name.endswith(".pdf"):
+        return [_pdf(path)]
+    if name.endswith(HTML_SUFFIXES):
+        return [_one(path, _html_text(_decode(path)))]
+    if name.endswith(TEXT_SUFFIXES):
+        return [_one(path, _decode(path))]
+    if name.endswith(QA_SUFFIXES):
+        return _collection(path)
+    raise Unreadable(f"not a document type read here ({path.suffix or 'no suffix'})")
+
+
+def _one(path: Path, text: str) -> Document:
+    if not text.strip():
+        raise Unreadable("empty: no text")
+    return Document(str(path), str(path), path.stem, text)
+
+
+def _decode(path: Path) -> str:
+    data = path.read_bytes()
+    if not data.strip():
+        raise Unreadable("empty file")
+    if b"\x00" in data[:4096]:
+        raise Unreadable("binary content (NUL bytes), not text")
+    for encoding in ENCODINGS:
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        if encoding != ENCODINGS[0]:
+            _NOTES.append((str(path), f"not UTF-8; read as {encoding} (Latin-1 and Windows text)"))
+        return text
+    raise Unreadable(f"text in none of the encodings {', '.join(ENCODINGS)}")
+
+
+class _TextOf(html.parser.HTMLParser):
+    """The visible text of an HTML page: no scripts or styles, blocks on lines of their own."""
+
+    BLOCKS = {"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.hidden = 0
+
+    def handle_starttag(self, tag: str, attrs) -> None:  # noqa: ARG002
+        if tag in ("script", "style", "noscript"):
+            self.hidden += 1
+        elif tag in self.BLOCKS:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style", "noscript"):
+            self.hidden = max(0, self.hidden - 1)
+
+    def handle_data(self, data: str) -> None:
+        if not self.hidden:
+            self.parts.append(data)
+
+
+def _html_text(source: str) -> str:
+    parser = _TextOf()
+    parser.feed(source)
+    text = re.sub(r"[ \t\r\f\v]+", " ", "".join(parser.parts))
+    return re.sub(r"\n\s*\n\s*", "\n\n", text).strip()
+
+
+def _pdf(path: Path) -> Document:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(str(path))
+        texts = [page.extract_text() or "" for page in reader.pages]
+    except (PdfReadError, ValueError, KeyError, OSError) as err:
+        raise Unreadable(f"not a readable PDF ({type(err).__name__}: {err})") from None
+    pages, parts, at = [], [], 0
+    for number, text in enumerate(texts, start=1):
+        pages.append((at, number))
+        parts.append(text)
+        at += len(text) + 2
+    text = "\n\n".join(parts)
+    if not text.strip():
+        raise Unreadable("a PDF without extractable text (scanned pages need OCR first)")
+    return Document(str(path), str(path), path.stem, text, tuple(pages))
+
+
+def _collection(path: Path) -> list[Document]:
+    """A BEIR corpus (records with ``_id`` and ``text``) or a SQuAD/MRQA file (each context)."""
+    opener: Callable = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            head = f.read(1 << 16)
+    except (OSError, UnicodeDecodeError, EOFError) as err:
+        raise Unreadable(f"cannot be read as text ({err})") from None
+    first = head.lstrip()[:1]
+    if first == "{" and '"_id"' in head.split("\n", 1)[0]:
+        return list(_beir(path, opener))
+    from structqa.data.readers import read_extractive
+
+    try:
+        examples = read_extractive(path).examples
+    except (ValueError, OSError) as err:
+        raise Unreadable(f"neither a BEIR corpus nor a SQuAD/MRQA file ({err})") from None
+    docs: dict[str, Document] = {}
+    for ex in examples:
+        key = hashlib.sha1(ex.context.encode()).hexdigest()[:12]
+        if key not in docs:
+            title = getattr(ex, "title", "") or f"{path.stem} context {len(docs) + 1}"
+            docs[key] = Document(f"{path}#{key}", str(path), title, ex.context)
+    if not docs:
+        raise Unreadable("no contexts")
+    return list(docs.values())
+
+
+def _beir(path: Path, opener: Callable) -> Iterator[Document]:
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                doc_id, text = str(rec["_id"]), str(rec.get("text", ""))
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                raise Unreadable(f"line {lineno}: not a corpus record ({err})") from None
+            title = str(rec.get("title") or "")
+            full = f"{title}\n\n{text}" if title else text
+            if full.strip():
+                yield Document(doc_id, str(path), title, full)
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of ``text``'s sentences (blank lines also end one), whitespace left out."""
+    spans, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(text)))
+    out = []
+    for a, b in spans:
+        while a < b and text[a].isspace():
+            a += 1
+        while b > a and text[b - 1].isspace():
+            b -= 1
+        if b > a:
+            out.append((a, b))
+    return out
+
+
+def chunk_document(
+    doc: Document, count_tokens: Callable[[Sequence[str]], list[int]], max_tokens: int = 250
+) -> list[Chunk]:
+    """``doc`` cut at sentence boundaries into chunks of at most ``max_tokens`` tokens (by
+    ``count_tokens``), each sharing its first sentence with the previous chunk's last; a
+    sentence longer than that is cut at words."""
+    bounds = [start for start, _ in doc.pages[1:]] + [len(doc.text)]
+    sections, at = [], 0
+    for end in bounds:  # a PDF's pages are chunked apart: a chunk is on one page
+        sections.append((at, end))
+        at = end
+    chunks: list[Chunk] = []
+    for a, b in sections:
+        spans = [(x + a, y + a) for x, y in sentence_spans(doc.text[a:b])]
+        chunks += _chunk_pieces(doc, _pieces(doc.text, spans, count_tokens, max_tokens), max_tokens)
+    return chunks
+
+
+def _chunk_pieces(
+    doc: Document, pieces: list[tuple[int, int, int]], max_tokens: int
+) -> list[Chunk]:
+    chunks: list[Chunk] = []
+    i = 0
+    while i < len(pieces):
+        j, used = i, 0
+        while j < len(pieces) and used + pieces[j][2] <= max_tokens:
+            used += pieces[j][2]
+            j += 1
+        j = max(j, i + 1)
+        a, b = pieces[i][0], pieces[j - 1][1]
+        chunks.append(Chunk(doc.doc_id, a, b, doc.text[a:b], doc.page_at(a)))
+        if j >= len(pieces):
+            break
+        i = j - 1 if j - 1 > i else j  # overlap: the boundary sentence opens the next chunk
+    return chunks
+
+
+def _pieces(
+    text: str,
+    spans: list[tuple[int, int]],
+    count_tokens: Callable[[Sequence[str]], list[int]],
+    max_tokens: int,
+) -> list[tuple[int, int, int]]:
+    """(start, end, tokens) of each sentence, sentences over ``max_tokens`` cut at words."""
+    counts = count_tokens([text[a:b] for a, b in spans]) if spans else []
+    out = []
+    for (a, b), n in zip(spans, counts, strict=True):
+        if n <= max_tokens:
+            out.append((a, b, n))
+            continue
+        words = [m.span() for m in re.finditer(r"\S+", text[a:b])]
+        step = max(1, len(words) * max_tokens // (2 * n))  # about half the limit a piece
+        for k in range(0, len(words), step):
+            s, e = a + words[k][0], a + words[min(k + step, len(words)) - 1][1]
+            out.append((s, e, count_tokens([text[s:e]])[0]))
+    return out
+
+
+def read_all(paths: Iterable[Path], report: ReadReport) -> Iterator[tuple[Path, list[Document]]]:
+    """Each readable file with its documents; the others are counted in ``report``."""
+    for path in paths:
+        try:
+            docs = read_documents(path)
+        except (Unreadable, OSError) as err:
+            report.skipped.append((str(path), str(err)))
+            continue
+        finally:
+            report.notes += _NOTES
+            _NOTES.clear()
+        report.files += 1
+        report.documents += len(docs)
+        yield path, docs

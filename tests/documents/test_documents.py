@@ -1,0 +1,189 @@
+"""Document collections: files read into chunks with their offsets, an index on disk updated
+by content hash, BM25 / dense / hybrid search, and the BEIR metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from structqa.cli import main
+from structqa.documents import DocumentIndex, fuse
+from structqa.documents.ingest import (
+    Document,
+    chunk_document,
+    read_documents,
+    sentence_spans,
+)
+from structqa.documents.metrics import ndcg_at, read_qrels, recall_at, score_runs
+
+BEES = (
+    "Honey bees communicate through a waggle dance. The dance tells other bees the direction "
+    "and distance of flowers. A colony can hold tens of thousands of workers."
+)
+VOLCANO = "Mount Etna is an active volcano on the east coast of Sicily, in Italy."
+
+
+def pdf_bytes(pages: list[str]) -> bytes:
+    """A minimal PDF with one line of Helvetica text on each page (for the reader's tests)."""
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>"]
+    kids = " ".join(f"{3 + 2 * i} 0 R" for i in range(len(pages)))
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>")
+    font = 3 + 2 * len(pages)
+    for i, text in enumerate(pages):
+        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET"
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R "
+            f"/Resources << /Font << /F1 {font} 0 R >> >> >>"
+        )
+        objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
+    objects.append("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    out, offsets = b"%PDF-1.4\n", []
+    for n, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{n} 0 obj\n{body}\nendobj\n".encode()
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    )
+    return out
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """Good files of every kind, and the bad ones a real folder holds."""
+    d = tmp_path / "docs"
+    (d / "sub").mkdir(parents=True)
+    (d / "bees.txt").write_text(BEES, encoding="utf-8")
+    (d / "sub" / "etna.md").write_text(f"# Etna\n\n{VOLCANO}\n", encoding="utf-8")
+    (d / "page.html").write_text(
+        "<html><head><script>var hidden = 'never indexed';</script></head><body>"
+        "<h1>Glaciers</h1><p>Glaciers carve valleys over thousands of years.</p></body></html>",
+        encoding="utf-8",
+    )
+    (d / "report.pdf").write_bytes(pdf_bytes(["Copper conducts heat well.", "Tin melts early."]))
+    (d / "latin1.txt").write_bytes("Le café de Zürich ouvre à huit heures.".encode("latin-1"))
+    (d / "corrupt.pdf").write_bytes(b"%PDF-1.4\n\x00\x13garbage that is no PDF at all")
+    (d / "binary.txt").write_bytes(bytes(range(256)) * 4)
+    (d / "empty.txt").write_bytes(b"")
+    return d
+
+
+def _count(texts):
+    return [len(t.split()) for t in texts]
+
+
+def test_each_kind_of_file_is_read_with_its_offsets_and_pages(folder: Path) -> None:
+    (pdf,) = read_documents(folder / "report.pdf")
+    assert "Copper conducts heat" in pdf.text and "Tin melts" in pdf.text
+    assert pdf.page_at(pdf.text.index("Copper")) == 1 and pdf.page_at(pdf.text.index("Tin")) == 2
+    (page,) = read_documents(folder / "page.html")
+    assert "Glaciers carve valleys" in page.text and "never indexed" not in page.text
+    (latin,) = read_documents(folder / "latin1.txt")
+    assert "café de Zürich" in latin.text
+
+
+def test_chunks_follow_sentences_fit_the_limit_and_overlap(folder: Path) -> None:
+    text = " ".join(f"Sentence number {i} says something about bees." for i in range(40))
+    doc = Document("d", "d.txt", "d", text)
+    chunks = chunk_document(doc, _count, max_tokens=30)
+    assert len(chunks) > 3
+    for c in chunks:
+        assert doc.text[c.start : c.end] == c.text and _count([c.text])[0] <= 30
+        assert c.text.startswith("Sentence") and c.text.endswith(".")
+    for a, b in zip(chunks, chunks[1:], strict=False):
+        assert b.start < a.end  # the boundary sentence is in both
+    assert chunks[-1].end == len(text)
+    spans = sentence_spans("Dr. Who arrived. Then 3 more came!\n\nA new paragraph")
+    assert len(spans) >= 3
+
+
+def test_a_folder_with_bad_files_indexes_the_good_ones_and_names_the_bad(
+    folder: Path, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "index"
+    assert main(["index", str(folder), "--out", str(out), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "3 skipped" in captured.out
+    for bad in ("corrupt.pdf", "binary.txt", "empty.txt"):
+        assert f"warning: skipped {folder / bad}" in captured.err, bad
+    assert f"note: {folder / 'latin1.txt'}: not UTF-8" in captured.err
+    index = DocumentIndex.open(out)
+    for query, where in [
+        ("waggle dance of honey bees", "bees.txt"),
+        ("active volcano in Sicily", "etna.md"),
+        ("valleys carved by glaciers", "page.html"),
+        ("which metal conducts heat", "report.pdf"),
+        ("café Zürich", "latin1.txt"),
+    ]:
+        for retriever in ("bm25", "dense", "hybrid"):
+            hits = index.search(query, k=1, retriever=retriever)
+            assert hits and hits[0].source.endswith(where), (query, retriever, hits)
+    hit = index.search("Tin melts", k=1, retriever="bm25")[0]
+    assert hit.page == 2 and "Tin melts" in hit.text
+    doc = read_documents(folder / "report.pdf")[0]
+    assert doc.text[hit.start : hit.end] == hit.text  # offsets into the document's text
+
+
+def test_reindexing_adds_changed_files_and_drops_deleted_ones(folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "index"
+    index = DocumentIndex(out)
+    first = index.update([folder])
+    assert first.added_files == 5 and first.chunks == len(index)
+    again = index.update([folder])
+    assert again.added_files == 0 and again.unchanged_files == 5 and again.chunks == first.chunks
+    assert len(again.read.skipped) == 3  # unreadable files are tried and reported again
+    (folder / "bees.txt").write_text("Bumblebees sleep in flowers at night.", encoding="utf-8")
+    (folder / "sub" / "etna.md").unlink()
+    third = DocumentIndex(out).update([folder])
+    assert third.added_files == 1 and third.removed_files == 1
+    reopened = DocumentIndex.open(out)
+    assert not [h for h in reopened.search("volcano Sicily", k=10, retriever="bm25")]
+    assert reopened.search("where do bumblebees sleep", k=1)[0].source.endswith("bees.txt")
+    assert not reopened.search("waggle dance", k=5, retriever="bm25")
+
+
+def test_reciprocal_rank_fusion() -> None:
+    fused = fuse([[(1, 9.0), (2, 5.0), (3, 1.0)], [(3, 0.9), (1, 0.8)]], k=60)
+    assert [i for i, _ in fused] == [1, 3, 2]
+    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
+
+
+def test_ndcg_and_recall_follow_trec_eval(tmp_path: Path) -> None:
+    relevant = {"a": 2, "b": 1, "z": 0}
+    assert ndcg_at(["a", "b", "c"], relevant) == pytest.approx(1.0)
+    worse = (1 / 1.0 + 2 / 1.5849625007211563) / (2 / 1.0 + 1 / 1.5849625007211563)
+    assert ndcg_at(["b", "a"], relevant) == pytest.approx(worse)
+    assert recall_at(["c", "a"], relevant, 1) == 0.0 and recall_at(["c", "a"], relevant, 2) == 0.5
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\ta\t1\nq2\tb\t1\n", encoding="utf-8")
+    assert read_qrels(qrels) == {"q1": {"a": 1}, "q2": {"b": 1}}
+    scores = score_runs({"q1": ["a"], "q2": ["x", "b"], "q3": ["a"]}, read_qrels(qrels))
+    assert scores["queries"] == 2 and scores["recall@1"] == 0.5 and scores["recall@5"] == 1.0
+
+
+def test_evaluate_retrieval_on_a_beir_folder(tmp_path: Path, capsys) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    records = [
+        {"_id": "d1", "title": "Bees", "text": BEES},
+        {"_id": "d2", "title": "Etna", "text": VOLCANO},
+    ]
+    corpus.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(
+        '{"_id": "q1", "text": "how do bees tell where flowers are"}\n'
+        '{"_id": "q2", "text": "volcano in Italy"}\n',
+        encoding="utf-8",
+    )
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n", encoding="utf-8")
+    index = tmp_path / "index"
+    assert main(["index", str(corpus), "--out", str(index), "--no-progress"]) == 0
+    capsys.readouterr()
+    args = ["--queries", str(queries), "--qrels", str(qrels), "--out", str(tmp_path / "s.json")]
+    assert main(["evaluate-retrieval", str(index), *args]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["ndcg@10"] == pytest.approx(1.0) and scores["recall@1"] == 1.0
