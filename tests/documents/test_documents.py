@@ -187,3 +187,51 @@ def test_evaluate_retrieval_on_a_beir_folder(tmp_path: Path, capsys) -> None:
     assert main(["evaluate-retrieval", str(index), *args]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["ndcg@10"] == pytest.approx(1.0) and scores["recall@1"] == 1.0
+
+
+def test_ask_reads_the_retrieved_chunks_and_answers_with_sources(
+    folder: Path, tmp_path: Path, tiny_trained_run: Path, capsys
+) -> None:
+    """`structqa ask` with a (tiny) trained reader: answers come from retrieved chunks, with
+    the document, page and offsets that locate them in the document's text."""
+    from structqa.documents.ask import ask
+    from structqa.prediction import Predictor
+
+    out = tmp_path / "index"
+    assert main(["index", str(folder), "--out", str(out), "--no-progress"]) == 0
+    index = DocumentIndex.open(out)
+    reader = Predictor.from_checkpoint(tiny_trained_run / "best", bf16="off")
+    (result,) = ask(index, reader, ["Where is Mount Etna?"], top_k_chunks=3)
+    assert len(result.hits) == 3 and not result.no_answer
+    texts = {str(p): d.text for p in folder.rglob("*.*") for d in _readable(p)}
+    for a in result.answers:
+        assert texts[a.source][a.start : a.end] == a.text  # offsets into the document
+        assert a.chunk_text[a.chunk_start : a.chunk_end] == a.text
+    probabilities = [a.probability for a in result.answers]
+    assert probabilities == sorted(probabilities, reverse=True)
+    capsys.readouterr()
+    args = ["ask", str(out), "--question", "Where is Mount Etna?", "--json", "--top-k-chunks", "3"]
+    assert main([*args, "--checkpoint", str(tiny_trained_run / "best"), "--bf16", "off"]) == 0
+    reply = json.loads(capsys.readouterr().out)
+    assert reply["answers"][0]["text"] == result.answers[0].text
+    assert main(["ask", str(out), "--question", "Where?"]) == 2  # no reader named
+    assert "--checkpoint" in capsys.readouterr().err
+
+
+def test_identical_answers_from_overlapping_chunks_are_merged() -> None:
+    from structqa.documents.ask import SourcedAnswer, merged
+
+    def answer(chunk: int, p: float, start: int = 10) -> SourcedAnswer:
+        return SourcedAnswer(
+            "Etna", p, 1.0, "d", "t", "f", None, start, start + 4, chunk, 0, 4, "x"
+        )
+
+    out = merged([answer(1, 0.4), answer(2, 0.7), answer(3, 0.5, start=90)])
+    assert [(a.chunk_id, a.chunks, a.probability) for a in out] == [(2, 2, 0.7), (3, 1, 0.5)]
+
+
+def _readable(path: Path) -> list:
+    try:
+        return read_documents(path)
+    except Exception:  # noqa: BLE001 (the bad files of the fixture)
+        return []

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from structqa.commands.common import add_runtime_argument, answering_predictor
 from structqa.documents.index import RETRIEVERS
+
+#: the reader `structqa ask` uses when no --checkpoint is given
+READER_ENV = "STRUCTQA_READER"
 
 RETRIEVER_HELP = "bm25, dense (the sentence encoder), or hybrid: both, by reciprocal rank fusion"
 
@@ -45,6 +50,33 @@ def cmd_search(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG0
         where = f"{h.source}{page}, chars {h.start}-{h.end}"
         print(f"{rank:>3}. {h.title or h.doc_id} ({where}) {h.score:.4g}")
         print(f"     {h.text[:200]}{'...' if len(h.text) > 200 else ''}")
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
+    from structqa.documents import DocumentIndex
+    from structqa.documents.ask import ask
+
+    checkpoint = args.checkpoint or os.environ.get(READER_ENV)
+    if not checkpoint:
+        raise ValueError(
+            "give the reader: --checkpoint CKPT (a trained checkpoint, e.g. "
+            f"runs/quickstart/best), or set {READER_ENV}"
+        )
+    index = DocumentIndex.open(args.index)
+    args.checkpoint = checkpoint
+    predictor = answering_predictor(args)
+    (result,) = ask(index, predictor, [args.question], args.top_k_chunks, args.retriever)
+    if args.json:
+        print(json.dumps(result.to_json(args.answers), indent=2, ensure_ascii=False))
+        return 0
+    if result.no_answer:
+        print(f"no answer in the {len(result.hits)} retrieved chunks")
+        return 0
+    for rank, a in enumerate(result.answers[: args.answers], start=1):
+        page = f", page {a.page}" if a.page else ""
+        print(f"{rank}. {a.text}  (probability {100 * a.probability:.1f}%)")
+        print(f"   {a.title or a.doc_id}: {a.source}{page}, chars {a.start}-{a.end}")
     return 0
 
 
@@ -91,6 +123,25 @@ def add_parser(sub) -> None:
     se.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     se.add_argument("--json", action="store_true", help="the hits as JSON, for scripts")
     se.set_defaults(func=cmd_search)
+
+    ak = sub.add_parser(
+        "ask",
+        help="answer a question from an index of documents, with the sources",
+        description="Retrieves the best chunks of INDEX for the question, reads them all in "
+        "one batched pass with the reader, and prints the answers ranked across documents, "
+        "each with its document, page and character offsets; or that the retrieved "
+        "documents do not answer it.",
+    )
+    ak.add_argument("index")
+    ak.add_argument("--question", required=True)
+    ak.add_argument("--checkpoint", help=f"the reader (default: ${READER_ENV})")
+    ak.add_argument("--top-k-chunks", type=int, default=10, help="chunks read per question")
+    ak.add_argument("--answers", type=int, default=5, help="answers shown")
+    ak.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
+    ak.add_argument("--json", action="store_true", help="the answers as JSON, for scripts")
+    ak.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_runtime_argument(ak)
+    ak.set_defaults(func=cmd_ask, whole_words=None)
 
     ev = sub.add_parser(
         "evaluate-retrieval",

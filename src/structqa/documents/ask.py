@@ -1,0 +1,122 @@
+"""Questions over a document index: retrieve chunks, read them all in one batched pass with a
+reader (any runtime the Predictor runs), and rank the answers across documents, each with its
+source: document, page, character offsets in the document, and the chunk it was read in.
+
+The same answer read in two overlapping chunks (the same characters of the same document) is
+one answer, kept at its higher probability, with the number of chunks that gave it. The
+question is answered "not in the documents" when no retrieved chunk holds an answer: every
+chunk's best span falls below the reader's no-answer threshold (a SQuAD 2.0-style reader), or
+below ``min_probability``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from structqa.documents.index import DocumentIndex, Hit
+from structqa.prediction import Answer, Predictor
+
+
+@dataclass(frozen=True)
+class SourcedAnswer:
+    """An answer found in the documents, and where."""
+
+    text: str
+    probability: float  # the reader's calibrated chance that the answer is right
+    score: float  # the span's start + end logit
+    doc_id: str
+    title: str
+    source: str  # the file
+    page: int | None
+    start: int  # character offsets in the document's extracted text
+    end: int
+    chunk_id: int
+    chunk_start: int  # the answer's offsets in the chunk's text
+    chunk_end: int
+    chunk_text: str
+    chunks: int = 1  # overlapping chunks that gave this answer
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class AskResult:
+    question: str
+    answers: list[SourcedAnswer]
+    hits: list[Hit] = field(default_factory=list)
+
+    @property
+    def no_answer(self) -> bool:
+        """True when the retrieved documents hold no answer (see the module docstring)."""
+        return not self.answers
+
+    def to_json(self, top: int = 5) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "no_answer": self.no_answer,
+            "answers": [a.to_json() for a in self.answers[:top]],
+            "retrieved": [
+                {"doc_id": h.doc_id, "source": h.source, "page": h.page, "score": h.score}
+                for h in self.hits
+            ],
+        }
+
+
+def ask(
+    index: DocumentIndex,
+    predictor: Predictor,
+    questions: Sequence[str],
+    top_k_chunks: int = 10,
+    retriever: str = "hybrid",
+    min_probability: float = 0.0,
+) -> list[AskResult]:
+    """Each question answered from its ``top_k_chunks`` retrieved chunks (one batched reading
+    pass for all of them), answers ranked by probability, best first."""
+    retrieved = index.search_many(list(questions), top_k_chunks, retriever)
+    pairs = [(q, h.text) for q, hits in zip(questions, retrieved, strict=True) for h in hits]
+    read = iter(predictor.predict_batch(pairs) if pairs else [])
+    results = []
+    for question, hits in zip(questions, retrieved, strict=True):
+        found = [(h, next(read)) for h in hits]
+        answers = merged([_sourced(h, a) for h, a in found if _answers(a, min_probability)])
+        results.append(AskResult(question, answers, hits))
+    return results
+
+
+def _answers(a: Answer, min_probability: float) -> bool:
+    return bool(a.text) and not a.no_answer and a.probability >= min_probability
+
+
+def _sourced(h: Hit, a: Answer) -> SourcedAnswer:
+    return SourcedAnswer(
+        text=a.text,
+        probability=a.probability,
+        score=a.score,
+        doc_id=h.doc_id,
+        title=h.title,
+        source=h.source,
+        page=h.page,
+        start=h.start + a.start,
+        end=h.start + a.end,
+        chunk_id=h.chunk_id,
+        chunk_start=a.start,
+        chunk_end=a.end,
+        chunk_text=h.text,
+    )
+
+
+def merged(answers: Sequence[SourcedAnswer]) -> list[SourcedAnswer]:
+    """One answer per span of a document (overlapping chunks read the same characters), at
+    its highest probability, counting the chunks that gave it; best first."""
+    best: dict[tuple[str, int, int], SourcedAnswer] = {}
+    count: dict[tuple[str, int, int], int] = {}
+    for a in answers:
+        key = (a.doc_id, a.start, a.end)
+        count[key] = count.get(key, 0) + 1
+        if key not in best or a.probability > best[key].probability:
+            best[key] = a
+    out = [SourcedAnswer(**{**vars(a), "chunks": count[key]}) for key, a in best.items()]
+    return sorted(out, key=lambda a: (-a.probability, -a.score, a.doc_id, a.start))
