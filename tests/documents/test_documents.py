@@ -235,3 +235,32 @@ def _readable(path: Path) -> list:
         return read_documents(path)
     except Exception:  # noqa: BLE001 (the bad files of the fixture)
         return []
+
+
+def test_the_qdrant_store_ranks_as_the_embedded_faiss_one(folder: Path, tmp_path: Path) -> None:
+    """The same index through Qdrant's client (embedded here; a cluster speaks the same API):
+    the same chunks, the same rankings, updates included."""
+    built = {}
+    for store in ("faiss", "qdrant"):
+        index = DocumentIndex(tmp_path / store, store=store)
+        index.update([folder])
+        built[store] = index
+    assert len(built["qdrant"].dense) == len(built["faiss"].dense) == len(built["faiss"])
+    for query in ("honey bee dance", "volcano", "heat conduction of metals", "café"):
+        for retriever in ("dense", "hybrid"):
+            ranked = {
+                store: [(h.source, h.start) for h in index.search(query, 5, retriever)]
+                for store, index in built.items()
+            }
+            assert ranked["qdrant"] == ranked["faiss"], (query, retriever)
+    (folder / "bees.txt").unlink()
+    built["qdrant"].update([folder])
+    assert len(built["qdrant"].dense) == len(built["qdrant"])
+    for index in built.values():
+        index.close()
+    with DocumentIndex.open(tmp_path / "qdrant") as reopened:
+        assert reopened.store_spec == "qdrant"
+        hits = reopened.search("waggle dance", 10)
+        assert hits and not any(h.source.endswith("bees.txt") for h in hits)
+    with pytest.raises(ValueError, match="its vectors are in 'qdrant'"):
+        DocumentIndex(tmp_path / "qdrant", store="faiss")

@@ -24,8 +24,10 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
 
     from structqa.documents import DocumentIndex
 
-    index = DocumentIndex(args.out)
-    with Progress(disable=args.no_progress, transient=True) as bar:
+    with (
+        DocumentIndex(args.out, store=args.store) as index,
+        Progress(disable=args.no_progress, transient=True) as bar,
+    ):
         task = bar.add_task("indexing files", total=None)
         report = index.update(
             args.paths, progress=lambda n, t: bar.update(task, completed=n, total=t)
@@ -41,7 +43,8 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
 def cmd_search(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     from structqa.documents import DocumentIndex
 
-    hits = DocumentIndex.open(args.index).search(args.query, args.k, args.retriever)
+    with DocumentIndex.open(args.index) as index:
+        hits = index.search(args.query, args.k, args.retriever)
     if args.json:
         print(json.dumps([vars(h) for h in hits], indent=2, ensure_ascii=False))
         return 0
@@ -63,10 +66,10 @@ def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
             "give the reader: --checkpoint CKPT (a trained checkpoint, e.g. "
             f"runs/quickstart/best), or set {READER_ENV}"
         )
-    index = DocumentIndex.open(args.index)
     args.checkpoint = checkpoint
     predictor = answering_predictor(args)
-    (result,) = ask(index, predictor, [args.question], args.top_k_chunks, args.retriever)
+    with DocumentIndex.open(args.index) as index:
+        (result,) = ask(index, predictor, [args.question], args.top_k_chunks, args.retriever)
     if args.json:
         print(json.dumps(result.to_json(args.answers), indent=2, ensure_ascii=False))
         return 0
@@ -84,12 +87,12 @@ def cmd_evaluate_retrieval(args: argparse.Namespace, extra: list[str]) -> int:  
     from structqa.documents import DocumentIndex
     from structqa.documents.metrics import read_qrels, read_queries, score_runs
 
-    index = DocumentIndex.open(args.index)
     queries, qrels = read_queries(args.queries), read_qrels(args.qrels)
     judged = [q for q in queries if q in qrels]
     depth = max(100, args.depth)
     runs = {}
-    hits = index.search_many([queries[q] for q in judged], depth, args.retriever)
+    with DocumentIndex.open(args.index) as index:
+        hits = index.search_many([queries[q] for q in judged], depth, args.retriever)
     for q, ranked in zip(judged, hits, strict=True):
         runs[q] = list(dict.fromkeys(h.doc_id for h in ranked))  # documents, best chunk first
     scores = {"retriever": args.retriever, **score_runs(runs, qrels)}
@@ -113,6 +116,11 @@ def add_parser(sub) -> None:
     )
     ix.add_argument("paths", nargs="+", metavar="PATH")
     ix.add_argument("--out", required=True, help="the index folder (created or updated)")
+    ix.add_argument(
+        "--store",
+        help="where the embeddings live: faiss (files in the index, the default), qdrant "
+        "(Qdrant embedded, files in the index), or qdrant:URL (a Qdrant server or cluster)",
+    )
     ix.add_argument("--no-progress", action="store_true")
     ix.set_defaults(func=cmd_index)
 

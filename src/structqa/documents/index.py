@@ -2,8 +2,9 @@
 embeddings (faiss), searched by BM25, by embedding or by both fused (reciprocal rank fusion).
 
 The folder holds ``chunks.sqlite`` (files with their content hash, documents, chunks with
-their text, page and character offsets), ``dense.faiss`` (an exact inner-product index of the
-chunks' unit vectors, keyed by chunk id) and ``bm25/``; no server. Re-indexing a changed
+their text, page and character offsets), the chunks' unit vectors keyed by chunk id (in
+``dense.faiss``, an exact inner-product index, by default; or a Qdrant collection:
+:mod:`structqa.documents.vectors`) and ``bm25/``; by default no server. Re-indexing a changed
 folder embeds only the chunks of new and changed files (by content hash) and drops those of
 deleted files; BM25 is rebuilt from the chunk texts (seconds for 100k chunks).
 
@@ -31,6 +32,7 @@ from structqa.documents.ingest import (
     files_under,
     read_all,
 )
+from structqa.documents.vectors import VectorStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +92,21 @@ def _encoder():
 class DocumentIndex:
     """An index folder (see the module docstring): :meth:`update` from files, :meth:`search`."""
 
-    def __init__(self, directory: str | Path, encoder=None) -> None:
+    def __init__(self, directory: str | Path, encoder=None, store: str | None = None) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        meta = self.directory / INDEX_FILE
+        recorded = json.loads(meta.read_text()).get("store", "faiss") if meta.is_file() else None
+        if store and recorded and store != recorded:
+            raise ValueError(
+                f"{directory}: its vectors are in {recorded!r}, not {store!r}; build a new "
+                "index to move them"
+            )
+        self.store_spec = store or recorded or "faiss"
         self.db = sqlite3.connect(self.directory / "chunks.sqlite")
         self.db.executescript(_SCHEMA)
         self._encoder = encoder
-        self._dense = None
+        self._dense: VectorStore | None = None
         self._bm25 = None
 
     @property
@@ -104,6 +114,13 @@ class DocumentIndex:
         if self._encoder is None:
             self._encoder = _encoder()
         return self._encoder
+
+    @property
+    def dense(self) -> VectorStore:
+        if self._dense is None:
+            made = (self.directory / INDEX_FILE).is_file()
+            self._dense = open_store(self.directory, self.store_spec, None if made else self._dim())
+        return self._dense
 
     @classmethod
     def open(cls, directory: str | Path, encoder=None) -> DocumentIndex:
@@ -117,6 +134,19 @@ class DocumentIndex:
     def __len__(self) -> int:
         return self.db.execute("select count(*) from chunks").fetchone()[0]
 
+    def close(self) -> None:
+        """Release the database and the vector store (an embedded Qdrant takes one client)."""
+        if self._dense is not None:
+            self._dense.close()
+            self._dense = None
+        self.db.close()
+
+    def __enter__(self) -> DocumentIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ---- building ----------------------------------------------------------------------
 
     def update(
@@ -125,14 +155,12 @@ class DocumentIndex:
         """Index the files under ``paths``: new and changed ones (by content hash) are
         chunked and embedded, deleted ones dropped; files that cannot be read are skipped and
         reported, the rest indexed."""
-        import faiss
-
         t0 = time.perf_counter()
         files = files_under(paths)
         known = dict(self.db.execute("select path, sha256 from files"))
         report = IndexReport(ReadReport())
         present = {str(f) for f in files}
-        dense = self._load_dense() or faiss.IndexIDMap2(faiss.IndexFlatIP(self._dim()))
+        dense = self.dense
         for gone in sorted(set(known) - present):
             self._drop(gone, dense)
             report.removed_files += 1
@@ -154,18 +182,19 @@ class DocumentIndex:
             ids = self._insert(rows)
             if rows:
                 vectors = self.encoder([r[-1] for r in rows]).astype(np.float32)
-                dense.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
+                dense.add(np.asarray(ids, dtype=np.int64), vectors)
             self.db.execute("insert or replace into files values (?, ?)", (str(path), digest))
             report.added_files += 1
             if progress is not None:
                 progress(n, len(todo))
         self.db.commit()
-        self._save_dense(dense)
+        dense.save()
         self._build_bm25()
         report.chunks = len(self)
         report.seconds = time.perf_counter() - t0
         meta = {
             "encoder": "all-MiniLM-L6-v2 (the default encoder as shipped)",
+            "store": self.store_spec,
             "chunk_tokens": CHUNK_TOKENS,
             "chunks": report.chunks,
             "files": len(present) - len(report.read.skipped),
@@ -193,26 +222,9 @@ class DocumentIndex:
 
     def _drop(self, path: str, dense) -> None:
         ids = [r[0] for r in self.db.execute("select id from chunks where path = ?", (path,))]
-        if ids:
-            dense.remove_ids(np.asarray(ids, dtype=np.int64))
+        dense.remove(ids)
         self.db.execute("delete from chunks where path = ?", (path,))
         self.db.execute("delete from files where path = ?", (path,))
-
-    def _load_dense(self):
-        import faiss
-
-        path = self.directory / "dense.faiss"
-        if self._dense is None and path.is_file():
-            self._dense = faiss.read_index(str(path))
-        return self._dense
-
-    def _save_dense(self, dense) -> None:
-        import faiss
-
-        tmp = self.directory / "dense.faiss.tmp"
-        faiss.write_index(dense, str(tmp))
-        tmp.replace(self.directory / "dense.faiss")
-        self._dense = dense
 
     def _build_bm25(self) -> None:
         import bm25s
@@ -270,13 +282,7 @@ class DocumentIndex:
         ]
 
     def _dense_ranked(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
-        dense = self._load_dense()
-        vectors = self.encoder(list(queries)).astype(np.float32)
-        scores, ids = dense.search(vectors, min(k, dense.ntotal))
-        return [
-            [(int(i), float(s)) for i, s in zip(row, srow, strict=True) if i >= 0]
-            for row, srow in zip(ids, scores, strict=True)
-        ]
+        return self.dense.search(self.encoder(list(queries)).astype(np.float32), k)
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
         if not ranked:

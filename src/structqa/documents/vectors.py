@@ -1,0 +1,141 @@
+"""Where a document index keeps its chunks' sentence embeddings: faiss files beside the index
+(the default, no server), or a Qdrant collection, the same code scaled out to a cluster.
+
+Why Qdrant: its Python client runs the same API embedded in the process (``QdrantClient
+(path=...)``, files on disk, which the tests and CI use) and against a server or cluster
+(``QdrantClient(url=...)``), so one code path serves both; Milvus's embedded mode
+(milvus-lite) starts a server binary of its own. The store is chosen when the index is
+built (``structqa index --store faiss|qdrant|qdrant:URL``) and recorded in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+STORES = ("faiss", "qdrant")  # and qdrant:URL, a Qdrant server or cluster
+COLLECTION = "structqa_chunks"
+
+
+class VectorStore(Protocol):
+    """Unit vectors keyed by chunk id, searched by inner product (cosine)."""
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None: ...
+
+    def remove(self, ids: Sequence[int]) -> None: ...
+
+    def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]: ...
+
+    def save(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+class FaissStore:
+    """An exact inner-product faiss index keyed by chunk id, in ``dense.faiss``."""
+
+    def __init__(self, directory: Path, dim: int | None) -> None:
+        import faiss
+
+        self.path = directory / "dense.faiss"
+        if self.path.is_file():
+            self.index = faiss.read_index(str(self.path))
+        elif dim is None:
+            raise FileNotFoundError(f"{self.path}: missing; build the index again")
+        else:
+            self.index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        self.index.add_with_ids(vectors.astype(np.float32), ids.astype(np.int64))
+
+    def remove(self, ids: Sequence[int]) -> None:
+        if len(ids):
+            self.index.remove_ids(np.asarray(ids, dtype=np.int64))
+
+    def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
+        k = min(k, self.index.ntotal)
+        if k <= 0:
+            return [[] for _ in vectors]
+        scores, ids = self.index.search(vectors.astype(np.float32), k)
+        return [
+            [(int(i), float(s)) for i, s in zip(row, srow, strict=True) if i >= 0]
+            for row, srow in zip(ids, scores, strict=True)
+        ]
+
+    def save(self) -> None:
+        import faiss
+
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        faiss.write_index(self.index, str(tmp))
+        tmp.replace(self.path)
+
+    def close(self) -> None:
+        """(Nothing held open.)"""
+
+    def __len__(self) -> int:
+        return int(self.index.ntotal)
+
+
+class QdrantStore:
+    """A Qdrant collection of the chunks' vectors: embedded (files in ``INDEX/qdrant``) or on
+    a server or cluster (``url``), through the same client API."""
+
+    def __init__(self, directory: Path, dim: int | None, url: str | None = None) -> None:
+        from qdrant_client import QdrantClient, models
+
+        self.models = models
+        self.client = QdrantClient(url=url) if url else QdrantClient(path=str(directory / "qdrant"))
+        if not self.client.collection_exists(COLLECTION):
+            if dim is None:
+                raise FileNotFoundError(f"{url or directory}: no {COLLECTION} collection")
+            self.client.create_collection(
+                COLLECTION,
+                vectors_config=models.VectorParams(size=dim, distance=models.Distance.DOT),
+            )
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        points = [
+            self.models.PointStruct(id=int(i), vector=v.astype(float).tolist())
+            for i, v in zip(ids, vectors, strict=True)
+        ]
+        for start in range(0, len(points), 512):
+            self.client.upsert(COLLECTION, points=points[start : start + 512])
+
+    def remove(self, ids: Sequence[int]) -> None:
+        if len(ids):
+            selector = self.models.PointIdsList(points=[int(i) for i in ids])
+            self.client.delete(COLLECTION, points_selector=selector)
+
+    def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
+        out = []
+        for v in vectors:
+            found = self.client.query_points(COLLECTION, query=v.astype(float).tolist(), limit=k)
+            out.append([(int(p.id), float(p.score)) for p in found.points])
+        return out
+
+    def save(self) -> None:
+        """(Qdrant persists every write itself.)"""
+
+    def close(self) -> None:
+        """Release the collection (an embedded one takes one client at a time)."""
+        self.client.close()
+
+    def __len__(self) -> int:
+        return int(self.client.count(COLLECTION, exact=True).count)
+
+
+def open_store(directory: Path, spec: str, dim: int | None) -> VectorStore:
+    """The store ``spec`` names (``faiss``, ``qdrant``, ``qdrant:URL``) for the index in
+    ``directory``; ``dim`` creates it where it does not exist yet (None: it must)."""
+    if spec == "faiss":
+        return FaissStore(directory, dim)
+    if spec == "qdrant":
+        return QdrantStore(directory, dim)
+    if spec.startswith("qdrant:"):
+        return QdrantStore(directory, dim, url=spec.removeprefix("qdrant:"))
+    raise ValueError(f"store {spec!r}: one of faiss, qdrant (embedded), qdrant:URL")
