@@ -64,7 +64,7 @@ def _setup_logging(verbose: bool) -> None:
             RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
         ],
     )
-    for noisy in ("transformers", "accelerate", "httpx", "filelock"):
+    for noisy in ("transformers", "accelerate", "httpx", "filelock", "faiss", "bm25s"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -264,3 +264,20 @@ def test_the_qdrant_store_ranks_as_the_embedded_faiss_one(folder: Path, tmp_path
         assert hits and not any(h.source.endswith("bees.txt") for h in hits)
     with pytest.raises(ValueError, match="its vectors are in 'qdrant'"):
         DocumentIndex(tmp_path / "qdrant", store="faiss")
+
+
+def test_a_squad_file_asked_of_an_index_of_its_passages(
+    shared_data: Path, tmp_path: Path, tiny_trained_run: Path, capsys
+) -> None:
+    """SQuAD-open in small: the fixture's passages indexed, each question asked of the whole
+    index; its gold passage is found, and the end-to-end answers are scored beside the
+    reader's answers on the gold passage."""
+    mini = shared_data / "fixtures/squad-v1.1-mini.json"
+    index = tmp_path / "index"
+    assert main(["index", str(mini), "--out", str(index), "--no-progress"]) == 0
+    capsys.readouterr()
+    reader = ["--checkpoint", str(tiny_trained_run / "best"), "--bf16", "off", "--no-progress"]
+    assert main(["evaluate-ask", str(index), "--eval", str(mini), *reader]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["questions"] == 5 and scores["recall@10"] == 1.0
+    assert 0.0 <= scores["open_f1"] <= 100.0 and 0.0 <= scores["gold_passage_f1"] <= 100.0

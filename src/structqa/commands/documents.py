@@ -83,6 +83,44 @@ def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     return 0
 
 
+def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
+    from rich.progress import Progress
+
+    from structqa.data.readers import read_extractive
+    from structqa.documents import DocumentIndex
+    from structqa.documents.evaluate import evaluate_open
+
+    examples = list(read_extractive(args.eval).examples)[: args.max_questions]
+    args.checkpoint = args.checkpoint or os.environ.get(READER_ENV)
+    if not args.checkpoint:
+        raise ValueError(f"give the reader: --checkpoint CKPT, or set {READER_ENV}")
+    reader = answering_predictor(args)
+    with (
+        DocumentIndex.open(args.index) as index,
+        Progress(disable=args.no_progress, transient=True) as bar,
+    ):
+        task = bar.add_task("asking", total=len(examples))
+        scores = evaluate_open(
+            index,
+            reader,
+            examples,
+            args.top_k_chunks,
+            args.retriever,
+            progress=lambda n, t: bar.update(task, completed=n, total=t),
+        )
+    out = {
+        "retriever": args.retriever,
+        "top_k_chunks": args.top_k_chunks,
+        "runtime": reader.runtime,
+        **scores.to_json(),
+    }
+    print(json.dumps(out, indent=2))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(out, indent=2), encoding="utf-8")
+    return 0
+
+
 def cmd_evaluate_retrieval(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     from structqa.documents import DocumentIndex
     from structqa.documents.metrics import read_qrels, read_queries, score_runs
@@ -150,6 +188,25 @@ def add_parser(sub) -> None:
     ak.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
     add_runtime_argument(ak)
     ak.set_defaults(func=cmd_ask, whole_words=None)
+
+    ea = sub.add_parser(
+        "evaluate-ask",
+        help="ask every question of a SQuAD/MRQA file of the whole index, scored end to end",
+        description="For a file whose passages are documents of INDEX: retrieval recall@1/5/10 "
+        "of each question's gold passage, and EM/F1 of the best answer found in the whole "
+        "index, beside the same reader given the gold passage.",
+    )
+    ea.add_argument("index")
+    ea.add_argument("--eval", required=True, help="SQuAD/MRQA file of questions")
+    ea.add_argument("--checkpoint", help=f"the reader (default: ${READER_ENV})")
+    ea.add_argument("--top-k-chunks", type=int, default=10)
+    ea.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
+    ea.add_argument("--max-questions", type=int, help="the first N questions only")
+    ea.add_argument("--out", help="also write the scores as JSON")
+    ea.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    ea.add_argument("--no-progress", action="store_true")
+    add_runtime_argument(ea)
+    ea.set_defaults(func=cmd_evaluate_ask, whole_words=None)
 
     ev = sub.add_parser(
         "evaluate-retrieval",

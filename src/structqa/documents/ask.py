@@ -12,7 +12,7 @@ below ``min_probability``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from structqa.documents.index import DocumentIndex, Hit
@@ -72,9 +72,12 @@ def ask(
     top_k_chunks: int = 10,
     retriever: str = "hybrid",
     min_probability: float = 0.0,
+    forced: bool = False,
 ) -> list[AskResult]:
     """Each question answered from its ``top_k_chunks`` retrieved chunks (one batched reading
-    pass for all of them), answers ranked by probability, best first."""
+    pass for all of them), answers ranked by probability, best first. ``forced``: every
+    chunk's best span counts, even below the no-answer threshold (to score answers as SQuAD
+    1.1 does, without abstention)."""
     retrieved = index.search_many(list(questions), top_k_chunks, retriever)
     pairs = [(q, h.text) for q, hits in zip(questions, retrieved, strict=True) for h in hits]
     read = iter(predictor.predict_batch(pairs) if pairs else [])
@@ -84,6 +87,21 @@ def ask(
         answers = merged([_sourced(h, a) for h, a in found if _answers(a, min_probability)])
         results.append(AskResult(question, answers, hits))
     return results
+
+
+def _best_span(a: Answer) -> Answer:
+    """``a`` answered with its best span even where it abstains."""
+    if a.text or not a.nbest:
+        return a
+    c = a.nbest[0]
+    return replace(
+        a,
+        text=c.text,
+        start=c.start_char,
+        end=c.end_char,
+        no_answer=False,
+        probability=c.probability,
+    )
 
 
 def _answers(a: Answer, min_probability: float) -> bool:

@@ -1,0 +1,97 @@
+"""Questions with gold answers asked of a whole document index, scored end to end.
+
+For a SQuAD/MRQA file whose passages are documents of the index (``structqa index`` reads each
+context of such a file as a document), every question is asked of the whole index (`ask`):
+retrieval recall@k of its gold passage, and SQuAD EM/F1 of the best answer (forced: the best
+span of the retrieved chunks), beside the same reader given the gold passage itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from structqa.data.records import Example
+from structqa.documents.ask import ask
+from structqa.documents.index import DocumentIndex
+from structqa.metrics.squad import exact_match, f1_v1
+from structqa.prediction import Predictor
+
+RECALL_AT = (1, 5, 10)
+
+
+def passage_key(context: str) -> str:
+    """The key a passage of a SQuAD/MRQA file has in an index (its document id's suffix)."""
+    return hashlib.sha1(context.encode()).hexdigest()[:12]
+
+
+@dataclass
+class OpenScores:
+    questions: int
+    recall: dict[int, float]  # k -> share of questions whose gold passage is in the top k
+    open_em: float
+    open_f1: float
+    gold_em: float
+    gold_f1: float
+
+    def to_json(self) -> dict[str, float]:
+        out: dict[str, float] = {"questions": self.questions}
+        out.update({f"recall@{k}": v for k, v in self.recall.items()})
+        out.update(
+            {
+                "open_em": self.open_em,
+                "open_f1": self.open_f1,
+                "gold_passage_em": self.gold_em,
+                "gold_passage_f1": self.gold_f1,
+                "open_f1_share_of_gold": self.open_f1 / self.gold_f1 if self.gold_f1 else 0.0,
+            }
+        )
+        return out
+
+
+def evaluate_open(
+    index: DocumentIndex,
+    reader: Predictor,
+    examples: Sequence[Example],
+    top_k_chunks: int = 10,
+    retriever: str = "hybrid",
+    batch: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+) -> OpenScores:
+    """Recall@k of the gold passage and end-to-end EM/F1 (the best answer over the retrieved
+    chunks, no abstention), beside the reader on the gold passage alone."""
+    examples = [ex for ex in examples if ex.gold_texts]
+    depth = max(top_k_chunks, *RECALL_AT)
+    found = {k: 0 for k in RECALL_AT}
+    open_em = open_f1 = gold_em = gold_f1 = 0.0
+    for start in range(0, len(examples), batch):
+        part = examples[start : start + batch]
+        questions = [ex.question for ex in part]
+        deep = index.search_many(questions, depth, retriever)
+        for ex, hits in zip(part, deep, strict=True):
+            docs = list(dict.fromkeys(h.doc_id for h in hits))
+            key = "#" + passage_key(ex.context)
+            for k in RECALL_AT:
+                found[k] += any(d.endswith(key) for d in docs[:k])
+        results = ask(index, reader, questions, top_k_chunks, retriever, forced=True)
+        gold = reader.predict_batch([(ex.question, ex.context) for ex in part])
+        for ex, result, g in zip(part, results, gold, strict=True):
+            best = result.answers[0].text if result.answers else ""
+            golds = list(ex.gold_texts)
+            open_em += max(exact_match(best, t) for t in golds)
+            open_f1 += max(f1_v1(best, t) for t in golds)
+            gold_text = g.text or (g.nbest[0].text if g.nbest else "")
+            gold_em += max(exact_match(gold_text, t) for t in golds)
+            gold_f1 += max(f1_v1(gold_text, t) for t in golds)
+        if progress is not None:
+            progress(min(start + batch, len(examples)), len(examples))
+    n = max(len(examples), 1)
+    return OpenScores(
+        len(examples),
+        {k: found[k] / n for k in RECALL_AT},
+        100 * open_em / n,
+        100 * open_f1 / n,
+        100 * gold_em / n,
+        100 * gold_f1 / n,
+    )
