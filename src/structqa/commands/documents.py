@@ -28,7 +28,7 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
         DocumentIndex(args.out, store=args.store) as index,
         Progress(disable=args.no_progress, transient=True) as bar,
     ):
-        task = bar.add_task("indexing files", total=None)
+        task = bar.add_task("embedding chunks", total=None)
         report = index.update(
             args.paths, progress=lambda n, t: bar.update(task, completed=n, total=t)
         )

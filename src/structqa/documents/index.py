@@ -41,6 +41,7 @@ RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al. 2009)
 ENCODER_TOKENS = 256  # all-MiniLM-L6-v2's limit; chunks are cut to fit it
 CHUNK_TOKENS = ENCODER_TOKENS - 2  # [CLS] and [SEP]
 INDEX_FILE = "index.json"
+EMBED_BATCH = 512  # chunks embedded between progress updates
 _SCHEMA = """
 create table if not exists files (path text primary key, sha256 text not null);
 create table if not exists chunks (
@@ -154,7 +155,7 @@ class DocumentIndex:
     ) -> IndexReport:
         """Index the files under ``paths``: new and changed ones (by content hash) are
         chunked and embedded, deleted ones dropped; files that cannot be read are skipped and
-        reported, the rest indexed."""
+        reported, the rest indexed. ``progress(chunks embedded, chunks to embed)``."""
         t0 = time.perf_counter()
         files = files_under(paths)
         known = dict(self.db.execute("select path, sha256 from files"))
@@ -171,22 +172,29 @@ class DocumentIndex:
                 report.unchanged_files += 1
             else:
                 todo.append((f, digest))
-        count = self._count_tokens
-        for n, (path, docs) in enumerate(read_all([f for f, _ in todo], report.read), start=1):
-            digest = dict(todo)[path]
+        count, digests = self._count_tokens, dict(todo)
+        chunked = []  # (file, its chunk rows): every new file read and cut first ...
+        for path, docs in read_all([f for f, _ in todo], report.read):
+            rows = [
+                (str(path), doc.doc_id, doc.title, c.start, c.end, c.page, c.text)
+                for doc in docs
+                for c in chunk_document(doc, count, CHUNK_TOKENS)
+            ]
+            chunked.append((path, rows))
+        total, done = sum(len(rows) for _, rows in chunked), 0
+        for path, rows in chunked:  # ... then embedded, with progress over the chunks
             self._drop(str(path), dense)
-            rows = []
-            for doc in docs:
-                for c in chunk_document(doc, count, CHUNK_TOKENS):
-                    rows.append((str(path), doc.doc_id, doc.title, c.start, c.end, c.page, c.text))
             ids = self._insert(rows)
-            if rows:
-                vectors = self.encoder([r[-1] for r in rows]).astype(np.float32)
-                dense.add(np.asarray(ids, dtype=np.int64), vectors)
-            self.db.execute("insert or replace into files values (?, ?)", (str(path), digest))
+            for start in range(0, len(rows), EMBED_BATCH):
+                part = rows[start : start + EMBED_BATCH]
+                vectors = self.encoder([r[-1] for r in part]).astype(np.float32)
+                dense.add(np.asarray(ids[start : start + EMBED_BATCH], dtype=np.int64), vectors)
+                done += len(part)
+                if progress is not None:
+                    progress(done, total)
+            known_now = (str(path), digests[path])
+            self.db.execute("insert or replace into files values (?, ?)", known_now)
             report.added_files += 1
-            if progress is not None:
-                progress(n, len(todo))
         self.db.commit()
         dense.save()
         self._build_bm25()
