@@ -193,8 +193,9 @@ def add_parser(sub) -> None:
         "evaluate-ask",
         help="ask every question of a SQuAD/MRQA file of the whole index, scored end to end",
         description="For a file whose passages are documents of INDEX: retrieval recall@1/5/10 "
-        "of each question's gold passage, and EM/F1 of the best answer found in the whole "
-        "index, beside the same reader given the gold passage.",
+        "of each question's gold passage by bm25, dense and hybrid retrieval, and EM/F1 of the "
+        "best answer found in the whole index (--retriever), beside the same reader given the "
+        "gold passage.",
     )
     ea.add_argument("index")
     ea.add_argument("--eval", required=True, help="SQuAD/MRQA file of questions")

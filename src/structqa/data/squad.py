@@ -323,7 +323,9 @@ def _read_question(
     report: ReadReport,
 ) -> Example | None:
     name = report.path
-    qid = get_field(qa, "id", str, path=name, record=where)
+    # integer ids (COVID-QA and other SQuAD-like releases) are read as their decimal text
+    qid = get_field(qa, "id", (str, int), path=name, record=where)
+    qid = str(qid) if isinstance(qid, int) else qid
     if not qid:
         raise DataError(name, where, "id", "empty question id")
     qid = seen.claim(qid, where)

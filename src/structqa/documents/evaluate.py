@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from structqa.data.records import Example
 from structqa.documents.ask import ask
-from structqa.documents.index import DocumentIndex
+from structqa.documents.index import RETRIEVERS, DocumentIndex
 from structqa.metrics.squad import exact_match, f1_v1
 from structqa.prediction import Predictor
 
@@ -29,7 +29,7 @@ def passage_key(context: str) -> str:
 @dataclass
 class OpenScores:
     questions: int
-    recall: dict[int, float]  # k -> share of questions whose gold passage is in the top k
+    recall: dict[str, dict[int, float]]  # retriever -> k -> share with the gold passage in top k
     open_em: float
     open_f1: float
     gold_em: float
@@ -37,7 +37,8 @@ class OpenScores:
 
     def to_json(self) -> dict[str, float]:
         out: dict[str, float] = {"questions": self.questions}
-        out.update({f"recall@{k}": v for k, v in self.recall.items()})
+        for retriever, at in self.recall.items():
+            out.update({f"{retriever} recall@{k}": v for k, v in at.items()})
         out.update(
             {
                 "open_em": self.open_em,
@@ -59,21 +60,23 @@ def evaluate_open(
     batch: int = 64,
     progress: Callable[[int, int], None] | None = None,
 ) -> OpenScores:
-    """Recall@k of the gold passage and end-to-end EM/F1 (the best answer over the retrieved
-    chunks, no abstention), beside the reader on the gold passage alone."""
+    """Recall@k of the gold passage by every retriever, and end-to-end EM/F1 with
+    ``retriever`` (the best answer over the retrieved chunks, no abstention), beside the
+    reader on the gold passage alone."""
     examples = [ex for ex in examples if ex.gold_texts]
     depth = max(top_k_chunks, *RECALL_AT)
-    found = {k: 0 for k in RECALL_AT}
+    found = {r: {k: 0 for k in RECALL_AT} for r in RETRIEVERS}
     open_em = open_f1 = gold_em = gold_f1 = 0.0
     for start in range(0, len(examples), batch):
         part = examples[start : start + batch]
         questions = [ex.question for ex in part]
-        deep = index.search_many(questions, depth, retriever)
-        for ex, hits in zip(part, deep, strict=True):
-            docs = list(dict.fromkeys(h.doc_id for h in hits))
-            key = "#" + passage_key(ex.context)
-            for k in RECALL_AT:
-                found[k] += any(d.endswith(key) for d in docs[:k])
+        for name in RETRIEVERS:
+            deep = index.search_many(questions, depth, name)
+            for ex, hits in zip(part, deep, strict=True):
+                docs = list(dict.fromkeys(h.doc_id for h in hits))
+                key = "#" + passage_key(ex.context)
+                for k in RECALL_AT:
+                    found[name][k] += any(d.endswith(key) for d in docs[:k])
         results = ask(index, reader, questions, top_k_chunks, retriever, forced=True)
         gold = reader.predict_batch([(ex.question, ex.context) for ex in part])
         for ex, result, g in zip(part, results, gold, strict=True):
@@ -89,7 +92,7 @@ def evaluate_open(
     n = max(len(examples), 1)
     return OpenScores(
         len(examples),
-        {k: found[k] / n for k in RECALL_AT},
+        {r: {k: found[r][k] / n for k in RECALL_AT} for r in RETRIEVERS},
         100 * open_em / n,
         100 * open_f1 / n,
         100 * gold_em / n,
