@@ -4,6 +4,7 @@ by content hash, BM25 / dense / hybrid search, and the BEIR metrics."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,7 @@ def test_ask_reads_the_retrieved_chunks_and_answers_with_sources(
 ) -> None:
     """`structqa ask` with a (tiny) trained reader: answers come from retrieved chunks, with
     the document, page and offsets that locate them in the document's text."""
-    from structqa.documents.ask import ask
+    from structqa.documents.ask import RANK_DECAY, ask
     from structqa.prediction import Predictor
 
     out = tmp_path / "index"
@@ -207,8 +208,11 @@ def test_ask_reads_the_retrieved_chunks_and_answers_with_sources(
     for a in result.answers:
         assert texts[a.source][a.start : a.end] == a.text  # offsets into the document
         assert a.chunk_text[a.chunk_start : a.chunk_end] == a.text
-    probabilities = [a.probability for a in result.answers]
-    assert probabilities == sorted(probabilities, reverse=True)
+    ranked = [a.rank_score for a in result.answers]
+    assert ranked == sorted(ranked, reverse=True)
+    for a in result.answers:  # the reader's probability, discounted by the chunk's rank
+        decay = math.exp(-RANK_DECAY * a.retrieval_rank)
+        assert a.rank_score == pytest.approx(a.probability * decay)
     capsys.readouterr()
     args = ["ask", str(out), "--question", "Where is Mount Etna?", "--json", "--top-k-chunks", "3"]
     assert main([*args, "--checkpoint", str(tiny_trained_run / "best"), "--bf16", "off"]) == 0
@@ -222,9 +226,8 @@ def test_identical_answers_from_overlapping_chunks_are_merged() -> None:
     from structqa.documents.ask import SourcedAnswer, merged
 
     def answer(chunk: int, p: float, start: int = 10) -> SourcedAnswer:
-        return SourcedAnswer(
-            "Etna", p, 1.0, "d", "t", "f", None, start, start + 4, chunk, 0, 4, "x"
-        )
+        where = ("d", "t", "f", None, start, start + 4, chunk, 0, 4, "x")
+        return SourcedAnswer("Etna", p, 1.0, *where, rank_score=p)
 
     out = merged([answer(1, 0.4), answer(2, 0.7), answer(3, 0.5, start=90)])
     assert [(a.chunk_id, a.chunks, a.probability) for a in out] == [(2, 2, 0.7), (3, 1, 0.5)]

@@ -2,8 +2,10 @@
 reader (any runtime the Predictor runs), and rank the answers across documents, each with its
 source: document, page, character offsets in the document, and the chunk it was read in.
 
-The same answer read in two overlapping chunks (the same characters of the same document) is
-one answer, kept at its higher probability, with the number of chunks that gave it. The
+Answers are ordered by the reader's probability discounted by their chunk's retrieval rank
+(:data:`RANK_DECAY`). The same answer read in two overlapping chunks (the same characters of
+the same document) is one answer, kept where it ranks higher, with the number of chunks that
+gave it. The
 question is answered "not in the documents" when no retrieved chunk holds an answer: every
 chunk's best span falls below the reader's no-answer threshold (a SQuAD 2.0-style reader), or
 below ``min_probability``.
@@ -11,12 +13,18 @@ below ``min_probability``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from structqa.documents.index import DocumentIndex, Hit
 from structqa.prediction import Answer, Predictor
+
+#: how much a chunk's retrieval rank discounts its answer: a reader trained on single passages
+#: is as sure of a distractor chunk's span as of the right one's, and the retriever's order is
+#: the stronger signal (docs/results/documents: chosen on questions of the SQuAD training pool)
+RANK_DECAY = 0.75
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,8 @@ class SourcedAnswer:
     chunk_end: int
     chunk_text: str
     chunks: int = 1  # overlapping chunks that gave this answer
+    retrieval_rank: int = 0  # of the chunk it was read in (0: the best)
+    rank_score: float = 0.0  # what orders the answers: probability x exp(-decay x rank)
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -73,9 +83,10 @@ def ask(
     retriever: str = "hybrid",
     min_probability: float = 0.0,
     forced: bool = False,
+    rank_decay: float = RANK_DECAY,
 ) -> list[AskResult]:
     """Each question answered from its ``top_k_chunks`` retrieved chunks (one batched reading
-    pass for all of them), answers ranked by probability, best first. ``forced``: every
+    pass for all of them), answers ranked by their rank score, best first. ``forced``: every
     chunk's best span counts, even below the no-answer threshold (to score answers as SQuAD
     1.1 does, without abstention)."""
     retrieved = index.search_many(list(questions), top_k_chunks, retriever)
@@ -83,8 +94,14 @@ def ask(
     read = iter(predictor.predict_batch(pairs) if pairs else [])
     results = []
     for question, hits in zip(questions, retrieved, strict=True):
-        found = [(h, next(read)) for h in hits]
-        answers = merged([_sourced(h, a) for h, a in found if _answers(a, min_probability)])
+        found = [(h, _best_span(next(read)) if forced else next(read)) for h in hits]
+        answers = merged(
+            [
+                _sourced(h, a, rank, rank_decay)
+                for rank, (h, a) in enumerate(found)
+                if _answers(a, min_probability)
+            ]
+        )
         results.append(AskResult(question, answers, hits))
     return results
 
@@ -108,7 +125,7 @@ def _answers(a: Answer, min_probability: float) -> bool:
     return bool(a.text) and not a.no_answer and a.probability >= min_probability
 
 
-def _sourced(h: Hit, a: Answer) -> SourcedAnswer:
+def _sourced(h: Hit, a: Answer, rank: int, decay: float) -> SourcedAnswer:
     return SourcedAnswer(
         text=a.text,
         probability=a.probability,
@@ -123,18 +140,20 @@ def _sourced(h: Hit, a: Answer) -> SourcedAnswer:
         chunk_start=a.start,
         chunk_end=a.end,
         chunk_text=h.text,
+        retrieval_rank=rank,
+        rank_score=a.probability * math.exp(-decay * rank),
     )
 
 
 def merged(answers: Sequence[SourcedAnswer]) -> list[SourcedAnswer]:
-    """One answer per span of a document (overlapping chunks read the same characters), at
-    its highest probability, counting the chunks that gave it; best first."""
+    """One answer per span of a document (overlapping chunks read the same characters), as
+    read where it ranks highest, counting the chunks that gave it; best first."""
     best: dict[tuple[str, int, int], SourcedAnswer] = {}
     count: dict[tuple[str, int, int], int] = {}
     for a in answers:
         key = (a.doc_id, a.start, a.end)
         count[key] = count.get(key, 0) + 1
-        if key not in best or a.probability > best[key].probability:
+        if key not in best or a.rank_score > best[key].rank_score:
             best[key] = a
     out = [SourcedAnswer(**{**vars(a), "chunks": count[key]}) for key, a in best.items()]
-    return sorted(out, key=lambda a: (-a.probability, -a.score, a.doc_id, a.start))
+    return sorted(out, key=lambda a: (-a.rank_score, -a.score, a.doc_id, a.start))

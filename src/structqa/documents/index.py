@@ -214,7 +214,9 @@ class DocumentIndex:
         return int(self.encoder(["dimension"]).shape[1])
 
     def _count_tokens(self, texts: Sequence[str]) -> list[int]:
-        ids = self.encoder.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        ids = self.encoder.tokenizer(list(texts), add_special_tokens=False, verbose=False)[
+            "input_ids"
+        ]
         return [len(x) for x in ids]
 
     def _insert(self, rows: list[tuple]) -> list[int]:
@@ -235,7 +237,7 @@ class DocumentIndex:
         self.db.execute("delete from files where path = ?", (path,))
 
     def _build_bm25(self) -> None:
-        import bm25s
+        bm25s = _bm25s()
 
         rows = self.db.execute("select id, text from chunks order by id").fetchall()
         ids = np.asarray([r[0] for r in rows], dtype=np.int64)
@@ -273,7 +275,7 @@ class DocumentIndex:
         return [self._hits(r[:k]) for r in ranked]
 
     def _bm25_ranked(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
-        import bm25s
+        bm25s = _bm25s()
 
         if self._bm25 is None:
             path = self.directory / "bm25"
@@ -324,6 +326,14 @@ def fuse(
         for rank, (item, _) in enumerate(ranking, start=1):
             score[item] = score.get(item, 0.0) + 1.0 / (k + rank)
     return sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _bm25s():
+    """bm25s, its logger quieted (it sets itself to DEBUG when imported)."""
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
 
 
 def _stemmer():
