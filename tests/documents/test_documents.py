@@ -285,3 +285,7 @@ def test_a_squad_file_asked_of_an_index_of_its_passages(
     assert scores["questions"] == 5
     assert scores["hybrid recall@10"] == scores["bm25 recall@10"] == 1.0
     assert 0.0 <= scores["open_f1"] <= 100.0 and 0.0 <= scores["gold_passage_f1"] <= 100.0
+    only = ["--retrieval-only", "--no-progress"]
+    assert main(["evaluate-ask", str(index), "--eval", str(mini), *only]) == 0
+    recall = json.loads(capsys.readouterr().out)
+    assert recall["hybrid recall@10"] == 1.0 and "open_f1" not in recall

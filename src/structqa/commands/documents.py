@@ -92,9 +92,9 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
 
     examples = list(read_extractive(args.eval).examples)[: args.max_questions]
     args.checkpoint = args.checkpoint or os.environ.get(READER_ENV)
-    if not args.checkpoint:
+    if not args.checkpoint and not args.retrieval_only:
         raise ValueError(f"give the reader: --checkpoint CKPT, or set {READER_ENV}")
-    reader = answering_predictor(args)
+    reader = None if args.retrieval_only else answering_predictor(args)
     with (
         DocumentIndex.open(args.index) as index,
         Progress(disable=args.no_progress, transient=True) as bar,
@@ -107,13 +107,13 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
             args.top_k_chunks,
             args.retriever,
             progress=lambda n, t: bar.update(task, completed=n, total=t),
+            read=reader is not None,
         )
-    out = {
-        "retriever": args.retriever,
-        "top_k_chunks": args.top_k_chunks,
-        "runtime": reader.runtime,
-        **scores.to_json(),
-    }
+    out: dict = {"retriever": args.retriever, "top_k_chunks": args.top_k_chunks}
+    if reader is None:  # recall only
+        out |= {k: v for k, v in scores.to_json().items() if "recall" in k or k == "questions"}
+    else:
+        out |= {"runtime": reader.runtime, **scores.to_json()}
     print(json.dumps(out, indent=2))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -203,6 +203,9 @@ def add_parser(sub) -> None:
     ea.add_argument("--top-k-chunks", type=int, default=10)
     ea.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     ea.add_argument("--max-questions", type=int, help="the first N questions only")
+    ea.add_argument(
+        "--retrieval-only", action="store_true", help="only the gold passages' recall@k"
+    )
     ea.add_argument("--out", help="also write the scores as JSON")
     ea.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
     ea.add_argument("--no-progress", action="store_true")

@@ -53,16 +53,18 @@ class OpenScores:
 
 def evaluate_open(
     index: DocumentIndex,
-    reader: Predictor,
+    reader: Predictor | None,
     examples: Sequence[Example],
     top_k_chunks: int = 10,
     retriever: str = "hybrid",
     batch: int = 64,
     progress: Callable[[int, int], None] | None = None,
+    read: bool = True,
 ) -> OpenScores:
     """Recall@k of the gold passage by every retriever, and end-to-end EM/F1 with
     ``retriever`` (the best answer over the retrieved chunks, no abstention), beside the
-    reader on the gold passage alone."""
+    reader on the gold passage alone. ``read`` False: retrieval only (``reader`` may be
+    None; the EM/F1 are then 0)."""
     examples = [ex for ex in examples if ex.gold_texts]
     depth = max(top_k_chunks, *RECALL_AT)
     found = {r: {k: 0 for k in RECALL_AT} for r in RETRIEVERS}
@@ -77,6 +79,8 @@ def evaluate_open(
                 key = "#" + passage_key(ex.context)
                 for k in RECALL_AT:
                     found[name][k] += any(d.endswith(key) for d in docs[:k])
+        if not read:
+            continue
         results = ask(index, reader, questions, top_k_chunks, retriever, forced=True)
         gold = reader.predict_batch([(ex.question, ex.context) for ex in part])
         for ex, result, g in zip(part, results, gold, strict=True):
