@@ -31,7 +31,6 @@ TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
 HTML_SUFFIXES = (".html", ".htm")
 QA_SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".json.gz")
 ENCODINGS = ("utf-8", "cp1252")  # tried in order; cp1252 reads Latin-1 text as well
-_NOTES: list[tuple[str, str]] = []  # caveats of the files being read (read_all collects them)
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n")
 
 
@@ -104,15 +103,16 @@ def files_under(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def read_documents(path: Path) -> list[Document]:
-    """The documents of one file (see the module docstring), or :class:`Unreadable`."""
+def read_documents(path: Path, notes: list[str] | None = None) -> list[Document]:
+    """The documents of one file (see the module docstring), or :class:`Unreadable`; caveats
+    of a file that was read (text that is not UTF-8) are appended to ``notes``."""
     name = path.name.lower()
     if name.endswith(".pdf"):
         return [_pdf(path)]
     if name.endswith(HTML_SUFFIXES):
-        return [_one(path, _html_text(_decode(path)))]
+        return [_one(path, _html_text(_decode(path, notes)))]
     if name.endswith(TEXT_SUFFIXES):
-        return [_one(path, _decode(path))]
+        return [_one(path, _decode(path, notes))]
     if name.endswith(QA_SUFFIXES):
         return _collection(path)
     raise Unreadable(f"not a document type read here ({path.suffix or 'no suffix'})")
@@ -124,7 +124,7 @@ def _one(path: Path, text: str) -> Document:
     return Document(str(path), str(path), path.stem, text)
 
 
-def _decode(path: Path) -> str:
+def _decode(path: Path, notes: list[str] | None) -> str:
     data = path.read_bytes()
     if not data.strip():
         raise Unreadable("empty file")
@@ -136,7 +136,8 @@ def _decode(path: Path) -> str:
         except UnicodeDecodeError:
             continue
         if encoding != ENCODINGS[0]:
-            _NOTES.append((str(path), f"not UTF-8; read as {encoding} (Latin-1 and Windows text)"))
+            if notes is not None:
+                notes.append(f"not UTF-8; read as {encoding} (Latin-1 and Windows text)")
         return text
     raise Unreadable(f"text in none of the encodings {', '.join(ENCODINGS)}")
 
@@ -316,14 +317,14 @@ def _pieces(
 def read_all(paths: Iterable[Path], report: ReadReport) -> Iterator[tuple[Path, list[Document]]]:
     """Each readable file with its documents; the others are counted in ``report``."""
     for path in paths:
+        notes: list[str] = []
         try:
-            docs = read_documents(path)
+            docs = read_documents(path, notes)
         except (Unreadable, OSError) as err:
             report.skipped.append((str(path), str(err)))
             continue
         finally:
-            report.notes += _NOTES
-            _NOTES.clear()
+            report.notes += [(str(path), note) for note in notes]
         report.files += 1
         report.documents += len(docs)
         yield path, docs
