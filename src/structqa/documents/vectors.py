@@ -112,11 +112,11 @@ class QdrantStore:
             self.client.delete(COLLECTION, points_selector=selector)
 
     def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
-        out = []
-        for v in vectors:
-            found = self.client.query_points(COLLECTION, query=v.astype(float).tolist(), limit=k)
-            out.append([(int(p.id), float(p.score)) for p in found.points])
-        return out
+        requests = [
+            self.models.QueryRequest(query=v.astype(float).tolist(), limit=k) for v in vectors
+        ]
+        found = self.client.query_batch_points(COLLECTION, requests=requests)  # one round trip
+        return [[(int(p.id), float(p.score)) for p in r.points] for r in found]
 
     def save(self) -> None:
         """(Qdrant persists every write itself.)"""

@@ -96,10 +96,7 @@ def per_token_activations(model) -> int:
     from onnx import helper, numpy_helper
 
     graph = model.graph
-    consumers: dict[str, list] = {}
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            consumers.setdefault(name, []).append((node, i))
+    consumers = _consumers(graph)
     graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in _CONSTANTS.items())
     rescaled: dict[str, str] = {}  # the Mul applying an activation scale -> the row scales
     nodes = []
@@ -182,12 +179,7 @@ def as_uint8_weights(model) -> int:
         return made[name]
 
     changed = 0
-    for node in graph.node:
-        if node.op_type != "MatMulInteger" or len(node.input) < 2:
-            continue
-        weight = node.input[1]
-        if weight not in inits or inits[weight].data_type != int8:
-            continue
+    for node, weight in _int8_weight_products(graph, inits):
         zero = node.input[3] if len(node.input) > 3 and node.input[3] else None
         if zero is not None and (zero not in inits or inits[zero].data_type != int8):
             raise ValueError(f"{node.name}: its int8 weight's zero point is not a constant")
@@ -215,21 +207,13 @@ def as_7bit_weights(model) -> int:
     kernel adds pairs of products in 16 bits, and 255 x 64 x 2 = 32,640 fits where
     255 x 127 x 2 does not, so nothing saturates and the kernel keeps its speed (its uint8 x
     uint8 one ran at 0.66x here). The cost is one bit of weight resolution."""
-    from onnx import TensorProto, numpy_helper
+    from onnx import numpy_helper
 
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
-    users: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            users.setdefault(name, []).append(node)
+    users = _consumers(graph)
     changed = 0
-    for node in graph.node:
-        if node.op_type != "MatMulInteger" or len(node.input) < 2:
-            continue
-        weight = node.input[1]
-        if weight not in inits or inits[weight].data_type != TensorProto.INT8:
-            continue
+    for node, weight in _int8_weight_products(graph, inits):
         if not weight.endswith("_quantized"):
             raise ValueError(f"{node.name}: weight {weight} is not named as quantize_dynamic names")
         scale = weight.removesuffix("_quantized") + "_scale"
@@ -242,11 +226,34 @@ def as_7bit_weights(model) -> int:
         node.input[1] = weight + "_7bit"
         doubled = numpy_helper.to_array(inits[scale]).astype(np.float32) * 2
         graph.initializer.append(numpy_helper.from_array(doubled, scale + "_7bit"))
-        for user in users.get(scale, []):
-            user.input[:] = [scale + "_7bit" if x == scale else x for x in user.input]
+        for user, i in users.get(scale, []):
+            user.input[i] = scale + "_7bit"
         changed += 1
     _drop_unused_initializers(graph)
     return changed
+
+
+def _consumers(graph) -> dict[str, list]:
+    """Each tensor name -> the (node, input position) pairs that read it."""
+    out: dict[str, list] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            out.setdefault(name, []).append((node, i))
+    return out
+
+
+def _int8_weight_products(graph, inits: dict) -> list:
+    """The (node, weight name) of every integer product whose weights are an int8 constant."""
+    from onnx import TensorProto
+
+    return [
+        (node, node.input[1])
+        for node in graph.node
+        if node.op_type == "MatMulInteger"
+        and len(node.input) > 1
+        and node.input[1] in inits
+        and inits[node.input[1]].data_type == TensorProto.INT8
+    ]
 
 
 def _drop_unused_initializers(graph) -> None:
