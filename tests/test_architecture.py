@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("training",),  # the training scaffold shared by the tasks
     ("pretrain", "ncbert", "calibration"),  # MLM and DROP tasks; answer probabilities
     ("analysis", "experiments", "prediction"),  # reports; grids of runs; the answer path
-    ("documents",),  # document collections: ingest, index, retrieve
+    ("documents", "reader"),  # document collections; the general reader build
     ("serving",),  # the HTTP service (its page shows analysis' maps)
     ("commands",),  # the larger subcommands (quickstart, evaluate, config)
     ("cli",),  # the `structqa` command

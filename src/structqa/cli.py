@@ -21,6 +21,7 @@ from structqa.commands import (
     negatives,
     predict,
     quickstart,
+    reader,
     scores,
     serve,
     settings,
@@ -34,6 +35,7 @@ log = logging.getLogger("structqa")
 #: in the order `structqa --help` lists them
 SUBCOMMANDS = (
     train,
+    reader,
     predict,
     explain,
     serve,

@@ -82,3 +82,56 @@ def default_encoder_path() -> Path:
             f"reinstall {ENCODER_DISTRIBUTION}"
         )
     return model_dir
+
+
+#: a built general reader (`structqa reader build`) or any checkpoint, for `ask`, `serve` and
+#: ``model.init_from=reader`` when they are given none
+READER_ENV = "STRUCTQA_READER"
+#: where `structqa reader build` writes, and the others look, by default
+HOME_ENV = "STRUCTQA_HOME"
+READER_CARD = "card.json"
+
+
+def default_reader_dir() -> Path:
+    """``$STRUCTQA_HOME/reader``, ``STRUCTQA_HOME`` defaulting to ``~/.local/share/structqa``."""
+    home = os.environ.get(HOME_ENV) or "~/.local/share/structqa"
+    return Path(home).expanduser() / "reader"
+
+
+def reader_checkpoint_of(directory: str | Path) -> Path:
+    """The checkpoint of a built reader directory (its ``run/best``), or ``directory`` itself
+    when it is a checkpoint."""
+    path = Path(directory).expanduser()
+    if (path / READER_CARD).is_file():
+        return path / "run" / "best"
+    return path
+
+
+def find_reader(explicit: str | None = None) -> Path | None:
+    """The reader to answer with: ``explicit`` (a checkpoint or a built reader directory), else
+    ``$STRUCTQA_READER``, else a reader built at :func:`default_reader_dir`; None when there is
+    none. An explicit choice or the variable that names no checkpoint is an error."""
+    for source, value in (("the reader given", explicit), (READER_ENV, os.environ.get(READER_ENV))):
+        if value:
+            checkpoint = reader_checkpoint_of(value)
+            if (
+                not (checkpoint / "model.safetensors").is_file()
+                and not (checkpoint / "model.onnx").is_file()
+            ):
+                raise FileNotFoundError(
+                    f"{source} ({value}) is neither a checkpoint (model.safetensors) nor a "
+                    "reader built by `structqa reader build` (card.json)"
+                )
+            return checkpoint
+    built = default_reader_dir()
+    if (built / READER_CARD).is_file():
+        return reader_checkpoint_of(built)
+    return None
+
+
+def no_reader_message() -> str:
+    """What to do when no reader is given and none is built."""
+    return (
+        f"no reader: give a checkpoint (e.g. runs/quickstart/best), set {READER_ENV}, or build "
+        f"the general reader once with `structqa reader build` (it goes to {default_reader_dir()})"
+    )

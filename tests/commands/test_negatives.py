@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from structqa.cli import main
-from structqa.commands.negatives import ANTONYMS, make_negatives, write_negatives
 from structqa.data.readers import read_extractive
 from structqa.data.records import Answer, Example
+from structqa.training.negatives import ANTONYMS, make_negatives, write_negatives
 
 pytest.importorskip("spacy")
 from structqa.text.annotate import Annotator  # noqa: E402

@@ -1,0 +1,78 @@
+"""``structqa reader build``: the general reader, built once (:mod:`structqa.reader.build`)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from structqa.commands.common import INTERRUPTED
+from structqa.paths import READER_ENV, default_reader_dir
+
+
+def cmd_reader_build(args: argparse.Namespace, extra: list[str]) -> int:
+    from structqa.reader.build import BuildOptions, Stopped, build
+
+    out = Path(args.out).expanduser() if args.out else default_reader_dir()
+    command = "structqa " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    opts = BuildOptions(
+        out=out,
+        seed=args.seed,
+        data_dir=args.data,
+        baseline=args.baseline,
+        progress=not args.no_progress,
+        overrides=tuple(x.lstrip("-") for x in extra),
+        heldout_size=args.heldout_size,
+        command=command if sys.argv[1:3] == ["reader", "build"] else "structqa reader build",
+    )
+    try:
+        build(opts)
+    except Stopped as e:
+        print(f"structqa reader build: {e}; run the same command again to go on", file=sys.stderr)
+        return INTERRUPTED
+    if args.out and Path(args.out).expanduser().resolve() != default_reader_dir().resolve():
+        print(f"to answer with it by default: export {READER_ENV}={out}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser(
+        "reader",
+        help="the general reader: build it once, then ask, serve and train start from it",
+        description="The general reader is the most accurate span reader the public SQuAD data "
+        "on this machine makes. `ask`, `serve` (without a checkpoint) and "
+        "`train --model.init_from=reader` use it once built.",
+    )
+    rs = r.add_subparsers(dest="reader_command", required=True)
+    b = rs.add_parser(
+        "build",
+        help="train, calibrate, export and score the general reader (resumable)",
+        description="Trains the general reader on the SQuAD 1.1 training pool, the SQuAD 2.0 "
+        "training split and unanswerable rewrites (every passage of both held-out splits "
+        "excluded), chooses and calibrates it on a validation slice (answer probabilities, "
+        "no-answer threshold, answerability verifier), exports it to int8 ONNX, scores both "
+        "held-out splits and writes a model card. It says how long training will take before "
+        "it starts; stopped, the same command goes on from where it was. Settings after the "
+        "options override the recipe (e.g. --train.epochs=3).",
+    )
+    b.add_argument(
+        "--out",
+        help=f"where to build (default: {default_reader_dir()}, where ask, serve and "
+        "init_from=reader look; $STRUCTQA_HOME moves it)",
+    )
+    b.add_argument("--seed", type=int, default=0, help="training seed (and the rewrites')")
+    b.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
+    b.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also train the plain Independent recipe on the same SQuAD 1.1 questions and "
+        "score it the same way, for comparison",
+    )
+    b.add_argument(
+        "--heldout-size",
+        type=int,
+        help="score only the first N questions of each held-out file (quick checks)",
+    )
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=cmd_reader_build)

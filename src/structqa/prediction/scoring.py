@@ -1,0 +1,81 @@
+"""A checkpoint or export scored on a test file, as ``structqa evaluate`` scores it: at the
+null threshold and with the verifier of its calibration (fitted on validation questions), with
+the calibration error, and the output files written."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from structqa.calibration.report import calibration_report, load_calibration
+from structqa.config import apply_overrides
+from structqa.evaluation import write_outputs
+from structqa.runtime import default_device
+from structqa.runtimes.select import load
+from structqa.training.heldout import score_file
+
+log = logging.getLogger(__name__)
+
+#: the settings a score may change; the rest belongs to the trained model
+SCORING_SECTIONS = ("data", "decode")
+
+
+def default_runtime(checkpoint: str | Path) -> str:
+    """torch for a checkpoint (a recorded score must not depend on the CPU kind), the graph
+    for an export."""
+    return "torch" if (Path(checkpoint) / "model.safetensors").is_file() else "auto"
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    eval_file: str | None,
+    out: str | Path,
+    runtime: str | None = None,
+    bf16: str = "auto",
+    overrides: Sequence[str] = (),
+    data_dir: str | None = None,
+    eval_size: int | None = None,
+) -> dict[str, Any]:
+    """Score ``checkpoint`` on ``eval_file`` (else its config's data.eval) and write
+    predictions, n-best, null odds, metrics and the reliability picture to ``out``; return
+    the metrics (with ``runtime``, the runtime that answered)."""
+    loaded = load(checkpoint, runtime or default_runtime(checkpoint), bf16=bf16)
+    model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
+    device = default_device() if loaded.choice.onnx_dir is None else torch.device("cpu")
+    log.info("runtime %s (%s)", loaded.choice.runtime, loaded.choice.reason)
+    if data_dir:
+        cfg.data.dir = data_dir
+    # the whole file unless eval_size says otherwise (the checkpoint's data.eval_size was a
+    # training-time setting)
+    cfg.data.eval_size = eval_size
+    for item in overrides:
+        key = item.lstrip("-").partition("=")[0]
+        if key.partition(".")[0] not in SCORING_SECTIONS and key != "train.eval_batch_size":
+            raise ValueError(
+                f"--{key} cannot change a trained model; only data.*, decode.* and "
+                "train.eval_batch_size overrides apply here"
+            )
+    apply_overrides(cfg, list(overrides))  # the config's own checks and conversions
+    t0 = time.perf_counter()
+    precision = "on" if loaded.bf16 else "off"  # the runtime chosen above decides
+    # the no-answer threshold fitted on validation questions (calibration.json), if any;
+    # else evaluate_model tunes one on this file and says so
+    calibrator = load_calibration(checkpoint)
+    threshold = calibrator.null_threshold if calibrator else None
+    # the threshold was fitted on the verifier's null odds where the calibration has one
+    rescore = calibrator.verify if calibrator is not None and calibrator.verifier else None
+    if rescore is not None:
+        log.info("null odds re-scored by the calibration's answerability verifier")
+    result, examples, v2 = score_file(
+        model, tokenizer, cfg, eval_file, precision, device, threshold, rescore
+    )
+    log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
+    result.metrics.update(calibration_report(result, examples, v2, calibrator, out))
+    result.metrics["runtime"] = loaded.choice.runtime
+    write_outputs(result, Path(out))
+    return result.metrics

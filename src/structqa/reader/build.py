@@ -1,0 +1,331 @@
+"""``structqa reader build``: the general reader, in stages that each leave a record, so that
+the same command run again goes on from where it stopped.
+
+1. **data**: the training questions (:mod:`structqa.reader.data`);
+2. **train**: the recipe (:data:`RECIPE`) on them, ``best/`` chosen on a 5 % validation slice
+   (by passage), then calibrated there: answer probabilities, the no-answer threshold and the
+   answerability verifier (the training run resumes from its last checkpoint);
+3. **export**: the int8 ONNX graph beside the checkpoint (``run/best/onnx``);
+4. **heldout**: SQuAD 1.1 held-out EM/F1 with answers forced and SQuAD 2.0 held-out
+   F1/HasAns/AUC/ECE, for the checkpoint and its int8 graph;
+5. **baseline** (``--baseline``): the plain recipe (:data:`BASELINE`: Independent head, the whole
+   pool, no additions) on exactly the SQuAD 1.1 questions the reader starts from, scored the same;
+6. **card**: ``card.json`` and ``MODEL_CARD.md`` (data, recipe, commit, scores, CPU, times).
+
+A stage's record is ``stages/NAME.json``; a stage with a record is not run again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from structqa.config import Config, load_config
+from structqa.io import write_json
+from structqa.paths import resolve_data_dir, resolve_data_file
+from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL_FILE, TRAIN_FILE
+from structqa.runtime import cpu_kind, default_device, use_bf16
+
+log = logging.getLogger(__name__)
+
+#: the reader's recipe, as ``structqa train`` settings. The head: Independent scored above
+#: DyREx on the validation slice of the same pool with the same rewrites (79.79 vs 78.87 F1,
+#: docs/results/squad2-reader); the optimiser: the full-pool recipe (docs/results/combos-full)
+RECIPE: tuple[str, ...] = (
+    "model.encoder=default",
+    "model.head=independent",
+    "model.null_head=span",
+    "data.validation=0.05",
+    "data.validation_seed=1234",
+    "data.train_size=all",
+    "data.dedupe_ids=true",
+    "train.lr=1e-4",
+    "train.head_lr=1e-3",
+    "train.epochs=2",
+    "train.batch_size=12",
+    "train.warmup_ratio=0.1",
+    "train.eval_every_epoch=true",
+    "train.save_every_steps=200",
+    "decode.verifier=auto",
+)
+
+#: the plain baseline: configs/combos/full-pool.yaml's Independent recipe (whole pool, no
+#: validation slice, scored after the last epoch)
+BASELINE: tuple[str, ...] = (
+    "model.encoder=default",
+    "model.head=independent",
+    "data.validation=none",
+    "data.train_size=all",
+    "train.lr=1e-4",
+    "train.head_lr=1e-3",
+    "train.epochs=2",
+    "train.batch_size=12",
+    "train.warmup_ratio=0.1",
+    "train.eval_every_epoch=false",
+    "train.save_every_steps=200",
+)
+
+STAGES = ("data", "train", "export", "heldout", "baseline", "card")
+
+#: windows per question (SQuAD passages rarely need a second window at 384 tokens)
+WINDOWS_PER_QUESTION = 1.05
+
+
+@dataclass
+class BuildOptions:
+    out: Path
+    seed: int = 0
+    data_dir: str | None = None
+    baseline: bool = False
+    progress: bool = True
+    overrides: tuple[str, ...] = ()
+    command: str = "structqa reader build"
+    heldout_size: int | None = None
+
+
+class Stopped(Exception):
+    """A training stage stopped before finishing (SIGINT/SIGTERM): run the command again."""
+
+
+def _record_path(out: Path, stage: str) -> Path:
+    return out / "stages" / f"{stage}.json"
+
+
+def done(out: Path, stage: str) -> dict[str, Any] | None:
+    """A finished stage's record, or None."""
+    path = _record_path(out, stage)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _run_stage(
+    opts: BuildOptions, stage: str, body: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    record = done(opts.out, stage)
+    if record is not None:
+        log.info("reader build: %s already done (%s)", stage, _record_path(opts.out, stage))
+        return record
+    log.info("reader build: %s", stage)
+    t0 = time.perf_counter()
+    record = body()
+    record["seconds"] = round(time.perf_counter() - t0, 1)
+    write_json(_record_path(opts.out, stage), record)
+    return record
+
+
+def train_config(
+    opts: BuildOptions,
+    recipe: tuple[str, ...],
+    train_file: Path,
+    run: str,
+    extra: tuple[str, ...] = (),
+) -> Config:
+    """The training config of the reader (or the baseline) in ``opts.out/run``."""
+    overrides = [
+        *recipe,
+        *extra,
+        f"data.train={train_file.resolve()}",
+        f"train.seed={opts.seed}",
+        f"train.output_dir={opts.out / run}",
+        *opts.overrides,
+    ]
+    if opts.data_dir:
+        overrides.append(f"data.dir={opts.data_dir}")
+    return load_config(None, overrides)
+
+
+def typical_length(cfg: Config, tokenizer: Any, sample: int = 256) -> int:
+    """The mean window length of ``cfg``'s training file (question + passage tokens, cut to
+    data.max_seq_len) over ``sample`` questions drawn evenly: batches group windows of like
+    length, so a step costs about what a batch of this length costs."""
+    from structqa.data.readers import read_extractive
+
+    examples = read_extractive(cfg.data.train).examples
+    picked = examples[:: max(1, len(examples) // sample)]
+    lengths = [
+        min(cfg.data.max_seq_len, len(tokenizer(ex.question, ex.context)["input_ids"]))
+        for ex in picked
+    ]
+    return max(16, round(sum(lengths) / max(1, len(lengths))))
+
+
+def seconds_per_step(cfg: Config, repeats: int = 3) -> tuple[float, int]:
+    """One optimisation step of ``cfg``'s model on a batch of windows of the training file's
+    typical length, timed here (forward, backward, the precision training will use): the
+    median of ``repeats`` after a warm-up step; and that length."""
+    from structqa.models.build import build_model
+
+    model, tokenizer = build_model(cfg)
+    length = typical_length(cfg, tokenizer)
+    device = default_device()
+    model.to(device).train()
+    n = cfg.train.batch_size
+    ids = torch.randint(1000, 2000, (n, length), device=device)
+    mask = torch.ones_like(ids)
+    types = torch.zeros_like(ids)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    bf16 = use_bf16(cfg.train.bf16, device)
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            hidden = model.encoder(ids, mask, types).last_hidden_state
+        hidden.float().square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return sorted(times[1:])[len(times[1:]) // 2], length
+
+
+def estimate_seconds(questions: int, cfg: Config, step: float) -> float:
+    """Training time of ``questions`` under ``cfg`` at ``step`` seconds per step, plus a
+    validation pass per epoch (a forward pass is about a third of a step)."""
+    windows = questions * WINDOWS_PER_QUESTION
+    steps = math.ceil(windows / cfg.train.batch_size) * cfg.train.epochs
+    validation = 0.0
+    fraction = cfg.data.validation
+    if fraction is not None and str(fraction).replace(".", "", 1).isdigit():
+        validation = windows * float(fraction) / cfg.train.batch_size * step / 3 * cfg.train.epochs
+    return steps * step + validation
+
+
+def _format_duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def _train(cfg: Config, progress: bool) -> dict[str, Any]:
+    from structqa.calibration.report import CalibrateOnce
+    from structqa.training.loop import run
+
+    output = Path(cfg.train.output_dir)
+    calibrate = CalibrateOnce()
+    resume = (output / "last" / "train_state.json").is_file()
+    result = run(cfg, resume=resume, progress=progress, calibrate=calibrate)
+    state = output / "last" / "train_state.json"
+    if state.is_file() and not json.loads(state.read_text()).get("finished"):
+        raise Stopped(f"training in {output} stopped before finishing")
+    cal = calibrate.done(cfg)
+    return {
+        "checkpoint": str(output / "best"),
+        "validation": dict(result.metrics) if result is not None else None,
+        "calibration": None if cal is None else {"method": cal.method, "verifier": cal.verifier},
+    }
+
+
+def _heldout(
+    checkpoint: Path, out: Path, data: Path, runtimes: tuple[str, ...], size: int | None = None
+) -> dict:
+    """SQuAD 1.1 held-out (answers forced) and SQuAD 2.0 held-out scores per runtime."""
+    from structqa.prediction.scoring import evaluate_checkpoint
+
+    scores: dict[str, Any] = {}
+    files = {"squad1": HELDOUT_SQUAD1, "squad2": HELDOUT_SQUAD2}
+    for runtime in runtimes:
+        for name, file in files.items():
+            path = resolve_data_file(file, data)
+            # SQuAD 1.1 has no unanswerable question: every question gets its best span
+            extra = ["decode.version_2=false"] if name == "squad1" else []
+            metrics = evaluate_checkpoint(
+                checkpoint,
+                str(path),
+                out / f"{name}-{runtime}",
+                runtime,
+                overrides=extra,
+                eval_size=size,
+            )
+            scores[f"{name}/{runtime}"] = metrics
+            log.info(
+                "%s held-out, %s: %s",
+                name,
+                runtime,
+                {k: round(metrics[k], 2) for k in ("exact_match", "exact", "f1") if k in metrics},
+            )
+    return scores
+
+
+def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or go on with) every stage; return the card."""
+    from structqa.reader.card import write_card
+    from structqa.reader.data import assemble
+    from structqa.text.annotate import Annotator
+
+    opts.out.mkdir(parents=True, exist_ok=True)
+    data_dir = resolve_data_dir(opts.data_dir)
+    data_out = opts.out / "data"
+
+    def data_stage() -> dict[str, Any]:
+        counts = assemble(data_dir, data_out, Annotator().annotate, seed=opts.seed)
+        return {"counts": counts.to_json(), "summary": counts.summary(), "dir": str(data_dir)}
+
+    data = _run_stage(opts, "data", data_stage)
+    say(f"data: {data['summary']}")
+    cfg = train_config(opts, RECIPE, data_out / TRAIN_FILE, "run")
+    # the baseline is scored once on the SQuAD 1.1 held-out split after its last epoch, as the
+    # full-pool runs were (no choice is made on it)
+    squad1 = resolve_data_file(HELDOUT_SQUAD1, data_dir).resolve()
+    base_cfg = train_config(
+        opts, BASELINE, data_out / POOL_FILE, "baseline", (f"data.eval={squad1}",)
+    )
+    if done(opts.out, "train") is None:
+        step, length = seconds_per_step(cfg)
+        total = estimate_seconds(data["counts"]["total"], cfg, step)
+        if opts.baseline and done(opts.out, "baseline") is None:
+            total += estimate_seconds(data["counts"]["pool"], base_cfg, step)
+        device = default_device()
+        where = "GPU" if device.type == "cuda" else f"this CPU ({cpu_kind()})"
+        say(
+            f"training will take about {_format_duration(total)} on {where}: "
+            f"{step:.2f} s per step of {cfg.train.batch_size} windows of {length} tokens "
+            "measured now; stop it "
+            "at any time and run the same command again to go on"
+        )
+    trained = _run_stage(opts, "train", lambda: _train(cfg, opts.progress))
+    checkpoint = Path(trained["checkpoint"])
+
+    def export_stage() -> dict[str, Any]:
+        from structqa.runtimes.onnx_export import export_onnx
+
+        exported = export_onnx(checkpoint, checkpoint / "onnx", "int8")
+        return {"dir": str(exported.directory), "sizes": exported.sizes}
+
+    _run_stage(opts, "export", export_stage)
+    heldout_dir = opts.out / "heldout"
+    _run_stage(
+        opts,
+        "heldout",
+        lambda: _heldout(
+            checkpoint,
+            heldout_dir / "reader",
+            data_dir,
+            ("torch", "onnx-int8"),
+            opts.heldout_size,
+        ),
+    )
+    if opts.baseline:
+
+        def baseline_stage() -> dict[str, Any]:
+            trained = _train(base_cfg, opts.progress)
+            best = Path(trained["checkpoint"])
+            return {
+                **trained,
+                **_heldout(best, heldout_dir / "baseline", data_dir, ("torch",), opts.heldout_size),
+            }
+
+        _run_stage(opts, "baseline", baseline_stage)
+    records = {stage: done(opts.out, stage) for stage in STAGES}
+    recipe = [*RECIPE, *opts.overrides]
+    card = write_card(
+        opts.out, opts.command, recipe, records, cfg, base_cfg if opts.baseline else None
+    )
+    say(f"the reader is {checkpoint}; its card: {opts.out / 'MODEL_CARD.md'}")
+    return card

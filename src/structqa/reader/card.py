@@ -1,0 +1,87 @@
+"""The built reader's card: ``card.json`` (what ``find_reader`` looks for) and
+``MODEL_CARD.md``, from the stage records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from structqa.config import Config
+from structqa.io import write_json, write_text
+from structqa.paths import READER_CARD
+from structqa.provenance import git_info, machine_info
+from structqa.runtime import cpu_kind
+
+#: held-out metrics shown on the card, per file
+SHOWN = {
+    "squad1": ("exact_match", "f1"),
+    "squad2": ("exact", "f1", "HasAns_f1", "NoAns_f1", "NoAns_auc", "ece"),
+}
+
+
+def _row(scores: dict[str, Any], key: str, names: tuple[str, ...]) -> str:
+    metrics = scores.get(key) or {}
+    cells = [f"{metrics[n]:.2f}" if isinstance(metrics.get(n), int | float) else "-" for n in names]
+    return " | ".join(cells)
+
+
+def _table(heldout: dict[str, Any], baseline: dict[str, Any] | None) -> list[str]:
+    lines = []
+    for name, metrics in SHOWN.items():
+        lines += [
+            "",
+            f"| {name} held-out | " + " | ".join(metrics) + " |",
+            "|---" * (len(metrics) + 1) + "|",
+        ]
+        for runtime in ("torch", "onnx-int8"):
+            lines.append(f"| reader, {runtime} | {_row(heldout, f'{name}/{runtime}', metrics)} |")
+        if baseline is not None:
+            lines.append(f"| plain baseline, torch | {_row(baseline, f'{name}/torch', metrics)} |")
+    return lines
+
+
+def write_card(
+    out: Path,
+    command: str,
+    recipe: list[str],
+    records: dict[str, dict[str, Any] | None],
+    cfg: Config,
+    base_cfg: Config | None,
+) -> dict[str, Any]:
+    """Write both files into ``out`` from the stage records; return the card."""
+    card: dict[str, Any] = {
+        "checkpoint": str(out / "run" / "best"),
+        "int8": str(out / "run" / "best" / "onnx"),
+        "command": command,
+        "recipe": recipe,
+        "config": cfg.to_dict(),
+        "baseline_config": None if base_cfg is None else base_cfg.to_dict(),
+        "data": records["data"],
+        "validation": (records["train"] or {}).get("validation"),
+        "calibration": (records["train"] or {}).get("calibration"),
+        "heldout": records["heldout"],
+        "baseline": records["baseline"],
+        "seconds": {s: r["seconds"] for s, r in records.items() if r and "seconds" in r},
+        "commit": git_info(),
+        "machine": machine_info(),
+        "cpu_kind": cpu_kind(),
+    }
+    write_json(out / READER_CARD, card)
+    seconds = sum(card["seconds"].values())
+    commit = card["commit"].get("commit") or "unknown"
+    lines = [
+        "# General reader",
+        "",
+        f"Built by `{command}`.",
+        "",
+        f"- data: {(records['data'] or {}).get('summary', 'not built')}",
+        f"- recipe: `{' '.join(card['recipe'])}`",
+        f"- checkpoint: `{card['checkpoint']}`; int8 graph: `{card['int8']}`",
+        f"- commit: `{commit}`; CPU: {card['cpu_kind']}; build time {seconds / 60:.0f} min",
+        "- held-out scores: SQuAD 1.1 with every question answered (no abstention), SQuAD "
+        "2.0 at the no-answer threshold fitted on the validation slice",
+        *_table(card["heldout"] or {}, card["baseline"]),
+        "",
+    ]
+    write_text(out / "MODEL_CARD.md", "\n".join(lines))
+    return card

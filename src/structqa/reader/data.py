@@ -1,0 +1,120 @@
+"""The general reader's training questions, from the public SQuAD files of the data directory.
+
+- the SQuAD 1.1 training pool (``splits/squad1-train``), less every passage of both held-out
+  splits: SQuAD 2.0's articles are SQuAD 1.1's, so 1,033 pool questions sit on passages of
+  ``splits/squad2-heldout``;
+- the SQuAD 2.0 training split (``splits/squad2-train``), less the same passages (643 of its
+  questions sit on passages of ``splits/squad1-heldout``) and less the questions the pool already
+  has (its answerable questions are mostly SQuAD 1.1's): what is left is mainly SQuAD 2.0's
+  human-written unanswerable questions;
+- one unanswerable rewrite (entity swap, antonym, negation) of each pool question where a rule
+  applies (:mod:`structqa.training.negatives`).
+
+The pool alone (``squad1-pool.json``) is what the plain baseline trains on: the same
+questions, without the additions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from structqa.data.overlap import drop_overlap, passage_key
+from structqa.data.readers import read_extractive
+from structqa.data.records import Example
+from structqa.data.squad_json import to_squad_json
+from structqa.io import write_json
+from structqa.paths import resolve_data_file
+from structqa.text.annotate import Annotation
+from structqa.training.negatives import make_negatives
+
+log = logging.getLogger(__name__)
+
+POOL = "splits/squad1-train.mrqa.jsonl.gz"
+SQUAD2_TRAIN = "splits/squad2-train.v2.0.json"
+HELDOUT_SQUAD1 = "splits/squad1-heldout.mrqa.jsonl.gz"
+HELDOUT_SQUAD2 = "splits/squad2-heldout.v2.0.json"
+HELDOUT = (HELDOUT_SQUAD1, HELDOUT_SQUAD2)
+
+TRAIN_FILE = "train.v2.json"
+POOL_FILE = "squad1-pool.json"
+
+
+@dataclass
+class ReaderData:
+    """What went into the training files, by source (question counts)."""
+
+    pool: int = 0
+    pool_dropped_heldout: int = 0
+    squad2_answerable: int = 0
+    squad2_unanswerable: int = 0
+    squad2_dropped_heldout: int = 0
+    squad2_already_in_pool: int = 0
+    rewrites: int = 0
+    rewrites_by_rule: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.pool + self.squad2_answerable + self.squad2_unanswerable + self.rewrites
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "total": self.total}
+
+    def summary(self) -> str:
+        return (
+            f"{self.total} questions: {self.pool} of the SQuAD 1.1 pool "
+            f"({self.pool_dropped_heldout} dropped on held-out passages), "
+            f"{self.squad2_answerable} answerable and {self.squad2_unanswerable} unanswerable "
+            f"of the SQuAD 2.0 training split ({self.squad2_dropped_heldout} on held-out "
+            f"passages and {self.squad2_already_in_pool} already in the pool dropped), "
+            f"{self.rewrites} unanswerable rewrites"
+        )
+
+
+def _question_key(ex: Example) -> tuple[str, str]:
+    return passage_key(ex.context), passage_key(ex.question)
+
+
+def assemble(
+    data_dir: Path,
+    out_dir: Path,
+    annotate: Callable[[list[str]], list[Annotation]],
+    seed: int = 0,
+) -> ReaderData:
+    """Write ``out_dir/train.v2.json`` (everything) and ``out_dir/squad1-pool.json`` (the pool
+    alone) as SQuAD v2.0 JSON; return the counts."""
+    heldout = [resolve_data_file(name, data_dir) for name in HELDOUT]
+    counts = ReaderData()
+    pool, dropped = drop_overlap(
+        read_extractive(resolve_data_file(POOL, data_dir)).examples, heldout
+    )
+    counts.pool, counts.pool_dropped_heldout = len(pool), dropped.dropped
+    squad2, dropped2 = drop_overlap(
+        read_extractive(resolve_data_file(SQUAD2_TRAIN, data_dir)).examples, heldout
+    )
+    counts.squad2_dropped_heldout = dropped2.dropped
+    seen = {_question_key(ex) for ex in pool}
+    ids = {ex.id for ex in pool}
+    added: list[Example] = []
+    for ex in squad2:
+        if _question_key(ex) in seen or ex.id in ids:
+            counts.squad2_already_in_pool += 1
+            continue
+        added.append(ex)
+        if ex.is_impossible:
+            counts.squad2_unanswerable += 1
+        else:
+            counts.squad2_answerable += 1
+    rewrites, report = make_negatives(pool, annotate, seed=seed)
+    counts.rewrites = len(rewrites)
+    counts.rewrites_by_rule = dict(report.made)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, examples in ((POOL_FILE, pool), (TRAIN_FILE, [*pool, *added, *rewrites])):
+        doc = to_squad_json(examples, targets=True)
+        doc["version"] = "v2.0"
+        write_json(out_dir / name, doc, indent=None)
+    log.info("reader data: %s", counts.summary())
+    return counts
