@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,10 @@ import pytest
 # The test checkpoints are shared by many tests: `predict` and `serve` must not write an int8
 # export into them on a CPU without native bf16 (tests of that export turn it back on).
 os.environ["STRUCTQA_AUTO_EXPORT"] = "off"
+# a general reader built on this machine (`structqa reader build`) must not answer for the
+# tests: they look for it in a directory of their own, empty
+os.environ["STRUCTQA_HOME"] = tempfile.mkdtemp(prefix="structqa-home-")
+os.environ.pop("STRUCTQA_READER", None)
 
 # Let the suite run from a plain checkout, without installing the package first.
 _SRC = Path(__file__).resolve().parents[1] / "src"

@@ -219,7 +219,7 @@ def test_ask_reads_the_retrieved_chunks_and_answers_with_sources(
     reply = json.loads(capsys.readouterr().out)
     assert reply["answers"][0]["text"] == result.answers[0].text
     assert main(["ask", str(out), "--question", "Where?"]) == 2  # no reader named
-    assert "--checkpoint" in capsys.readouterr().err
+    assert "structqa reader build" in capsys.readouterr().err
 
 
 def test_identical_answers_from_overlapping_chunks_are_merged() -> None:

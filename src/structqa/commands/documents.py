@@ -6,17 +6,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from structqa.commands.common import add_runtime_argument, answering_predictor
 from structqa.documents.index import RETRIEVERS
+from structqa.paths import READER_ENV, find_reader, no_reader_message
 
-#: the reader `structqa ask` uses when no --checkpoint is given
-READER_ENV = "STRUCTQA_READER"
-
+READER_HELP = (
+    f"the reader: a checkpoint or a built reader directory (default: ${READER_ENV}, else the "
+    "general reader `structqa reader build` made)"
+)
 RETRIEVER_HELP = "bm25, dense (the sentence encoder), or hybrid: both, by reciprocal rank fusion"
+
+
+def _reader(checkpoint: str | None) -> str:
+    """The checkpoint that reads: the one given, else $STRUCTQA_READER, else the built
+    general reader."""
+    found = find_reader(checkpoint)
+    if found is None:
+        raise ValueError(no_reader_message())
+    return str(found)
 
 
 def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
@@ -60,13 +70,7 @@ def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     from structqa.documents import DocumentIndex
     from structqa.documents.ask import ask
 
-    checkpoint = args.checkpoint or os.environ.get(READER_ENV)
-    if not checkpoint:
-        raise ValueError(
-            "give the reader: --checkpoint CKPT (a trained checkpoint, e.g. "
-            f"runs/quickstart/best), or set {READER_ENV}"
-        )
-    args.checkpoint = checkpoint
+    args.checkpoint = _reader(args.checkpoint)
     predictor = answering_predictor(args)
     with DocumentIndex.open(args.index) as index:
         (result,) = ask(index, predictor, [args.question], args.top_k_chunks, args.retriever)
@@ -91,9 +95,8 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
     from structqa.documents.evaluate import evaluate_open
 
     examples = list(read_extractive(args.eval).examples)[: args.max_questions]
-    args.checkpoint = args.checkpoint or os.environ.get(READER_ENV)
-    if not args.checkpoint and not args.retrieval_only:
-        raise ValueError(f"give the reader: --checkpoint CKPT, or set {READER_ENV}")
+    if not args.retrieval_only:
+        args.checkpoint = _reader(args.checkpoint)
     reader = None if args.retrieval_only else answering_predictor(args)
     with (
         DocumentIndex.open(args.index) as index,
@@ -180,7 +183,10 @@ def add_parser(sub) -> None:
     )
     ak.add_argument("index")
     ak.add_argument("--question", required=True)
-    ak.add_argument("--checkpoint", help=f"the reader (default: ${READER_ENV})")
+    ak.add_argument(
+        "--checkpoint",
+        help=READER_HELP,
+    )
     ak.add_argument("--top-k-chunks", type=int, default=10, help="chunks read per question")
     ak.add_argument("--answers", type=int, default=5, help="answers shown")
     ak.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
@@ -199,7 +205,10 @@ def add_parser(sub) -> None:
     )
     ea.add_argument("index")
     ea.add_argument("--eval", required=True, help="SQuAD/MRQA file of questions")
-    ea.add_argument("--checkpoint", help=f"the reader (default: ${READER_ENV})")
+    ea.add_argument(
+        "--checkpoint",
+        help=READER_HELP,
+    )
     ea.add_argument("--top-k-chunks", type=int, default=10)
     ea.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     ea.add_argument("--max-questions", type=int, help="the first N questions only")

@@ -28,7 +28,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "POST /v1/explain, GET /health, /ready, /metrics, /docs and a web page at /. Requests "
         "that arrive together share forward passes (micro-batching by windows).",
     )
-    sv.add_argument("checkpoint")
+    sv.add_argument(
+        "checkpoint",
+        nargs="?",
+        help="a checkpoint or export directory (default: $STRUCTQA_READER, else the general "
+        "reader built by `structqa reader build`)",
+    )
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     sv.add_argument("--port", type=int, default=8000, help="0: any free port (it is logged)")
     sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
@@ -106,12 +111,17 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     import uvicorn
 
     from structqa.commands.common import answering_predictor
+    from structqa.paths import find_reader, no_reader_message
     from structqa.serving.app import create_app
     from structqa.serving.edge import guarded_h11
     from structqa.serving.settings import ServeSettings, api_key_from_env
 
     if extra:
         raise ValueError(f"serve takes no config overrides: {' '.join(extra)}")
+    found = find_reader(args.checkpoint)
+    if found is None:
+        raise ValueError(no_reader_message())
+    args.checkpoint = str(found)
     settings = ServeSettings(
         max_batch_windows=args.max_batch_windows,
         max_wait_ms=args.max_wait_ms,

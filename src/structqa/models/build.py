@@ -29,6 +29,7 @@ from structqa.heads import build_head
 from structqa.io import UnreadableFile, read_json, read_safetensors
 from structqa.manifest import MANIFEST, verify_manifest
 from structqa.models.extractive import ExtractiveQAModel
+from structqa.paths import find_reader, no_reader_message, reader_checkpoint_of
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +150,21 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     head = head_from_config(cfg, encoder)
     model = ExtractiveQAModel(encoder, head)
     if cfg.model.init_from:
-        init_from_checkpoint(model, cfg.model.init_from)
+        init_from_checkpoint(model, resolve_init_from(cfg.model.init_from))
     # after the head exists: DyREx's layers take the checkpoint's dropout from its config
     set_dropout(model, cfg.train.dropout, cfg.train.attention_dropout)
     return model, load_tokenizer(path)
+
+
+def resolve_init_from(value: str) -> Path:
+    """``model.init_from``: a checkpoint directory, a built reader directory, or ``reader``
+    (the general reader: $STRUCTQA_READER, else the one `structqa reader build` made)."""
+    if value == "reader":
+        found = find_reader(None)
+        if found is None:
+            raise FileNotFoundError(f"model.init_from=reader: {no_reader_message()}")
+        return found
+    return reader_checkpoint_of(value)
 
 
 def init_from_checkpoint(model: ExtractiveQAModel, checkpoint: str | Path) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from structqa.config import Config, load_config
+from structqa.config import Config, load_config, validate
 from structqa.io import write_json
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL_FILE, TRAIN_FILE
@@ -138,7 +138,7 @@ def train_config(
     ]
     if opts.data_dir:
         overrides.append(f"data.dir={opts.data_dir}")
-    return load_config(None, overrides)
+    return validate(load_config(None, overrides))  # a bad setting stops before any work
 
 
 def typical_length(cfg: Config, tokenizer: Any, sample: int = 256) -> int:
@@ -167,7 +167,7 @@ def seconds_per_step(cfg: Config, repeats: int = 3) -> tuple[float, int]:
     device = default_device()
     model.to(device).train()
     n = cfg.train.batch_size
-    ids = torch.randint(1000, 2000, (n, length), device=device)
+    ids = torch.randint(5, min(len(tokenizer), 2000), (n, length), device=device)
     mask = torch.ones_like(ids)
     types = torch.zeros_like(ids)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
@@ -190,7 +190,7 @@ def estimate_seconds(questions: int, cfg: Config, step: float) -> float:
     """Training time of ``questions`` under ``cfg`` at ``step`` seconds per step, plus a
     validation pass per epoch (a forward pass is about a third of a step)."""
     windows = questions * WINDOWS_PER_QUESTION
-    steps = math.ceil(windows / cfg.train.batch_size) * cfg.train.epochs
+    steps = cfg.train.max_steps or math.ceil(windows / cfg.train.batch_size) * cfg.train.epochs
     validation = 0.0
     fraction = cfg.data.validation
     if fraction is not None and str(fraction).replace(".", "", 1).isdigit():
@@ -218,7 +218,14 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
     return {
         "checkpoint": str(output / "best"),
         "validation": dict(result.metrics) if result is not None else None,
-        "calibration": None if cal is None else {"method": cal.method, "verifier": cal.verifier},
+        "calibration": None
+        if cal is None
+        else {
+            "method": cal.method,
+            "null_threshold": cal.null_threshold,
+            "verifier": None if cal.verifier is None else cal.verifier.names,
+            "fit": cal.fit,
+        },
     }
 
 

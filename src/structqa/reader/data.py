@@ -52,7 +52,7 @@ class ReaderData:
     squad2_answerable: int = 0
     squad2_unanswerable: int = 0
     squad2_dropped_heldout: int = 0
-    squad2_already_in_pool: int = 0
+    squad2_repeated: int = 0
     rewrites: int = 0
     rewrites_by_rule: dict[str, int] = field(default_factory=dict)
 
@@ -69,7 +69,7 @@ class ReaderData:
             f"({self.pool_dropped_heldout} dropped on held-out passages), "
             f"{self.squad2_answerable} answerable and {self.squad2_unanswerable} unanswerable "
             f"of the SQuAD 2.0 training split ({self.squad2_dropped_heldout} on held-out "
-            f"passages and {self.squad2_already_in_pool} already in the pool dropped), "
+            f"passages and {self.squad2_repeated} repeating a question already there dropped), "
             f"{self.rewrites} unanswerable rewrites"
         )
 
@@ -101,14 +101,22 @@ def assemble(
     added: list[Example] = []
     for ex in squad2:
         if _question_key(ex) in seen or ex.id in ids:
-            counts.squad2_already_in_pool += 1
+            counts.squad2_repeated += 1
             continue
+        seen.add(_question_key(ex))
         added.append(ex)
         if ex.is_impossible:
             counts.squad2_unanswerable += 1
         else:
             counts.squad2_answerable += 1
-    rewrites, report = make_negatives(pool, annotate, seed=seed)
+    made, report = make_negatives(pool, annotate, seed=seed)
+    # a question SQuAD asks twice of one passage gets the same rewrite twice: keep one, and
+    # none that repeats a question already there
+    rewrites = []
+    for ex in made:
+        if _question_key(ex) not in seen:
+            seen.add(_question_key(ex))
+            rewrites.append(ex)
     counts.rewrites = len(rewrites)
     counts.rewrites_by_rule = dict(report.made)
     out_dir.mkdir(parents=True, exist_ok=True)

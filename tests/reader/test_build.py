@@ -1,0 +1,173 @@
+"""`structqa reader build` on a small cut of the real SQuAD splits with a tiny encoder: the
+training data leaves out both held-out splits' passages, the stages run in order and leave
+their records, an interrupted build goes on from its last checkpoint when run again, and the
+built reader is what `ask`, `serve` and `model.init_from=reader` find."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from structqa.cli import main
+from structqa.data.overlap import passage_key
+from structqa.data.readers import read_extractive
+from structqa.paths import find_reader
+from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL, SQUAD2_TRAIN, assemble
+
+pytest.importorskip("spacy")
+
+
+def _mrqa_lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def _write_mrqa(path: Path, header: str, records: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join([header, *records]) + "\n")
+
+
+def _squad2_cut(doc: dict, articles: int, paragraphs: int) -> dict:
+    data = [{**a, "paragraphs": a["paragraphs"][:paragraphs]} for a in doc["data"][:articles]]
+    return {**doc, "data": data}
+
+
+@pytest.fixture(scope="module")
+def small_data(shared_data: Path, tmp_path_factory) -> Path:
+    """The four splits, cut small, keeping the overlaps the build must remove: a pool passage
+    that SQuAD 2.0's held-out split also holds, and SQuAD 2.0 training questions that repeat
+    the pool's."""
+    out = tmp_path_factory.mktemp("reader-data")
+    squad2_held = json.loads((shared_data / HELDOUT_SQUAD2).read_text())
+    squad2_train = json.loads((shared_data / SQUAD2_TRAIN).read_text())
+    held2 = _squad2_cut(squad2_held, 1, 2)
+    train2 = _squad2_cut(squad2_train, 1, 3)
+    held2_keys = {passage_key(p["context"]) for a in held2["data"] for p in a["paragraphs"]}
+    train2_keys = {passage_key(p["context"]) for a in train2["data"] for p in a["paragraphs"]}
+    pool_lines = _mrqa_lines(shared_data / POOL)
+    records = pool_lines[1:]
+    keep = records[:8]
+    keep += [r for r in records if passage_key(json.loads(r)["context"]) in held2_keys][:1]
+    keep += [r for r in records if passage_key(json.loads(r)["context"]) in train2_keys][:1]
+    _write_mrqa(out / POOL, pool_lines[0], keep)
+    held1 = _mrqa_lines(shared_data / HELDOUT_SQUAD1)
+    _write_mrqa(out / HELDOUT_SQUAD1, held1[0], held1[1:4])
+    for name, doc in ((HELDOUT_SQUAD2, held2), (SQUAD2_TRAIN, train2)):
+        (out / name).write_text(json.dumps(doc), encoding="utf-8")
+    return out
+
+
+def test_the_training_data_leaves_out_both_held_out_splits(small_data: Path, tmp_path: Path):
+    from structqa.text.annotate import Annotator
+
+    counts = assemble(small_data, tmp_path, Annotator().annotate, seed=0)
+    train = read_extractive(tmp_path / "train.v2.json").examples
+    pool = read_extractive(tmp_path / "squad1-pool.json").examples
+    held = {
+        passage_key(ex.context)
+        for name in (HELDOUT_SQUAD1, HELDOUT_SQUAD2)
+        for ex in read_extractive(small_data / name).examples
+    }
+    assert counts.pool_dropped_heldout > 0  # the cut holds a passage of SQuAD 2.0's held-out
+    assert not any(passage_key(ex.context) in held for ex in train)
+    assert len(pool) == counts.pool and len(train) == counts.total
+    assert counts.squad2_repeated > 0  # SQuAD 2.0 repeats SQuAD 1.1's questions
+    assert counts.squad2_unanswerable > 0 and counts.rewrites > 0
+    assert len({ex.id for ex in train}) == len(train)
+    # what the pool gains repeats no question (SQuAD itself asks a few twice of one passage)
+    pool_keys = {(passage_key(ex.context), passage_key(ex.question)) for ex in pool}
+    pool_ids = {ex.id for ex in pool}
+    added = [
+        (passage_key(ex.context), passage_key(ex.question)) for ex in train if ex.id not in pool_ids
+    ]
+    assert len(set(added)) == len(added) and not pool_keys & set(added)
+    assert sum(ex.is_impossible for ex in train) == counts.squad2_unanswerable + counts.rewrites
+
+
+def _build_args(out: Path, data: Path, encoder: Path) -> list[str]:
+    return [
+        "reader",
+        "build",
+        f"--out={out}",
+        f"--data={data}",
+        "--baseline",
+        "--heldout-size=6",
+        "--no-progress",
+        f"--model.encoder={encoder}",
+        "--data.max_seq_len=128",
+        "--data.doc_stride=48",
+        "--data.validation=0.3",
+        "--train.max_steps=3",
+        "--train.batch_size=4",
+        "--train.bf16=off",
+        "--train.save_every_steps=1",
+        "--decode.verifier=lexical",
+    ]
+
+
+def test_build_stops_resumes_and_is_found(
+    small_data: Path, tiny_checkpoint: Path, tmp_path: Path, monkeypatch, capsys
+):
+    from tiny import interrupt_at_batch
+
+    out = tmp_path / "reader"
+    args = _build_args(out, small_data, tiny_checkpoint)
+    real_collate = interrupt_at_batch(monkeypatch, 2)
+    assert main(args) == 130  # stopped inside training: resumable, not done
+    assert "run the same command again" in capsys.readouterr().err
+    assert (out / "stages" / "data.json").is_file()
+    assert not (out / "stages" / "train.json").is_file()
+    state = json.loads((out / "run" / "last" / "train_state.json").read_text())
+    assert not state.get("finished")
+    steps_before = state["global_step"]
+
+    from structqa.training import loop
+
+    monkeypatch.setattr(loop, "collate", real_collate)
+    assert main(args) == 0
+    said = capsys.readouterr().out
+    assert "training will take about" in said
+    state = json.loads((out / "run" / "last" / "train_state.json").read_text())
+    assert state["finished"] and state["global_step"] == 3 > steps_before
+    for stage in ("data", "train", "export", "heldout", "baseline"):
+        assert (out / "stages" / f"{stage}.json").is_file(), stage
+    heldout = json.loads((out / "stages" / "heldout.json").read_text())
+    assert set(heldout) >= {"squad1/torch", "squad1/onnx-int8", "squad2/torch", "squad2/onnx-int8"}
+    assert "NoAns_f1" in heldout["squad2/torch"] and "ece" in heldout["squad2/torch"]
+    assert "NoAns_f1" not in heldout["squad1/torch"]  # answers forced on SQuAD 1.1
+    assert (out / "run" / "best" / "calibration.json").is_file()
+    assert (out / "run" / "best" / "onnx" / "model.int8.onnx").is_file()
+    card = json.loads((out / "card.json").read_text())
+    assert card["data"]["counts"]["pool"] > 0 and card["baseline"]["squad1/torch"]["f1"] >= 0
+    assert "| reader, onnx-int8 |" in (out / "MODEL_CARD.md").read_text()
+
+    # run again: every stage is done, nothing trains
+    mtime = (out / "run" / "best" / "model.safetensors").stat().st_mtime_ns
+    assert main(args) == 0
+    assert "training will take" not in capsys.readouterr().out
+    assert (out / "run" / "best" / "model.safetensors").stat().st_mtime_ns == mtime
+
+    # the built reader is the default reader
+    monkeypatch.setenv("STRUCTQA_HOME", str(tmp_path))
+    assert find_reader() == out / "run" / "best"
+    monkeypatch.setenv("STRUCTQA_READER", str(out))
+    assert find_reader() == out / "run" / "best"
+    from structqa.config import load_config
+    from structqa.models.build import build_model
+
+    cfg = load_config(None, [f"model.encoder={tiny_checkpoint}", "model.init_from=reader"])
+    build_model(cfg)  # starts from the reader's weights (a missing one would raise)
+
+
+def test_no_reader_is_a_clear_error(monkeypatch, tmp_path: Path, capsys):
+    monkeypatch.setenv("STRUCTQA_HOME", str(tmp_path))
+    assert find_reader() is None
+    assert main(["serve"]) == 2
+    assert "structqa reader build" in capsys.readouterr().err
+    monkeypatch.setenv("STRUCTQA_READER", str(tmp_path / "nothing"))
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint"):
+        find_reader()
