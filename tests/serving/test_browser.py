@@ -172,3 +172,54 @@ def test_a_txt_file_fills_the_passage(driver, page_url, tmp_path):
     passage = driver.find_element(By.ID, "passage")
     WebDriverWait(driver, 30).until(lambda d: passage.get_attribute("value") == text)
     assert "passage.txt" in driver.find_element(By.ID, "status").text
+
+
+@pytest.fixture(scope="module")
+def documents_url(tiny_dyrex_run: Path, shared_data: Path, tmp_path_factory):
+    """A server started with --index over the mini SQuAD fixture's passages."""
+    from structqa.cli import main
+
+    index = tmp_path_factory.mktemp("page-index") / "index"
+    mini = shared_data / "fixtures" / "squad-v1.1-mini.json"
+    assert main(["index", str(mini), "--out", str(index), "--no-progress"]) == 0
+    checkpoint = os.environ.get("STRUCTQA_BROWSER_CHECKPOINT") or tiny_dyrex_run
+    with serve_command(Path(checkpoint), "--index", str(index)) as url:
+        yield url
+
+
+def test_documents_mode_marks_the_answer_in_its_source(driver, documents_url, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    question = "What did the brother of John Zahm construct at Notre Dame?"
+    driver.get(documents_url + "/")
+    wait = WebDriverWait(driver, 60)
+    mode = wait.until(lambda d: d.find_element(By.ID, "mode-documents"))
+    wait.until(lambda d: d.find_element(By.ID, "mode-row").is_displayed())
+    assert "chunks" in driver.find_element(By.ID, "index-info").text
+    mode.click()
+    assert not driver.find_element(By.ID, "passage").is_displayed()  # no passage to paste
+    driver.find_element(By.ID, "questions").send_keys(question)
+    driver.find_element(By.ID, "ask").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results li")) == 1)
+    req = urllib.request.Request(
+        documents_url + "/v1/ask",
+        json.dumps({"question": question, "top_k_chunks": 10, "answers": 5}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        expected = json.loads(resp.read())
+    results = driver.find_element(By.ID, "results").text
+    if expected["no_answer"]:
+        assert "The documents do not answer this" in results
+        assert not driver.find_elements(By.ID, "answer-mark")
+    else:
+        best = expected["answers"][0]
+        wait.until(lambda d: d.find_element(By.ID, "answer-mark").text == best["text"])
+        # the chunk it was read in is shown around the mark, and its source is named
+        view = driver.find_element(By.ID, "passage-view").text
+        assert view.split() == best["chunk_text"].split()
+        source = driver.find_element(By.ID, "source-line").text
+        assert Path(best["source"]).name in source and f"{best['start']}" in source
+        assert Path(best["source"]).name in results
+    _screenshot(driver, tmp_path, "-documents")

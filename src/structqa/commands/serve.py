@@ -34,6 +34,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="a checkpoint or export directory (default: $STRUCTQA_READER, else the general "
         "reader built by `structqa reader build`)",
     )
+    sv.add_argument(
+        "--index",
+        help="a document index (`structqa index`): adds POST /v1/search and POST /v1/ask and "
+        "the page's documents mode",
+    )
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     sv.add_argument("--port", type=int, default=8000, help="0: any free port (it is logged)")
     sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
@@ -145,7 +150,13 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     sock.bind((args.host, args.port))
     t0 = time.perf_counter()
     predictor = answering_predictor(args)
-    app = create_app(predictor, settings, load_seconds=time.perf_counter() - t0)
+    documents = None
+    if args.index:
+        from structqa.serving.documents import DocumentService
+
+        documents = DocumentService(args.index)
+        log.info("index %s: %d chunks", args.index, documents.info["chunks"])
+    app = create_app(predictor, settings, time.perf_counter() - t0, documents)
     config = uvicorn.Config(
         app,
         http=guarded_h11(args.header_timeout),

@@ -92,18 +92,31 @@ def ask(
     retrieved = index.search_many(list(questions), top_k_chunks, retriever)
     pairs = [(q, h.text) for q, hits in zip(questions, retrieved, strict=True) for h in hits]
     read = iter(predictor.predict_batch(pairs) if pairs else [])
-    results = []
-    for question, hits in zip(questions, retrieved, strict=True):
-        found = [(h, _best_span(next(read)) if forced else next(read)) for h in hits]
-        answers = merged(
-            [
-                _sourced(h, a, rank, rank_decay)
-                for rank, (h, a) in enumerate(found)
-                if _answers(a, min_probability)
-            ]
-        )
-        results.append(AskResult(question, answers, hits))
-    return results
+    return [
+        ranked(question, hits, [next(read) for _ in hits], min_probability, forced, rank_decay)
+        for question, hits in zip(questions, retrieved, strict=True)
+    ]
+
+
+def ranked(
+    question: str,
+    hits: Sequence[Hit],
+    read: Sequence[Answer],
+    min_probability: float = 0.0,
+    forced: bool = False,
+    rank_decay: float = RANK_DECAY,
+) -> AskResult:
+    """The answers the reader gave (``read``, one per hit, in retrieval order) as ranked,
+    merged answers with their sources: what :func:`ask` and the service's POST /v1/ask return."""
+    found = [(h, _best_span(a) if forced else a) for h, a in zip(hits, read, strict=True)]
+    answers = merged(
+        [
+            _sourced(h, a, rank, rank_decay)
+            for rank, (h, a) in enumerate(found)
+            if _answers(a, min_probability)
+        ]
+    )
+    return AskResult(question, answers, list(hits))
 
 
 def _best_span(a: Answer) -> Answer:

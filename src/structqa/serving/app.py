@@ -24,7 +24,8 @@ import logging
 import threading
 import time
 import uuid
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from structqa.prediction.predictor import Answer, Predictor, QuestionTooLong
 from structqa.serving.batcher import SHAPE_MULTIPLE, Batcher, BatchStats, Featurizer
-from structqa.serving.edge import EdgeGuard, HttpMetrics, error_body
+from structqa.serving.documents import DocumentService, add_document_routes
+from structqa.serving.edge import EdgeGuard, HttpMetrics, disconnect_watch, error_body
 from structqa.serving.metrics import ServeMetrics
 from structqa.serving.parsing import (
     ApiError,
@@ -58,7 +60,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 CLIENT_GONE = 499  # (nginx's code) what the metrics count when the client left first
 EXPLAIN_MAX_CHARS = 20_000  # explain scores each window on its own, then the best again
 ROUTES = ("/", "/health", "/ready", "/metrics", "/docs", "/openapi.json")
-ROUTES += ("/v1/answer", "/v1/explain", "/predict")
+ROUTES += ("/v1/answer", "/v1/explain", "/predict", "/v1/search", "/v1/ask")
 
 
 class Service:
@@ -145,6 +147,16 @@ class Service:
                 "queues (--queue-size); retry shortly",
                 {"Retry-After": "1"},
             )
+
+    @contextmanager
+    def admitted_request(self) -> Iterator[None]:
+        """Count a request that is not an answer (a search) against --queue-size."""
+        self._admit()
+        self.admitted += 1
+        try:
+            yield
+        finally:
+            self.admitted -= 1
 
     async def _within(self, fut: Any, deadline: float, gone: asyncio.Future | None) -> Any:
         """The result of the concurrent future ``fut``; cancelled (so the worker drops its
@@ -253,10 +265,14 @@ def route_label(path: str) -> str:
 
 
 def create_app(
-    predictor: Predictor, settings: ServeSettings | None = None, load_seconds: float = 0.0
+    predictor: Predictor,
+    settings: ServeSettings | None = None,
+    load_seconds: float = 0.0,
+    documents: DocumentService | None = None,
 ) -> FastAPI:
     """The service around a loaded ``predictor``; its workers start with the app (lifespan)
-    and it reports ready once a warm-up answer went through them."""
+    and it reports ready once a warm-up answer went through them. With ``documents`` (an
+    open index) it also searches and answers over the index (POST /v1/search, /v1/ask)."""
     settings = settings or ServeSettings()
     metrics = ServeMetrics()
     service = Service(predictor, settings, metrics, load_seconds)
@@ -268,6 +284,8 @@ def create_app(
             yield
         finally:
             service.close()
+            if documents is not None:
+                documents.close()
 
     errors = {s: {"model": ErrorOut} for s in (400, 401, 408, 413, 422, 503, 504)}
     app = FastAPI(
@@ -292,7 +310,7 @@ def create_app(
     async def answer(request: Request) -> Response:
         items, single = answer_items(parse_json(await request.body()), settings.max_questions)
         check_context_sizes(items, settings.max_context_chars)
-        async with _disconnect_watch(request) as gone:
+        async with disconnect_watch(request) as gone:
             answers = await service.answer([(i.question, i.context) for i in items], gone)
         out = [answer_json(a, i.top_k, service.info) for a, i in zip(answers, items, strict=True)]
         return JSONResponse(out[0] if single else out)
@@ -301,7 +319,7 @@ def create_app(
     async def predict(request: Request) -> Response:
         items, single = legacy_items(parse_json(await request.body()), settings.max_questions)
         check_context_sizes(items, settings.max_context_chars)
-        async with _disconnect_watch(request) as gone:
+        async with disconnect_watch(request) as gone:
             answers = await service.answer([(i.question, i.context) for i in items], gone)
         out = [legacy_json(a) for a in answers]
         return JSONResponse(out[0] if single else out)
@@ -316,8 +334,11 @@ def create_app(
     async def explain(request: Request) -> Response:
         item = explain_item(parse_json(await request.body()))
         check_context_sizes([item], min(settings.max_context_chars, EXPLAIN_MAX_CHARS))
-        async with _disconnect_watch(request) as gone:
+        async with disconnect_watch(request) as gone:
             return JSONResponse(await service.explain(item.question, item.context, gone))
+
+    if documents is not None:
+        add_document_routes(app, documents, errors)
 
     @app.get("/health", response_model=Health, summary="Liveness")
     async def health() -> dict[str, str]:
@@ -331,6 +352,7 @@ def create_app(
             "explain": service.explain_kind,
             "api_key_required": settings.api_key is not None,
             "max_context_chars": settings.max_context_chars,
+            "index": None if documents is None else documents.info,
         }
         return JSONResponse(body, status_code=200 if service.status == "ready" else 503)
 
@@ -361,22 +383,6 @@ def create_app(
         )
     app.add_middleware(HttpMetrics, metrics=metrics, route_of=route_label)
     return app
-
-
-@asynccontextmanager
-async def _disconnect_watch(request: Request):
-    """A future that completes when the client disconnects (the body is read by then, so the
-    next ASGI message can only be the disconnect)."""
-
-    async def wait() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    gone = asyncio.ensure_future(wait())
-    try:
-        yield gone
-    finally:
-        gone.cancel()
 
 
 def _body_schema(name: str) -> dict[str, Any]:
@@ -449,7 +455,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         if err.status_code == 404:
             msg = (
                 f"no route {method} {path}; the API: POST /v1/answer, POST /v1/explain, "
-                "GET /health, /ready, /metrics, /docs"
+                "GET /health, /ready, /metrics, /docs (and POST /v1/search, /v1/ask when the "
+                "server was started with --index)"
             )
         elif err.status_code == 405:
             allowed = (err.headers or {}).get("Allow", "")

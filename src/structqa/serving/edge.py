@@ -18,7 +18,10 @@ import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
 from typing import Any
+
+from starlette.requests import Request
 
 from structqa.serving.parsing import ApiError
 
@@ -200,3 +203,19 @@ def guarded_h11(header_timeout: float) -> type:
                 self.transport.close()
 
     return GuardedH11Protocol
+
+
+@asynccontextmanager
+async def disconnect_watch(request: Request):
+    """A future that completes when the client disconnects (the body is read by then, so the
+    next ASGI message can only be the disconnect)."""
+
+    async def wait() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    gone = asyncio.ensure_future(wait())
+    try:
+        yield gone
+    finally:
+        gone.cancel()

@@ -1,10 +1,12 @@
 // The structqa page: ask questions about a passage through POST /v1/answer, mark the chosen
 // answer in the passage, and (DyREx/DyReF models) colour what the start/end queries attend to
-// through POST /v1/explain. No framework, no network beyond this server.
+// through POST /v1/explain. A server started with --index adds a documents mode: each question
+// is asked of the whole collection (POST /v1/ask), and the chunk an answer was read in is shown
+// with the answer marked and its source named. No framework, no network beyond this server.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { ready: null, context: "", results: [], selected: -1, explained: new Map() };
+const state = { ready: null, context: "", results: [], selected: -1, explained: new Map(), mode: "passage" };
 
 function headers() {
   const h = { "Content-Type": "application/json" };
@@ -43,6 +45,10 @@ async function loadInfo() {
     if (info.explain === "dyrex" || info.explain === "dyref") {
       $("explain-row").hidden = false;
     }
+    if (info.index) {
+      $("mode-row").hidden = false;
+      $("index-info").textContent = `(${info.index.chunks} chunks)`;
+    }
     if (info.status === "loading") setTimeout(loadInfo, 1000);
   } catch (e) {
     $("model-info").textContent = "the server does not answer /ready";
@@ -52,9 +58,13 @@ async function loadInfo() {
 function renderPassage() {
   const view = $("passage-view");
   view.replaceChildren();
-  const ctx = state.context;
   const r = state.results[state.selected];
-  const att = r && $("explain-toggle").checked ? state.explained.get(state.selected) : null;
+  const docs = state.mode === "documents";
+  const ctx = docs ? (r && r.context) || "" : state.context;
+  $("view-title").textContent = docs ? "Where the answer was read" : "Passage";
+  $("source-line").hidden = !docs || !r || r.no_answer;
+  $("source-line").textContent = docs && r && !r.no_answer ? sourceText(r.source) : "";
+  const att = r && !docs && $("explain-toggle").checked ? state.explained.get(state.selected) : null;
   if (att) {
     renderAttention(view, ctx, att, r);
     return;
@@ -104,7 +114,9 @@ function renderResults(latencyMs) {
     q.textContent = r.question;
     const a = document.createElement("span");
     a.className = r.no_answer ? "answer none" : "answer";
-    a.textContent = r.no_answer ? "No answer found" : r.answer;
+    a.textContent = r.no_answer
+      ? (r.source === undefined ? "No answer found" : "The documents do not answer this")
+      : r.answer;
     const p = document.createElement("span");
     p.className = "prob";
     // an answer: the chance it is right; "no answer": (calibrated only) the chance that the
@@ -115,6 +127,12 @@ function renderResults(latencyMs) {
       ? "calibrated chance that the passage does not answer this question"
       : `${r.calibrated ? "calibrated chance" : "uncalibrated share of the n-best"} that this answer is right`;
     pick.append(q, a, p);
+    if (r.source && !r.no_answer) {
+      const src = document.createElement("span");
+      src.className = "source";
+      src.textContent = sourceText(r.source);
+      pick.append(src);
+    }
     pick.addEventListener("click", () => select(i));
     li.append(pick);
     if (r.nbest.length) {
@@ -123,7 +141,8 @@ function renderResults(latencyMs) {
       sum.textContent = `n-best (${r.nbest.length})`;
       const table = document.createElement("table");
       const head = table.createTHead().insertRow();
-      for (const t of ["answer", "probability", "chars"]) {
+      const columns = r.source === undefined ? ["answer", "probability", "chars"] : ["answer", "probability", "source"];
+      for (const t of columns) {
         const th = document.createElement("th");
         th.textContent = t;
         head.append(th);
@@ -133,7 +152,7 @@ function renderResults(latencyMs) {
         const row = body.insertRow();
         row.insertCell().textContent = c.text;
         row.insertCell().textContent = `${(100 * c.probability).toFixed(1)}%`;
-        row.insertCell().textContent = `${c.start}–${c.end}`;
+        row.insertCell().textContent = c.source ? sourceText(c.source) : `${c.start}–${c.end}`;
       }
       details.append(sum, table);
       li.append(details);
@@ -156,7 +175,7 @@ async function maybeExplain() {
   const on = $("explain-toggle").checked;
   $("explain-legend").hidden = !on;
   const r = state.results[state.selected];
-  if (!on || !r || state.explained.has(state.selected)) return;
+  if (!on || !r || state.mode === "documents" || state.explained.has(state.selected)) return;
   try {
     setStatus("computing the attention map…");
     state.explained.set(state.selected, await post("/v1/explain", { question: r.question, context: state.context }));
@@ -166,10 +185,63 @@ async function maybeExplain() {
   }
 }
 
+function sourceText(s) {
+  const page = s.page ? `, page ${s.page}` : "";
+  return `${s.title || s.doc_id} · ${s.file}${page} · chars ${s.start}–${s.end}`;
+}
+
+// one /v1/ask reply as a result row: its best answer (marked in the chunk it was read in) and
+// the others as the n-best, each with its source
+function documentResult(question, out) {
+  const sourced = (a) => ({
+    text: a.text, probability: a.probability,
+    source: { title: a.title, doc_id: a.doc_id, file: a.source, page: a.page, start: a.start, end: a.end },
+  });
+  const best = out.answers[0];
+  if (out.no_answer || !best) {
+    return { question, no_answer: true, calibrated: false, probability: 0, nbest: [], source: null, context: "" };
+  }
+  return {
+    question, no_answer: false, answer: best.text, probability: best.probability,
+    calibrated: Boolean(out.calibrated), start: best.chunk_start, end: best.chunk_end,
+    context: best.chunk_text, source: sourced(best).source, nbest: out.answers.slice(1).map(sourced),
+  };
+}
+
+async function askDocuments(questions) {
+  const t0 = performance.now();
+  const replies = await Promise.all(questions.map((q) => post("/v1/ask", { question: q, top_k_chunks: 10, answers: 5 })));
+  state.results = replies.map((out, i) => documentResult(questions[i], out));
+  state.explained = new Map();
+  state.selected = Math.max(0, state.results.findIndex((r) => !r.no_answer));
+  renderResults(performance.now() - t0);
+  await select(state.selected);
+}
+
+function setMode() {
+  state.mode = $("mode-documents").checked ? "documents" : "passage";
+  const docs = state.mode === "documents";
+  $("passage-inputs").hidden = docs;
+  $("passage").required = !docs;
+  $("explain-row").hidden = docs || !(state.ready && ["dyrex", "dyref"].includes(state.ready.explain));
+  state.results = [];
+  state.selected = -1;
+  $("results").replaceChildren();
+  setStatus("");
+  renderPassage();
+}
+
 async function ask(ev) {
   if (ev) ev.preventDefault();
   const context = $("passage").value;
   const questions = $("questions").value.split("\n").map((q) => q.trim()).filter(Boolean);
+  if (state.mode === "documents") {
+    if (!questions.length) { setStatus("Type at least one question.", true); $("questions").focus(); return; }
+    $("ask").disabled = true;
+    setStatus("searching the documents and reading…");
+    try { await askDocuments(questions); } catch (e) { setStatus(e.message, true); } finally { $("ask").disabled = false; }
+    return;
+  }
   if (!context.trim()) { setStatus("Paste a passage first.", true); $("passage").focus(); return; }
   if (!questions.length) { setStatus("Type at least one question.", true); $("questions").focus(); return; }
   $("ask").disabled = true;
@@ -203,6 +275,7 @@ function readFile() {
 document.addEventListener("DOMContentLoaded", () => {
   $("ask-form").addEventListener("submit", ask);
   $("file").addEventListener("change", readFile);
+  for (const id of ["mode-passage", "mode-documents"]) $(id).addEventListener("change", setMode);
   $("explain-toggle").addEventListener("change", async () => { await maybeExplain(); renderPassage(); });
   for (const id of ["passage", "questions"]) {
     $(id).addEventListener("keydown", (ev) => {

@@ -1,0 +1,144 @@
+"""The service over a document index (``structqa serve --index INDEX``).
+
+POST /v1/search  {query, top_k?, retriever?} -> the best chunks, with their sources
+POST /v1/ask     {question, top_k_chunks?, retriever?, answers?} -> answers across the
+                 documents, ranked and merged as ``structqa ask`` ranks them, with the sources
+
+The index (SQLite, bm25s, the vector store and the sentence encoder for queries) lives on one
+thread of its own, as SQLite connections must; a search runs there. The reading of the retrieved
+chunks goes through the same micro-batcher, queue limit and deadline as POST /v1/answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+
+from structqa.documents.ask import ranked
+from structqa.documents.index import DocumentIndex, Hit
+from structqa.serving.edge import disconnect_watch
+from structqa.serving.parsing import ApiError
+from structqa.serving.schemas import ErrorOut, check_text
+
+log = logging.getLogger(__name__)
+
+MAX_TOP_K = 100
+MAX_CHUNKS_READ = 50
+Retriever = Literal["bm25", "dense", "hybrid"]
+
+
+class SearchBody(BaseModel):
+    """A search of the index."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: StrictStr = Field(description="what to look for", examples=["Who won Super Bowl 50?"])
+    top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K, description="how many chunks to return")
+    retriever: Retriever = Field("hybrid", description="bm25, dense, or hybrid (both, fused)")
+
+    @field_validator("query")
+    @classmethod
+    def _readable(cls, value: str) -> str:
+        return check_text(value)
+
+
+class AskBody(BaseModel):
+    """A question over the whole index."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: StrictStr = Field(description="the question", examples=["Who won Super Bowl 50?"])
+    top_k_chunks: StrictInt = Field(
+        10, ge=1, le=MAX_CHUNKS_READ, description="retrieved chunks the reader reads"
+    )
+    retriever: Retriever = Field("hybrid", description="bm25, dense, or hybrid (both, fused)")
+    answers: StrictInt = Field(5, ge=1, le=20, description="how many answers to return")
+
+    @field_validator("question")
+    @classmethod
+    def _readable(cls, value: str) -> str:
+        return check_text(value)
+
+
+def hit_json(h: Hit) -> dict[str, Any]:
+    return {
+        "chunk_id": h.chunk_id,
+        "doc_id": h.doc_id,
+        "title": h.title,
+        "source": h.source,
+        "page": h.page,
+        "start": h.start,
+        "end": h.end,
+        "score": h.score,
+        "text": h.text,
+    }
+
+
+class DocumentService:
+    """An open index on a thread of its own."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index")
+        self.index: DocumentIndex = self._thread.submit(self._open).result()
+
+    def _open(self) -> DocumentIndex:
+        index = DocumentIndex.open(self.directory)
+        # load the retrievers now, not on the first request: the first search would wait
+        index.search("warm up", 1, "hybrid")
+        return index
+
+    @property
+    def info(self) -> dict[str, Any]:
+        chunks = self._thread.submit(len, self.index).result()
+        return {"path": str(self.directory), "chunks": chunks}
+
+    async def search(self, query: str, k: int, retriever: str) -> list[Hit]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self.index.search, query, k, retriever)
+
+    def close(self) -> None:
+        self._thread.submit(self.index.close).result()
+        self._thread.shutdown()
+
+
+def add_document_routes(app: FastAPI, docs: DocumentService, errors: dict) -> None:
+    """POST /v1/search and POST /v1/ask on ``app`` (whose state holds the reading service)."""
+
+    @app.post("/v1/search", responses=errors, summary="The best chunks of the index for a query")
+    async def search(body: SearchBody) -> Response:
+        with app.state.service.admitted_request():
+            hits = await docs.search(body.query, body.top_k, body.retriever)
+        return JSONResponse({"query": body.query, "hits": [hit_json(h) for h in hits]})
+
+    @app.post(
+        "/v1/ask",
+        responses=errors | {404: {"model": ErrorOut}},
+        summary="Answer a question from the documents of the index, with the sources",
+    )
+    async def ask(body: AskBody, request: Request) -> Response:
+        service = app.state.service
+        with service.admitted_request():
+            hits = await docs.search(body.question, body.top_k_chunks, body.retriever)
+        async with disconnect_watch(request) as gone:
+            try:
+                pairs = [(body.question, h.text) for h in hits]
+                read = await service.answer(pairs, gone) if pairs else []
+            except ApiError as err:
+                if err.status == 422:  # the question is too long: one question here
+                    raise ApiError(
+                        422, err.message, fields=[{"field": "question", "message": err.message}]
+                    ) from None
+                raise
+        result = ranked(body.question, hits, read)
+        # whether the probabilities come from a map fitted on validation questions
+        calibrated = any(a.calibrated for a in read)
+        body_out = result.to_json(body.answers) | {"calibrated": calibrated}
+        return JSONResponse(body_out | {"model": service.info})

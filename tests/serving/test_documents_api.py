@@ -1,0 +1,104 @@
+"""POST /v1/search and POST /v1/ask of a server started with an index: the same hits as the
+index's own search, the same ranked answers as `structqa ask` (one answer path), the limits
+and errors of the other routes, and no such routes without an index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import client_for
+
+from structqa.cli import main
+from structqa.documents import DocumentIndex
+from structqa.documents.ask import ask
+from structqa.serving.app import create_app
+from structqa.serving.documents import DocumentService
+from structqa.serving.settings import ServeSettings
+
+QUESTIONS = [
+    "What sits on top of the Main Building at Notre Dame?",
+    "What did the brother of John Zahm construct at Notre Dame?",
+]
+
+
+@pytest.fixture(scope="module")
+def squad_index(shared_data: Path, tmp_path_factory) -> Path:
+    """An index of the mini SQuAD fixture's passages (each one a document)."""
+    out = tmp_path_factory.mktemp("squad-index") / "index"
+    mini = shared_data / "fixtures" / "squad-v1.1-mini.json"
+    assert main(["index", str(mini), "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def client(tiny_predictor, squad_index: Path):
+    from fastapi.testclient import TestClient
+
+    app = create_app(tiny_predictor, ServeSettings(queue_size=4), 0.0, DocumentService(squad_index))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert app.state.service.wait_ready(60)
+        yield c
+
+
+def test_search_returns_the_indexs_hits(client, squad_index: Path):
+    reply = client.post("/v1/search", json={"query": QUESTIONS[0], "top_k": 2})
+    assert reply.status_code == 200, reply.text
+    with DocumentIndex.open(squad_index) as index:
+        expected = index.search(QUESTIONS[0], 2, "hybrid")
+    hits = reply.json()["hits"]
+    assert [h["chunk_id"] for h in hits] == [h.chunk_id for h in expected]
+    assert hits[0]["text"] == expected[0].text and hits[0]["source"].endswith(".json")
+    bm25 = client.post("/v1/search", json={"query": QUESTIONS[0], "retriever": "bm25"})
+    assert bm25.status_code == 200 and bm25.json()["hits"], bm25.json()
+
+
+def test_ask_gives_what_structqa_ask_gives(client, tiny_predictor, squad_index: Path):
+    with DocumentIndex.open(squad_index) as index:
+        expected = ask(index, tiny_predictor, QUESTIONS, top_k_chunks=3)
+    for question, want in zip(QUESTIONS, expected, strict=True):
+        reply = client.post("/v1/ask", json={"question": question, "top_k_chunks": 3})
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert body["no_answer"] == want.no_answer
+        got = [(a["text"], a["doc_id"], a["start"], a["end"]) for a in body["answers"]]
+        assert got == [(a.text, a.doc_id, a.start, a.end) for a in want.answers[:5]]
+        for a, w in zip(body["answers"], want.answers, strict=False):
+            assert a["probability"] == pytest.approx(w.probability, abs=1e-5)
+            assert a["chunk_text"][a["chunk_start"] : a["chunk_end"]] == a["text"]
+        assert body["model"]["head"] and "calibrated" in body
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/ask", {"question": "  "}, "question"),
+        ("/v1/ask", {"question": "Who?", "top_k_chunks": 0}, "top_k_chunks"),
+        ("/v1/ask", {"question": "Who?", "retriever": "magic"}, "retriever"),
+        ("/v1/search", {"query": "x", "top_k": 1000}, "top_k"),
+        ("/v1/search", {"query": "x", "extra": 1}, "extra"),
+    ],
+)
+def test_bad_requests_name_the_field(client, path, body, field):
+    reply = client.post(path, json=body)
+    assert reply.status_code == 422
+    assert field in reply.json()["error"]
+
+
+def test_an_over_long_question_is_a_422_naming_it(client):
+    reply = client.post("/v1/ask", json={"question": "why " * 400})
+    assert reply.status_code == 422, reply.text
+    assert "question" in reply.json()["error"]
+
+
+def test_ready_names_the_index_and_the_page_offers_documents(client):
+    ready = client.get("/ready").json()
+    assert ready["index"]["chunks"] > 0
+    assert 'id="mode-documents"' in client.get("/").text
+
+
+def test_without_an_index_there_is_no_ask(tiny_predictor):
+    with client_for(tiny_predictor) as c:
+        reply = c.post("/v1/ask", json={"question": "Who?"})
+        assert reply.status_code == 404 and "--index" in reply.json()["error"]
+        assert c.get("/ready").json()["index"] is None
