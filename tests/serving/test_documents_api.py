@@ -93,7 +93,7 @@ def test_an_over_long_question_is_a_422_naming_it(client):
 
 def test_ready_names_the_index_and_the_page_offers_documents(client):
     ready = client.get("/ready").json()
-    assert ready["index"]["chunks"] > 0
+    assert ready["index"]["chunks"] > 0 and ready["index"]["no_answer"] == "per passage"
     assert 'id="mode-documents"' in client.get("/").text
 
 
@@ -102,3 +102,28 @@ def test_without_an_index_there_is_no_ask(tiny_predictor):
         reply = c.post("/v1/ask", json={"question": "Who?"})
         assert reply.status_code == 404 and "--index" in reply.json()["error"]
         assert c.get("/ready").json()["index"] is None
+
+
+@pytest.mark.parametrize("threshold", [0.0, 1e9])
+def test_the_indexs_set_level_fit_decides(
+    tiny_predictor, tiny_trained_run, squad_index, tmp_path, threshold
+):
+    import shutil
+    from fastapi.testclient import TestClient
+
+    from structqa.documents.no_answer import SetThreshold, reader_id, save
+
+    index = tmp_path / "index"
+    shutil.copytree(squad_index, index)
+    reader = tiny_trained_run / "best"
+    fitted = SetThreshold(threshold, reader_id(reader), "hybrid", 3, "test", 2, 1, 50.0, 40.0)
+    save(index, fitted)
+    app = create_app(tiny_predictor, ServeSettings(), 0.0, DocumentService(index, reader))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert app.state.service.wait_ready(60)
+        assert c.get("/ready").json()["index"]["no_answer"].startswith("set-level")
+        with DocumentIndex.open(index) as ix:
+            (want,) = ask(ix, tiny_predictor, QUESTIONS[:1], 3, set_threshold=threshold)
+        body = c.post("/v1/ask", json={"question": QUESTIONS[0], "top_k_chunks": 3}).json()
+        assert body["no_answer"] == want.no_answer == (threshold > 1)
+        assert [a["text"] for a in body["answers"]] == [a.text for a in want.answers[:5]]

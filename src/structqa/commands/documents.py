@@ -11,6 +11,7 @@ from pathlib import Path
 
 from structqa.commands.common import add_runtime_argument, answering_predictor
 from structqa.documents.index import RETRIEVERS
+from structqa.io import write_json
 from structqa.paths import READER_ENV, find_reader, no_reader_message
 
 READER_HELP = (
@@ -69,11 +70,20 @@ def cmd_search(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG0
 def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     from structqa.documents import DocumentIndex
     from structqa.documents.ask import ask
+    from structqa.documents.no_answer import for_reader
 
     args.checkpoint = _reader(args.checkpoint)
     predictor = answering_predictor(args)
+    fitted = for_reader(args.index, args.checkpoint, args.retriever, args.top_k_chunks)
     with DocumentIndex.open(args.index) as index:
-        (result,) = ask(index, predictor, [args.question], args.top_k_chunks, args.retriever)
+        (result,) = ask(
+            index,
+            predictor,
+            [args.question],
+            args.top_k_chunks,
+            args.retriever,
+            set_threshold=None if fitted is None else fitted.threshold,
+        )
     if args.json:
         print(json.dumps(result.to_json(args.answers), indent=2, ensure_ascii=False))
         return 0
@@ -142,6 +152,82 @@ def cmd_evaluate_retrieval(args: argparse.Namespace, extra: list[str]) -> int:  
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(scores, indent=2), encoding="utf-8")
+    return 0
+
+
+def _read_both(index, reader, examples, top_k: int, retriever: str, progress: bool):
+    """Each question's answers read once, ranked two ways: every chunk's best span (for the
+    set-level decision) and as the passage threshold leaves them."""
+    from rich.progress import Progress
+
+    from structqa.documents.ask import ranked
+
+    forced, passage = [], []
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("asking", total=len(examples))
+        for start in range(0, len(examples), 32):
+            part = examples[start : start + 32]
+            retrieved = index.search_many([ex.question for ex in part], top_k, retriever)
+            pairs = [
+                (ex.question, h.text)
+                for ex, hits in zip(part, retrieved, strict=True)
+                for h in hits
+            ]
+            read = iter(reader.predict_batch(pairs))
+            for ex, hits in zip(part, retrieved, strict=True):
+                answers = [next(read) for _ in hits]
+                forced.append(ranked(ex.question, hits, answers, forced=True))
+                passage.append(ranked(ex.question, hits, answers))
+            bar.update(task, completed=start + len(part))
+    return forced, passage
+
+
+def cmd_fit_no_answer(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
+    from structqa.data.readers import read_extractive
+    from structqa.documents import DocumentIndex
+    from structqa.documents import no_answer as na
+
+    args.checkpoint = _reader(args.checkpoint)
+    reader = answering_predictor(args)
+    fit_examples = list(read_extractive(args.questions).examples)[: args.max_questions]
+    unanswerable = sum(ex.is_impossible for ex in fit_examples)
+    if not unanswerable or unanswerable == len(fit_examples):
+        raise ValueError(
+            f"{args.questions}: the fit needs answerable and unanswerable questions (SQuAD 2.0 "
+            f"JSON); it has {unanswerable} unanswerable of {len(fit_examples)}"
+        )
+    with DocumentIndex.open(args.index) as index:
+        show = not args.no_progress
+        forced, _ = _read_both(index, reader, fit_examples, args.top_k_chunks, args.retriever, show)
+        threshold, f1, always = na.fit(forced, fit_examples)
+        fitted = na.SetThreshold(
+            threshold=threshold,
+            reader=na.reader_id(args.checkpoint),
+            retriever=args.retriever,
+            top_k_chunks=args.top_k_chunks,
+            fitted_on=str(args.questions),
+            questions=len(fit_examples),
+            unanswerable=unanswerable,
+            f1=f1,
+            f1_always_answer=always,
+        )
+        path = na.save(args.index, fitted)
+        out: dict = {"fit": vars(fitted), "saved": str(path), "runtime": reader.runtime}
+        if args.test:
+            test_examples = list(read_extractive(args.test).examples)[: args.max_questions]
+            forced, passage = _read_both(
+                index, reader, test_examples, args.top_k_chunks, args.retriever, show
+            )
+            out["test"] = {
+                "file": str(args.test),
+                "questions": len(test_examples),
+                "set_level": na.scores_at(forced, test_examples, threshold),
+                "passage_threshold": na.scores_at(passage, test_examples, None),
+                "always_answer": na.scores_at(forced, test_examples, None),
+            }
+    print(json.dumps(out, indent=2))
+    if args.out:
+        write_json(Path(args.out), out)
     return 0
 
 
@@ -220,6 +306,29 @@ def add_parser(sub) -> None:
     ea.add_argument("--no-progress", action="store_true")
     add_runtime_argument(ea)
     ea.set_defaults(func=cmd_evaluate_ask, whole_words=None)
+
+    fn = sub.add_parser(
+        "fit-no-answer",
+        help="fit the index's one no-answer decision per question on labelled questions",
+        description="Asks every question of a SQuAD 2.0 file (answerable and unanswerable "
+        "questions over documents of INDEX) of the whole index, and fits the threshold on each "
+        "question's best answer over the retrieved chunks that maximises their F1. It is saved "
+        "in INDEX (no_answer.json) for this reader, retriever and --top-k-chunks, and `ask` and "
+        "`serve --index` use it from then on. --test scores another such file at that threshold, "
+        "beside the passage threshold and always answering.",
+    )
+    fn.add_argument("index")
+    fn.add_argument("--questions", required=True, help="SQuAD 2.0 JSON of labelled questions")
+    fn.add_argument("--test", help="another labelled file, scored at the fitted threshold")
+    fn.add_argument("--checkpoint", help=READER_HELP)
+    fn.add_argument("--top-k-chunks", type=int, default=10)
+    fn.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
+    fn.add_argument("--max-questions", type=int, help="the first N questions of each file")
+    fn.add_argument("--out", help="also write the fit and scores as JSON")
+    fn.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    fn.add_argument("--no-progress", action="store_true")
+    add_runtime_argument(fn)
+    fn.set_defaults(func=cmd_fit_no_answer, whole_words=None)
 
     ev = sub.add_parser(
         "evaluate-retrieval",

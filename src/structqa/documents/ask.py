@@ -84,18 +84,38 @@ def ask(
     min_probability: float = 0.0,
     forced: bool = False,
     rank_decay: float = RANK_DECAY,
+    set_threshold: float | None = None,
 ) -> list[AskResult]:
     """Each question answered from its ``top_k_chunks`` retrieved chunks (one batched reading
     pass for all of them), answers ranked by their rank score, best first. ``forced``: every
     chunk's best span counts, even below the no-answer threshold (to score answers as SQuAD
-    1.1 does, without abstention)."""
+    1.1 does, without abstention). ``set_threshold``: one no-answer decision over the whole
+    retrieved set instead (:mod:`structqa.documents.no_answer`): every chunk's best span
+    counts, and the question has no answer where the best rank score falls below it."""
     retrieved = index.search_many(list(questions), top_k_chunks, retriever)
     pairs = [(q, h.text) for q, hits in zip(questions, retrieved, strict=True) for h in hits]
     read = iter(predictor.predict_batch(pairs) if pairs else [])
-    return [
+    forced = forced or set_threshold is not None
+    results = [
         ranked(question, hits, [next(read) for _ in hits], min_probability, forced, rank_decay)
         for question, hits in zip(questions, retrieved, strict=True)
     ]
+    if set_threshold is None:
+        return results
+    return [decide(r, set_threshold) for r in results]
+
+
+def set_score(result: AskResult) -> float:
+    """The question's best rank score over the retrieved chunks (0 with none)."""
+    return result.answers[0].rank_score if result.answers else 0.0
+
+
+def decide(result: AskResult, threshold: float) -> AskResult:
+    """``result`` (read with every chunk's best span, ``forced``) with no answer where its best
+    rank score falls below ``threshold``."""
+    if set_score(result) >= threshold:
+        return result
+    return AskResult(result.question, [], result.hits)
 
 
 def ranked(

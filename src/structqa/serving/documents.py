@@ -21,7 +21,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
-from structqa.documents.ask import ranked
+from structqa.documents import no_answer
+from structqa.documents.ask import decide, ranked
 from structqa.documents.index import DocumentIndex, Hit
 from structqa.serving.edge import disconnect_watch
 from structqa.serving.parsing import ApiError
@@ -84,8 +85,16 @@ def hit_json(h: Hit) -> dict[str, Any]:
 class DocumentService:
     """An open index on a thread of its own."""
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(
+        self, directory: str | Path, reader: str | Path | None = None, top_k_chunks: int = 10
+    ) -> None:
         self.directory = Path(directory)
+        # the index's set-level no-answer fit, where it was made for this reader (it applies
+        # to requests with its retriever and number of chunks)
+        self.fitted = None if reader is None else no_answer.load(directory)
+        if self.fitted is not None and self.fitted.reader != no_answer.reader_id(reader):
+            log.warning("%s: fitted for another reader; not used", directory)
+            self.fitted = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index")
         self.index: DocumentIndex = self._thread.submit(self._open).result()
 
@@ -98,7 +107,14 @@ class DocumentService:
     @property
     def info(self) -> dict[str, Any]:
         chunks = self._thread.submit(len, self.index).result()
-        return {"path": str(self.directory), "chunks": chunks}
+        fit = self.fitted
+        decision = (
+            "per passage"
+            if fit is None
+            else f"set-level ({fit.retriever}, {fit.top_k_chunks} chunks)"
+        )
+        # the index folder's name, never the server's path
+        return {"name": self.directory.name, "chunks": chunks, "no_answer": decision}
 
     async def search(self, query: str, k: int, retriever: str) -> list[Hit]:
         loop = asyncio.get_running_loop()
@@ -137,7 +153,13 @@ def add_document_routes(app: FastAPI, docs: DocumentService, errors: dict) -> No
                         422, err.message, fields=[{"field": "question", "message": err.message}]
                     ) from None
                 raise
-        result = ranked(body.question, hits, read)
+        fitted = docs.fitted
+        if fitted is not None and fitted.applies_to(
+            fitted.reader, body.retriever, body.top_k_chunks
+        ):  # one decision over the retrieved set
+            result = decide(ranked(body.question, hits, read, forced=True), fitted.threshold)
+        else:
+            result = ranked(body.question, hits, read)
         # whether the probabilities come from a map fitted on validation questions
         calibrated = any(a.calibrated for a in read)
         body_out = result.to_json(body.answers) | {"calibrated": calibrated}

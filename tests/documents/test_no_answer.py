@@ -1,0 +1,110 @@
+"""The set-level no-answer decision: the fitted threshold is the best one for the fitting
+questions (checked against every possible threshold), it is saved with the reader it belongs
+to, and `ask` and the service decide with it."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from structqa.cli import main
+from structqa.data.records import Example
+from structqa.documents.ask import AskResult, SourcedAnswer, decide
+from structqa.documents.no_answer import fit, for_reader, load, reader_id, scores_at
+
+
+def _result(question: str, text: str, score: float) -> AskResult:
+    a = SourcedAnswer(
+        text=text,
+        probability=score,
+        score=0.0,
+        doc_id="d",
+        title="",
+        source="f.txt",
+        page=None,
+        start=0,
+        end=len(text),
+        chunk_id=0,
+        chunk_start=0,
+        chunk_end=len(text),
+        chunk_text=text,
+        rank_score=score,
+    )
+    return AskResult(question, [a])
+
+
+def test_the_fit_is_the_best_threshold():
+    rng = random.Random(0)
+    results, examples = [], []
+    for i in range(60):
+        impossible = rng.random() < 0.4
+        right = not impossible and rng.random() < 0.6
+        text = "gold" if right else "wrong"
+        score = rng.choice([0.1, 0.2, 0.3, 0.5, 0.7, 0.9])  # ties, as probabilities have
+        results.append(_result(f"q{i}", text, score))
+        gold = () if impossible else ("gold",)
+        examples.append(Example(f"q{i}", f"q{i}", "ctx", (), gold, impossible))
+    threshold, f1, always = fit(results, examples)
+    candidates = sorted({r.answers[0].rank_score for r in results}) + [1.0]
+    brute = max(scores_at(results, examples, t)["f1"] for t in candidates)
+    assert f1 == pytest.approx(brute)
+    assert scores_at(results, examples, threshold)["f1"] == pytest.approx(f1)
+    assert always == pytest.approx(scores_at(results, examples, None)["f1"])
+    assert decide(results[0], 2.0).no_answer and not decide(results[0], 0.0).no_answer
+
+
+def test_fit_no_answer_is_saved_for_its_reader_and_used(
+    shared_data: Path, tmp_path: Path, tiny_trained_run: Path, capsys
+):
+    mini = shared_data / "fixtures" / "squad-v1.1-mini.json"
+    index = tmp_path / "index"
+    assert main(["index", str(mini), "--out", str(index), "--no-progress"]) == 0
+    capsys.readouterr()
+    doc = json.loads(mini.read_text(encoding="utf-8"))
+    for article in doc["data"]:
+        for para in article["paragraphs"]:
+            para["qas"].append(
+                {
+                    "id": f"none-{len(para['qas'])}",
+                    "question": "Who painted the moon?",
+                    "answers": [],
+                    "is_impossible": True,
+                }
+            )
+    doc["version"] = "v2.0"
+    labelled = tmp_path / "labelled.json"
+    labelled.write_text(json.dumps(doc), encoding="utf-8")
+    reader = tiny_trained_run / "best"
+    args = ["fit-no-answer", str(index), "--questions", str(labelled), "--test", str(labelled)]
+    args += ["--checkpoint", str(reader), "--bf16", "off", "--no-progress", "--top-k-chunks", "2"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    fitted = load(index)
+    assert fitted is not None and fitted.reader == reader_id(reader)
+    assert fitted.questions == 7 and fitted.unanswerable == 2
+    # on the fitting questions themselves, the fit is at least as good as either default
+    test = out["test"]
+    assert test["set_level"]["f1"] == pytest.approx(fitted.f1)
+    assert test["set_level"]["f1"] >= test["always_answer"]["f1"] - 1e-9
+    assert test["set_level"]["f1"] >= test["passage_threshold"]["f1"] - 1e-9
+    assert for_reader(index, reader, "hybrid", 2) == fitted
+    assert for_reader(index, reader, "hybrid", 10) is None  # fitted for 2 chunks
+    assert for_reader(index, tmp_path, "hybrid", 2) is None  # another reader
+    ask = ["ask", str(index), "--question", "Who painted the moon?", "--json"]
+    ask += ["--checkpoint", str(reader), "--bf16", "off", "--top-k-chunks", "2"]
+    assert main(ask) == 0
+    reply = json.loads(capsys.readouterr().out)
+    from structqa.documents import DocumentIndex
+    from structqa.documents.ask import ask as ask_index
+    from structqa.prediction import Predictor
+
+    predictor = Predictor.from_checkpoint(reader, bf16="off")
+    with DocumentIndex.open(index) as ix:
+        (want,) = ask_index(
+            ix, predictor, ["Who painted the moon?"], 2, set_threshold=fitted.threshold
+        )
+    assert reply["no_answer"] == want.no_answer
+    assert [a["text"] for a in reply["answers"]] == [a.text for a in want.answers[:5]]
