@@ -109,6 +109,7 @@ def test_the_indexs_set_level_fit_decides(
     tiny_predictor, tiny_trained_run, squad_index, tmp_path, threshold
 ):
     import shutil
+
     from fastapi.testclient import TestClient
 
     from structqa.documents.no_answer import SetThreshold, reader_id, save
