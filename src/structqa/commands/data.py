@@ -4,6 +4,7 @@ corpus`` (a sentence-chunked masked-LM corpus)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
@@ -49,6 +50,33 @@ def cmd_corpus(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_mwp(args: argparse.Namespace, extra: list[str]) -> int:
+    from collections import Counter
+
+    from structqa.data.mwp import folds, read_problems, to_drop_json
+    from structqa.io import write_json
+
+    if extra:
+        raise SystemExit(f"mwp takes no config overrides: {' '.join(extra)}")
+    problems = read_problems(args.source)
+    out = Path(args.out)
+    if not args.folds:
+        write_json(out, to_drop_json(problems), indent=None)
+        written = [str(out)]
+    else:
+        parts = folds(problems, args.folds, args.seed)
+        written = []
+        for i, test in enumerate(parts):
+            train = [p for j, part in enumerate(parts) if j != i for p in part]
+            for kind, chosen in (("train", train), ("test", test)):
+                path = out / f"fold{i}-{kind}.json"
+                write_json(path, to_drop_json(chosen), indent=None)
+                written.append(str(path))
+    subsets = Counter(p.subset for p in problems)
+    print(f"{args.source}: {len(problems)} problems ({dict(subsets)}) -> {', '.join(written)}")
+    return 0
+
+
 def add_parser(sub) -> None:
     sy = sub.add_parser("synth", help="write synthetic numerical QA data (DROP JSON)")
     sy.add_argument("--out", required=True, help="DROP JSON file to write")
@@ -56,6 +84,20 @@ def add_parser(sub) -> None:
     sy.add_argument("--n", type=int, default=1000, help="questions in all (both: half each)")
     sy.add_argument("--seed", type=int, default=0)
     sy.set_defaults(func=cmd_synth)
+
+    mw = sub.add_parser(
+        "mwp",
+        help="math word problems (MAWPS, SVAMP) as DROP JSON for drop-train",
+        description="Reads MAWPS (.jsonl), SVAMP (.json) or SVAMP's training CSV (numbers "
+        "masked as number0.. are put back from its Numbers column) and writes DROP JSON, one "
+        "passage and one number question per problem; --folds K writes K train/test pairs "
+        "(foldI-train.json, foldI-test.json) into OUT for cross-validation.",
+    )
+    mw.add_argument("source", help="mawps.jsonl, svamp.json or mawps-asdiv-a-train.csv")
+    mw.add_argument("--out", required=True, help="DROP JSON file (a folder with --folds)")
+    mw.add_argument("--folds", type=int, help="K-fold cross-validation splits")
+    mw.add_argument("--seed", type=int, default=0, help="the folds' shuffle")
+    mw.set_defaults(func=cmd_mwp)
 
     co = sub.add_parser("corpus", help="build a sentence-chunked pre-training corpus")
     co.add_argument("sources", nargs="+", help="text, JSONL ({'text'}) or SQuAD/MRQA/DROP files")
