@@ -88,6 +88,21 @@ def write_manifest(directory: str | Path) -> Path:
     return target
 
 
+def seal_file(directory: str | Path, name: str) -> Path:
+    """Add (or renew) the record of one file, ``directory/name``, in the directory's manifest,
+    keeping every other record as it is: what a file written into a saved directory later
+    (``calibration.json``) needs. Sealing the whole directory again instead would list what
+    was written into it since (an ``eval/`` folder, an export with its own manifest), and the
+    next rewrite of those would make the checkpoint refuse to load."""
+    directory = Path(directory)
+    target = directory / MANIFEST
+    doc = read_json(target, f"restore {MANIFEST} from the checkpoint's source")
+    path = directory / name
+    doc["files"][name] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
+    write_json(target, doc)
+    return target
+
+
 def read_manifest(directory: str | Path) -> dict[str, FileRecord] | None:
     """The records of ``directory``'s manifest, None when it has none."""
     path = Path(directory) / MANIFEST

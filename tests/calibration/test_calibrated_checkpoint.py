@@ -225,3 +225,25 @@ def test_calibrate_command_fits_a_similarity_verifier_the_predictor_applies(
     assert verified.null_odds != raw.null_odds  # the verifier re-scored the model's odds
     assert main([*args, "--no-verifier"]) == 0
     assert load_calibration(checkpoint).verifier is None
+
+
+def test_calibrating_an_exported_evaluated_checkpoint_leaves_it_loadable_after_more_work(
+    checkpoint, v2_file, tmp_path
+):
+    """Sealing calibration.json into a checkpoint records that file alone: an export and an
+    eval/ folder written into the checkpoint before are not listed, so exporting or evaluating
+    again afterwards does not make the checkpoint refuse to load."""
+    from structqa.manifest import read_manifest
+    from structqa.runtimes.onnx_export import export_onnx
+
+    export_onnx(checkpoint, checkpoint / "onnx")
+    assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--bf16", "off"]) == 0
+    before = set(read_manifest(checkpoint) or {})
+    save_calibration(checkpoint, Calibrator("temperature", 0.0))
+    assert set(read_manifest(checkpoint) or {}) == before | {CALIBRATION_FILE}
+    export_onnx(checkpoint, checkpoint / "onnx")  # a new export: other bytes
+    assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--bf16", "off"]) == 0
+    Predictor.from_checkpoint(checkpoint, bf16="off")  # verified, and loads
+    (checkpoint / CALIBRATION_FILE).write_text("{}")  # an edit after sealing is still refused
+    with pytest.raises(Exception, match="calibration.json"):
+        Predictor.from_checkpoint(checkpoint, bf16="off")

@@ -204,7 +204,7 @@ def save_calibration(checkpoint: str | Path, cal: Calibrator) -> Path:
     """Write ``calibration.json`` into a checkpoint directory (atomically). A checkpoint with a
     manifest is verified first (an altered file is refused, not blessed) and sealed again
     with the new file listed, so that loading checks it too."""
-    from structqa.manifest import MANIFEST, verify_manifest, write_manifest
+    from structqa.manifest import MANIFEST, seal_file, verify_manifest
 
     directory = Path(checkpoint)
     sealed = (directory / MANIFEST).is_file()
@@ -213,7 +213,7 @@ def save_calibration(checkpoint: str | Path, cal: Calibrator) -> Path:
     path = directory / CALIBRATION_FILE
     write_json(path, cal.to_dict())
     if sealed:
-        write_manifest(directory)
+        seal_file(directory, CALIBRATION_FILE)
     return path
 
 
