@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -290,6 +291,9 @@ def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, A
             total += estimate_seconds(data["counts"]["pool"], base_cfg, step)
         device = default_device()
         where = "GPU" if device.type == "cuda" else f"this CPU ({cpu_kind()})"
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        if device.type != "cuda" and load > cores:  # the step was timed beside other work
+            where += f", measured while busy: load {load:.1f} on {cores} cores"
         say(
             f"training will take about {_format_duration(total)} on {where}: "
             f"{step:.2f} s per step of {cfg.train.batch_size} windows of {length} tokens "
