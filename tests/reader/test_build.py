@@ -140,6 +140,7 @@ def test_build_stops_resumes_and_is_found(
     assert "NoAns_f1" in heldout["squad2/torch"] and "ece" in heldout["squad2/torch"]
     assert "NoAns_f1" not in heldout["squad1/torch"]  # answers forced on SQuAD 1.1
     assert (out / "run" / "best" / "calibration.json").is_file()
+    assert read_extractive(out / "run" / "validation.v2.json").examples
     assert (out / "run" / "best" / "onnx" / "model.int8.onnx").is_file()
     card = json.loads((out / "card.json").read_text())
     assert card["data"]["counts"]["pool"] > 0 and card["baseline"]["squad1/torch"]["f1"] >= 0

@@ -74,6 +74,9 @@ BASELINE: tuple[str, ...] = (
     "train.save_every_steps=200",
 )
 
+#: the validation slice, written beside the run (run/validation.v2.json)
+VALIDATION_FILE = "validation.v2.json"
+
 STAGES = ("data", "train", "export", "heldout", "baseline", "card")
 
 #: windows per question (SQuAD passages rarely need a second window at 384 tokens)
@@ -216,7 +219,11 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
     if state.is_file() and not json.loads(state.read_text()).get("finished"):
         raise Stopped(f"training in {output} stopped before finishing")
     cal = calibrate.done(cfg)
+    validation = None
+    if cfg.data.validation is not None:
+        validation = str(_write_validation(cfg, output / VALIDATION_FILE))
     return {
+        "validation_file": validation,
         "checkpoint": str(output / "best"),
         "validation": dict(result.metrics) if result is not None else None,
         "calibration": None
@@ -228,6 +235,19 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
             "fit": cal.fit,
         },
     }
+
+
+def _write_validation(cfg: Config, path: Path) -> Path:
+    """The validation slice that chose and calibrated the reader, as SQuAD 2.0 JSON: labelled
+    questions it never trained on, e.g. to fit a collection's no-answer decision on."""
+    from structqa.data.squad_json import to_squad_json
+    from structqa.training.data import load_validation_examples
+
+    examples, _ = load_validation_examples(cfg)
+    doc = to_squad_json(examples, targets=True)
+    doc["version"] = "v2.0"
+    write_json(path, doc, indent=None)
+    return path
 
 
 def _heldout(
