@@ -132,6 +132,12 @@ class DataConfig:
         False,
         "rename repeated question ids (ID, ID#2, ID#3, ...) instead of stopping with an error",
     )
+    negative_window_rate: float = setting(
+        1.0,
+        "share of an answerable training question's windows without its answer that are "
+        "kept (long documents: 0.1 keeps about one in ten; drawn by train.seed); the window "
+        "with the answer and unanswerable questions' windows are always kept",
+    )
     max_seq_len: int = setting(384, "tokens per window (question + context + special tokens)")
     doc_stride: int = setting(128, "context tokens shared by consecutive windows of a long context")
     max_query_len: int = setting(64, "question tokens kept (longer questions are cut)")
@@ -393,6 +399,10 @@ def validate(cfg: Config) -> Config:
         parse_train_size(d.train_size)
     except ValueError as err:
         raise ConfigError(f"data.train_size: {err}") from None
+    if not 0.0 < d.negative_window_rate <= 1.0:
+        raise ConfigError(
+            f"data.negative_window_rate must be in (0, 1], got {d.negative_window_rate}"
+        )
     at_least_one = {
         "train.batch_size": t.batch_size,
         "train.eval_batch_size": t.eval_batch_size,

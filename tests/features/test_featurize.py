@@ -407,3 +407,25 @@ def test_token_tags_follow_the_tokens_into_every_window(piece_tokenizer) -> None
         for t in context_tokens(f):
             assert f.pos_tag_ids[t] == word_tag(PARSES[CONTEXT], f.offsets[t, 0])
         assert f.pos_tag_ids[0] == f.pos_tag_ids[-1] == f.pos_tag_ids[n_question + 1] == 0
+
+
+def test_negative_windows_are_subsampled_but_the_answer_stays(long_features) -> None:
+    from structqa.training.data import subsample_negative_windows
+
+    examples, features, _ = long_features
+    kept = subsample_negative_windows(list(features), list(examples), 0.3, seed=0)
+    again = subsample_negative_windows(list(features), list(examples), 0.3, seed=0)
+    assert [id(f) for f in kept] == [id(f) for f in again]  # seeded
+    answer_windows = [f for f in features if f.start_position > 0]
+    assert answer_windows and all(any(f is k for k in kept) for f in answer_windows)
+    for f in features:  # an unanswerable question's windows all stay
+        if examples[f.example_index].is_impossible:
+            assert any(f is k for k in kept)
+    negatives = [
+        f for f in features if f.start_position == 0 and not examples[f.example_index].is_impossible
+    ]
+    negative_ids = {id(f) for f in negatives}
+    kept_negatives = [f for f in kept if id(f) in negative_ids]
+    assert 0 < len(kept_negatives) < len(negatives)
+    every = subsample_negative_windows(list(features), list(examples), 1.0, 0)
+    assert [id(f) for f in every] == [id(f) for f in features]

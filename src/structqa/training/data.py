@@ -9,6 +9,7 @@ the choice is made on ``data.eval`` itself (how the experiment grids were run).
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +113,21 @@ def load_validation_examples(cfg: Config) -> tuple[list[Example], bool]:
     return val, _version_2(cfg, val)
 
 
+def subsample_negative_windows(
+    features: list[Feature], examples: list[Example], rate: float, seed: int
+) -> list[Feature]:
+    """``features`` less a seeded ``1 - rate`` share of the windows of answerable questions
+    that do not hold the answer (a long document gives one question dozens of them); the
+    answer's window and every window of an unanswerable question stay."""
+    rng = random.Random(f"negative-windows-{seed}")
+    kept = []
+    for f in features:
+        negative = f.start_position == 0 and not examples[f.example_index].is_impossible
+        if not negative or rng.random() < rate:
+            kept.append(f)
+    return kept
+
+
 def feature_config(cfg: Config) -> FeatureConfig:
     """Windows and token tags of ``cfg.data`` (its token_tags resolved: ``build_model``)."""
     d = cfg.data
@@ -161,6 +177,17 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
     annotator = tag_annotator(fc)  # one spaCy pipeline and parse cache for both splits
     train_feats, rep = featurize(train, tokenizer, fc, training=True, annotator=annotator)
     log.info("train: %s", rep.summary())
+    if cfg.data.negative_window_rate < 1.0:
+        before = len(train_feats)
+        train_feats = subsample_negative_windows(
+            train_feats, train, cfg.data.negative_window_rate, cfg.train.seed
+        )
+        log.info(
+            "data.negative_window_rate %g: kept %d of %d training windows",
+            cfg.data.negative_window_rate,
+            len(train_feats),
+            before,
+        )
     eval_feats, rep = featurize(val, tokenizer, fc, annotator=annotator)
     log.info("validation: %s", rep.summary())
     return TrainData(train, train_feats, val, eval_feats, v2, selection)
