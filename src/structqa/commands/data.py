@@ -77,6 +77,37 @@ def cmd_mwp(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_split(args: argparse.Namespace, extra: list[str]) -> int:
+    import random
+
+    from structqa.data.overlap import passage_key
+    from structqa.data.readers import read_extractive
+    from structqa.data.squad_json import to_squad_json
+    from structqa.io import write_json
+
+    if extra:
+        raise SystemExit(f"split takes no config overrides: {' '.join(extra)}")
+    if args.folds < 2:
+        raise ValueError(f"--folds {args.folds}: give at least 2")
+    examples = list(read_extractive(args.source).examples)
+    passages = list(dict.fromkeys(passage_key(ex.context) for ex in examples))
+    random.Random(args.seed).shuffle(passages)
+    fold_of = {key: i % args.folds for i, key in enumerate(passages)}
+    out = Path(args.out)
+    v2 = any(ex.is_impossible for ex in examples)
+    for i in range(args.folds):
+        for kind, in_test in (("train", False), ("test", True)):
+            chosen = [ex for ex in examples if (fold_of[passage_key(ex.context)] == i) == in_test]
+            doc = to_squad_json(chosen, targets=True)
+            if v2:
+                doc["version"] = "v2.0"
+            write_json(out / f"fold{i}-{kind}.json", doc, indent=None)
+        n = sum(1 for ex in examples if fold_of[passage_key(ex.context)] == i)
+        print(f"fold {i}: {n} test questions")
+    print(f"{len(examples)} questions over {len(passages)} passages -> {out}")
+    return 0
+
+
 def add_parser(sub) -> None:
     sy = sub.add_parser("synth", help="write synthetic numerical QA data (DROP JSON)")
     sy.add_argument("--out", required=True, help="DROP JSON file to write")
@@ -98,6 +129,19 @@ def add_parser(sub) -> None:
     mw.add_argument("--folds", type=int, help="K-fold cross-validation splits")
     mw.add_argument("--seed", type=int, default=0, help="the folds' shuffle")
     mw.set_defaults(func=cmd_mwp)
+
+    sp = sub.add_parser(
+        "split",
+        help="K-fold splits of a QA file by passage, for cross-validation",
+        description="Deals SOURCE's passages (whole: a passage's questions stay together) into "
+        "K folds after a seeded shuffle and writes OUT/foldI-train.json and foldI-test.json as "
+        "SQuAD JSON, the test part of each the I-th fold.",
+    )
+    sp.add_argument("source", help="SQuAD v1.1/v2.0 JSON or MRQA .jsonl[.gz]")
+    sp.add_argument("--out", required=True, help="the folder for the fold files")
+    sp.add_argument("--folds", type=int, default=5)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.set_defaults(func=cmd_split)
 
     co = sub.add_parser("corpus", help="build a sentence-chunked pre-training corpus")
     co.add_argument("sources", nargs="+", help="text, JSONL ({'text'}) or SQuAD/MRQA/DROP files")
