@@ -89,6 +89,11 @@ def test_evaluate_an_export_gives_the_checkpoints_metrics(
     # the same answers give the same scores; the calibration error also reads the
     # probabilities, equal to float rounding (1e-9) across the two runtimes
     assert onnx_metrics.keys() == torch_metrics.keys()
+    # metrics.json names the runtime that answered
+    assert (torch_metrics.pop("runtime"), onnx_metrics.pop("runtime")) == (
+        "torch-fp32",
+        "onnx-fp32",
+    )
     for key, value in torch_metrics.items():
         assert onnx_metrics[key] == (pytest.approx(value) if isinstance(value, float) else value)
 
