@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_serve import Conn, Record, Server, _summary
+from bench_serve import Record, Server, _client, _summary
 from harness import Provenance, pick_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,37 +133,15 @@ def build(folder: Path, index_dir: Path) -> dict[str, Any]:
     }
 
 
-async def _asker(port: int, bodies: list[bytes], start: int, stop_at: float, rec: Record) -> None:
-    conn = Conn(port)
-    i = start
-    try:
-        while time.monotonic() < stop_at:
-            body = bodies[i % len(bodies)]
-            i += 1
-            t0 = time.monotonic()
-            try:
-                status, _ = await conn.request("POST", "/v1/ask", body)
-            except (OSError, asyncio.IncompleteReadError, ConnectionError) as e:
-                rec.errors[f"conn:{type(e).__name__}"] += 1
-                conn.close()
-                continue
-            t1 = time.monotonic()
-            if status == 200:
-                rec.latencies.append(t1 - t0)
-                rec.completed_in_window += t1 <= stop_at
-            else:
-                rec.errors[str(status)] += 1
-    finally:
-        conn.close()
-
-
 def latency(port: int, questions: list[str], clients: int, seconds: float) -> dict[str, Any]:
     bodies = [json.dumps({"question": q, "top_k_chunks": 10}).encode() for q in questions]
     rec = Record()
 
     async def run() -> None:
         stop_at = time.monotonic() + seconds
-        await asyncio.gather(*(_asker(port, bodies, 7 * c, stop_at, rec) for c in range(clients)))
+        await asyncio.gather(
+            *(_client(port, bodies, 7 * c, stop_at, rec, "/v1/ask") for c in range(clients))
+        )
 
     asyncio.run(run())
     return _summary(rec, seconds)

@@ -217,7 +217,14 @@ def _summary(rec: Record, seconds: float) -> dict[str, Any]:
     }
 
 
-async def _client(port: int, bodies: list[bytes], start: int, stop_at: float, rec: Record):
+async def _client(
+    port: int,
+    bodies: list[bytes],
+    start: int,
+    stop_at: float,
+    rec: Record,
+    path: str = "/v1/answer",
+) -> None:
     conn = Conn(port)
     i = start
     try:
@@ -226,7 +233,7 @@ async def _client(port: int, bodies: list[bytes], start: int, stop_at: float, re
             i += 1
             t0 = time.monotonic()
             try:
-                status, _ = await conn.request("POST", "/v1/answer", body)
+                status, _ = await conn.request("POST", path, body)
             except (OSError, asyncio.IncompleteReadError, ConnectionError) as e:
                 rec.errors[f"conn:{type(e).__name__}"] += 1
                 conn.close()
