@@ -47,6 +47,21 @@ def test_attend_by_rows_matches_float64_reference(mask_kind: str, queries: int) 
     torch.testing.assert_close(out, sdpa, rtol=1e-5, atol=1e-5)
 
 
+def test_attend_by_rows_under_autocast_takes_fp32_operands() -> None:
+    """A decoder's fp32 queries against bf16 encoder memory, inside a bf16 autocast region
+    (how GenBERT decodes with native bf16): the product runs in bf16, as autocast would run
+    it, instead of failing on the fp32 output."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 1, 8, generator=g)  # one decoding step
+    k = torch.randn(2, 4, 9, 8, generator=g).bfloat16()
+    v = torch.randn(2, 4, 9, 8, generator=g).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attend_by_rows(q, k, v, None)
+    assert out.dtype == torch.bfloat16
+    want = reference_attention(q, k.float(), v.float(), None)
+    torch.testing.assert_close(out.double(), want, rtol=3e-2, atol=3e-2)
+
+
 def test_attend_by_rows_in_bf16_stays_within_bf16_rounding_of_the_reference() -> None:
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 12, 40, 32, generator=g).bfloat16() for _ in range(3))

@@ -98,6 +98,18 @@ def attend_by_rows(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tens
     ``bias`` broadcastable to (B, H, N, K): one batch row at a time, the scaling, bias and
     softmax in fp32 (fp64 for fp64 inputs). A row's (H, N, K) scores stay in the cache, where
     a whole batch's would not."""
+    device = q.device.type
+    if torch.is_autocast_enabled(device):
+        # under autocast the products would run in its dtype whatever their inputs' (fp32
+        # queries from a decoder, say), and the preallocated output below would not match:
+        # take the operands to that dtype here, and run the rest without autocast
+        dtype = torch.get_autocast_dtype(device)
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    with torch.autocast(device, enabled=False):
+        return _attend_by_rows(q, k, v, bias)
+
+
+def _attend_by_rows(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
     scale = 1.0 / math.sqrt(q.shape[-1])
     b, h, n, _ = q.shape
     # one copy of each operand per call, not one per row (the heads are a strided view)
