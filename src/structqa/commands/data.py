@@ -82,8 +82,7 @@ def cmd_split(args: argparse.Namespace, extra: list[str]) -> int:
 
     from structqa.data.overlap import passage_key
     from structqa.data.readers import read_extractive
-    from structqa.data.squad_json import to_squad_json
-    from structqa.io import write_json
+    from structqa.data.squad_json import write_squad_json
 
     if extra:
         raise SystemExit(f"split takes no config overrides: {' '.join(extra)}")
@@ -98,10 +97,7 @@ def cmd_split(args: argparse.Namespace, extra: list[str]) -> int:
     for i in range(args.folds):
         for kind, in_test in (("train", False), ("test", True)):
             chosen = [ex for ex in examples if (fold_of[passage_key(ex.context)] == i) == in_test]
-            doc = to_squad_json(chosen, targets=True)
-            if v2:
-                doc["version"] = "v2.0"
-            write_json(out / f"fold{i}-{kind}.json", doc, indent=None)
+            write_squad_json(out / f"fold{i}-{kind}.json", chosen, version_2=v2)
         n = sum(1 for ex in examples if fold_of[passage_key(ex.context)] == i)
         print(f"fold {i}: {n} test questions")
     print(f"{len(examples)} questions over {len(passages)} passages -> {out}")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from structqa.data.records import Example
+from structqa.io import write_json
 
 
 def _squad_answers(example: Example, targets: bool) -> list[dict[str, Any]]:
@@ -51,3 +53,13 @@ def to_squad_json(examples: Iterable[Example], targets: bool) -> dict[str, Any]:
         for title, paragraphs in articles.items()
     ]
     return {"version": "v2.0" if v2 else "1.1", "data": data}
+
+
+def write_squad_json(path: str | Path, examples: Iterable[Example], version_2: bool = True) -> None:
+    """``examples`` with their training targets written (atomically) as compact SQuAD JSON,
+    marked ``"version": "v2.0"`` when ``version_2`` (read as SQuAD 2.0 even with no
+    unanswerable question in it)."""
+    doc = to_squad_json(examples, targets=True)
+    if version_2:
+        doc["version"] = "v2.0"
+    write_json(Path(path), doc, indent=None)

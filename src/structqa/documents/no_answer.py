@@ -63,6 +63,14 @@ class SetThreshold:
         )
 
 
+def question_f1(result: AskResult, example: Example) -> float:
+    """SQuAD 2.0's F1 of the question's best answer (none: the abstention), in [0, 1]."""
+    text = result.answers[0].text if result.answers else ""
+    if example.is_impossible:
+        return 0.0 if text else 1.0
+    return max(f1_v1(text, g) for g in example.gold_texts) if text else 0.0
+
+
 def fit(results: Sequence[AskResult], examples: Sequence[Example]) -> tuple[float, float, float]:
     """The threshold with the best mean F1 over ``examples`` (answers read ``forced``); returns
     (threshold, mean F1 there, mean F1 always answering)."""
@@ -70,9 +78,8 @@ def fit(results: Sequence[AskResult], examples: Sequence[Example]) -> tuple[floa
         raise ValueError("fit needs one result per question, and at least one question")
     scored = []
     for res, ex in zip(results, examples, strict=True):
-        text = res.answers[0].text if res.answers else ""
-        gain = 0.0 if ex.is_impossible or not text else max(f1_v1(text, g) for g in ex.gold_texts)
-        keep = 1.0 if ex.is_impossible else 0.0  # what abstaining scores
+        gain = question_f1(res, ex) if res.answers else 0.0  # what answering scores
+        keep = question_f1(AskResult(res.question, [], res.hits), ex)  # and abstaining
         scored.append((set_score(res), gain, keep))
     scored.sort(key=lambda t: t[0])
     # threshold above everything: all abstain; lowering it past a score answers that question
@@ -99,11 +106,7 @@ def scores_at(
     for res, ex in zip(results, examples, strict=True):
         if threshold is not None:
             res = decide(res, threshold)
-        text = res.answers[0].text if res.answers else ""
-        if ex.is_impossible:
-            f1s[False].append(0.0 if text else 1.0)
-        else:
-            f1s[True].append(max(f1_v1(text, g) for g in ex.gold_texts) if text else 0.0)
+        f1s[not ex.is_impossible].append(question_f1(res, ex))
     every = f1s[True] + f1s[False]
 
     def mean(xs: list[float]) -> float:

@@ -240,13 +240,11 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
 def _write_validation(cfg: Config, path: Path) -> Path:
     """The validation slice that chose and calibrated the reader, as SQuAD 2.0 JSON: labelled
     questions it never trained on, e.g. to fit a collection's no-answer decision on."""
-    from structqa.data.squad_json import to_squad_json
+    from structqa.data.squad_json import write_squad_json
     from structqa.training.data import load_validation_examples
 
     examples, _ = load_validation_examples(cfg)
-    doc = to_squad_json(examples, targets=True)
-    doc["version"] = "v2.0"
-    write_json(path, doc, indent=None)
+    write_squad_json(path, examples)
     return path
 
 

@@ -25,8 +25,7 @@ from typing import Any
 from structqa.data.overlap import drop_overlap, passage_key
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
-from structqa.data.squad_json import to_squad_json
-from structqa.io import write_json
+from structqa.data.squad_json import write_squad_json
 from structqa.paths import resolve_data_file
 from structqa.text.annotate import Annotation
 from structqa.training.negatives import make_negatives
@@ -121,8 +120,6 @@ def assemble(
     counts.rewrites_by_rule = dict(report.made)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, examples in ((POOL_FILE, pool), (TRAIN_FILE, [*pool, *added, *rewrites])):
-        doc = to_squad_json(examples, targets=True)
-        doc["version"] = "v2.0"
-        write_json(out_dir / name, doc, indent=None)
+        write_squad_json(out_dir / name, examples)
     log.info("reader data: %s", counts.summary())
     return counts

@@ -35,8 +35,7 @@ from pathlib import Path
 from structqa.data.overlap import drop_overlap, passage_key
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
-from structqa.data.squad_json import to_squad_json
-from structqa.io import write_json
+from structqa.data.squad_json import write_squad_json
 from structqa.text.annotate import DEFAULT_MODEL, Annotation, Annotator
 
 log = logging.getLogger(__name__)
@@ -284,7 +283,6 @@ def write_negatives(
         raise ValueError(f"{source}: no answerable question to rewrite")
     annotator = Annotator(spacy_model)
     made, report = make_negatives(examples, annotator.annotate, rate, seed)
-    doc = to_squad_json([*examples, *made], targets=True)  # grouped by passage
-    doc["version"] = "v2.0"  # even if nothing was written: the file is read as SQuAD 2.0
-    write_json(Path(out), doc, indent=None)
+    # grouped by passage; SQuAD 2.0 even if nothing was written
+    write_squad_json(out, [*examples, *made])
     return report
