@@ -207,6 +207,12 @@ def _format_duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
+def _trained(cfg: Config) -> bool:
+    """Whether the run in cfg's output directory finished its training (its record may not)."""
+    state = Path(cfg.train.output_dir) / "last" / "train_state.json"
+    return state.is_file() and bool(json.loads(state.read_text()).get("finished"))
+
+
 def _train(cfg: Config, progress: bool) -> dict[str, Any]:
     from structqa.calibration.report import CalibrateOnce
     from structqa.training.loop import run
@@ -215,8 +221,7 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
     calibrate = CalibrateOnce()
     resume = (output / "last" / "train_state.json").is_file()
     result = run(cfg, resume=resume, progress=progress, calibrate=calibrate)
-    state = output / "last" / "train_state.json"
-    if state.is_file() and not json.loads(state.read_text()).get("finished"):
+    if not _trained(cfg):
         raise Stopped(f"training in {output} stopped before finishing")
     cal = calibrate.done(cfg)
     validation = None
@@ -302,7 +307,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, A
     base_cfg = train_config(
         opts, BASELINE, data_out / POOL_FILE, "baseline", (f"data.eval={squad1}",)
     )
-    if done(opts.out, "train") is None:
+    if done(opts.out, "train") is None and not _trained(cfg):
         step, length = seconds_per_step(cfg)
         total = estimate_seconds(data["counts"]["total"], cfg, step)
         if opts.baseline and done(opts.out, "baseline") is None:
