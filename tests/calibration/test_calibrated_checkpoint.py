@@ -54,6 +54,17 @@ def test_calibrate_saves_what_the_predictor_then_uses(checkpoint, v2_file):
     assert ans.calibrated and 0.0 <= ans.probability <= 1.0
 
 
+def test_a_checkpoint_trained_without_an_evaluation_file_calibrates_on_a_file(checkpoint, v2_file):
+    """A run that only had a validation slice (the general reader's) has no data.eval."""
+    config = checkpoint / "structqa_config.json"
+    saved = json.loads(config.read_text())
+    saved["data"]["eval"] = None
+    config.write_text(json.dumps(saved))
+    write_manifest(checkpoint)  # an edit made on purpose: sealed again
+    cal = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off")
+    assert cal.null_threshold is not None and cal.fit["source"] == str(v2_file)
+
+
 @pytest.mark.parametrize("threshold", [-1e9, 1e9])
 def test_predict_and_serve_use_the_saved_threshold(checkpoint, threshold):
     save_calibration(checkpoint, Calibrator("temperature", threshold, t_span=2.0))

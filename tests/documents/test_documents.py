@@ -289,3 +289,7 @@ def test_a_squad_file_asked_of_an_index_of_its_passages(
     assert main(["evaluate-ask", str(index), "--eval", str(mini), *only]) == 0
     recall = json.loads(capsys.readouterr().out)
     assert recall["hybrid recall@10"] == 1.0 and "open_f1" not in recall
+    sample = [*only, "--sample", "3", "--sample-seed", "1"]
+    assert main(["evaluate-ask", str(index), "--eval", str(mini), *sample]) == 0
+    drawn = json.loads(capsys.readouterr().out)
+    assert drawn["questions"] == 3 and drawn["sample"] == {"questions": 3, "seed": 1}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from structqa.calibration.fit import METHODS
 from structqa.calibration.report import calibrate, save_calibration
+from structqa.commands.common import add_sample_arguments
 from structqa.config import VERIFIER_AUTO, VERIFIER_KINDS
 from structqa.data import parse_train_size, train_subset
 from structqa.data.readers import read_extractive
@@ -51,13 +52,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("checkpoint", help="a checkpoint directory (RUN/best)")
     where = c.add_mutually_exclusive_group(required=True)
     where.add_argument("--on", metavar="FILE", help="validation file (SQuAD JSON or MRQA)")
-    where.add_argument(
+    add_sample_arguments(
+        c,
+        where,
         "--pool-slice",
-        type=int,
-        metavar="N",
-        help="N questions of the checkpoint's training pool from paragraphs it did not train on",
+        "--slice-seed",
+        "N questions of the checkpoint's training pool from paragraphs it did not train on",
+        seed=1,
     )
-    c.add_argument("--slice-seed", type=int, default=1, help="draws the --pool-slice questions")
     c.add_argument("--method", choices=METHODS, default="auto")
     c.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
     c.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
@@ -116,7 +118,7 @@ def calibrate_checkpoint(
         cfg.data.dir = data_dir
     if on is not None:
         path = data_path(cfg, on)
-        if path.resolve() == data_path(cfg, cfg.data.eval).resolve():
+        if cfg.data.eval and path.resolve() == data_path(cfg, cfg.data.eval).resolve():
             log.warning("%s is the checkpoint's evaluation file: it is then not held out", path)
         examples = list(read_extractive(path).examples)
         source = str(on)

@@ -56,6 +56,15 @@ RUNTIME_HELP = (
 )
 
 
+def add_sample_arguments(
+    parser: Any, group: Any, option: str, seed_option: str, help: str, seed: int = 0
+) -> None:
+    """``option N`` (in ``group``, e.g. a mutually exclusive one) with ``seed_option``, the seed
+    that draws those N questions (on ``parser``)."""
+    group.add_argument(option, type=int, metavar="N", help=help)
+    parser.add_argument(seed_option, type=int, default=seed, help=f"draws the {option} questions")
+
+
 def add_runtime_argument(
     parser: argparse.ArgumentParser, default: str | None = "auto", note: str = ""
 ) -> None:

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from pathlib import Path
 
-from structqa.commands.common import add_runtime_argument, answering_predictor
+from structqa.commands.common import (
+    add_runtime_argument,
+    add_sample_arguments,
+    answering_predictor,
+)
 from structqa.documents.index import RETRIEVERS
 from structqa.io import write_json
 from structqa.paths import READER_ENV, find_reader, no_reader_message
@@ -105,6 +110,10 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
     from structqa.documents.evaluate import evaluate_open
 
     examples = list(read_extractive(args.eval).examples)[: args.max_questions]
+    if args.sample is not None and args.sample < len(examples):
+        # a seeded sample, kept in file order: a file's first questions are a few documents'
+        keep = sorted(random.Random(args.sample_seed).sample(range(len(examples)), args.sample))
+        examples = [examples[i] for i in keep]
     if not args.retrieval_only:
         args.checkpoint = _reader(args.checkpoint)
     reader = None if args.retrieval_only else answering_predictor(args)
@@ -123,14 +132,15 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
             read=reader is not None,
         )
     out: dict = {"retriever": args.retriever, "top_k_chunks": args.top_k_chunks}
+    if args.sample is not None:
+        out["sample"] = {"questions": len(examples), "seed": args.sample_seed}
     if reader is None:  # recall only
         out |= {k: v for k, v in scores.to_json().items() if "recall" in k or k == "questions"}
     else:
         out |= {"runtime": reader.runtime, **scores.to_json()}
     print(json.dumps(out, indent=2))
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(out, indent=2), encoding="utf-8")
+        write_json(Path(args.out), out)
     return 0
 
 
@@ -298,6 +308,13 @@ def add_parser(sub) -> None:
     ea.add_argument("--top-k-chunks", type=int, default=10)
     ea.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     ea.add_argument("--max-questions", type=int, help="the first N questions only")
+    add_sample_arguments(
+        ea,
+        ea,
+        "--sample",
+        "--sample-seed",
+        "N questions drawn at random (kept in file order), e.g. a long file on a slow CPU",
+    )
     ea.add_argument(
         "--retrieval-only", action="store_true", help="only the gold passages' recall@k"
     )
