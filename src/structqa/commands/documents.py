@@ -241,6 +241,17 @@ def cmd_fit_no_answer(args: argparse.Namespace, extra: list[str]) -> int:  # noq
     return 0
 
 
+def _add_reader_arguments(p: argparse.ArgumentParser, progress: bool = True) -> None:
+    """The reader and retrieval options of the commands that read retrieved chunks."""
+    p.add_argument("--checkpoint", help=READER_HELP)
+    p.add_argument("--top-k-chunks", type=int, default=10, help="chunks read per question")
+    p.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
+    p.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    if progress:
+        p.add_argument("--no-progress", action="store_true")
+    add_runtime_argument(p)
+
+
 def add_parser(sub) -> None:
     ix = sub.add_parser(
         "index",
@@ -279,16 +290,9 @@ def add_parser(sub) -> None:
     )
     ak.add_argument("index")
     ak.add_argument("--question", required=True)
-    ak.add_argument(
-        "--checkpoint",
-        help=READER_HELP,
-    )
-    ak.add_argument("--top-k-chunks", type=int, default=10, help="chunks read per question")
     ak.add_argument("--answers", type=int, default=5, help="answers shown")
-    ak.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     ak.add_argument("--json", action="store_true", help="the answers as JSON, for scripts")
-    ak.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    add_runtime_argument(ak)
+    _add_reader_arguments(ak, progress=False)
     ak.set_defaults(func=cmd_ask, whole_words=None)
 
     ea = sub.add_parser(
@@ -301,12 +305,6 @@ def add_parser(sub) -> None:
     )
     ea.add_argument("index")
     ea.add_argument("--eval", required=True, help="SQuAD/MRQA file of questions")
-    ea.add_argument(
-        "--checkpoint",
-        help=READER_HELP,
-    )
-    ea.add_argument("--top-k-chunks", type=int, default=10)
-    ea.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     ea.add_argument("--max-questions", type=int, help="the first N questions only")
     add_sample_arguments(
         ea,
@@ -319,9 +317,7 @@ def add_parser(sub) -> None:
         "--retrieval-only", action="store_true", help="only the gold passages' recall@k"
     )
     ea.add_argument("--out", help="also write the scores as JSON")
-    ea.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    ea.add_argument("--no-progress", action="store_true")
-    add_runtime_argument(ea)
+    _add_reader_arguments(ea)
     ea.set_defaults(func=cmd_evaluate_ask, whole_words=None)
 
     fn = sub.add_parser(
@@ -337,14 +333,9 @@ def add_parser(sub) -> None:
     fn.add_argument("index")
     fn.add_argument("--questions", required=True, help="SQuAD 2.0 JSON of labelled questions")
     fn.add_argument("--test", help="another labelled file, scored at the fitted threshold")
-    fn.add_argument("--checkpoint", help=READER_HELP)
-    fn.add_argument("--top-k-chunks", type=int, default=10)
-    fn.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     fn.add_argument("--max-questions", type=int, help="the first N questions of each file")
     fn.add_argument("--out", help="also write the fit and scores as JSON")
-    fn.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    fn.add_argument("--no-progress", action="store_true")
-    add_runtime_argument(fn)
+    _add_reader_arguments(fn)
     fn.set_defaults(func=cmd_fit_no_answer, whole_words=None)
 
     ev = sub.add_parser(
