@@ -4,6 +4,7 @@ and skipping finished runs; plus the shipped NC-BERT grids."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from structqa.config import ConfigError
 from structqa.experiments import execute
+from structqa.experiments.bootstrap import bootstrap_results
 from structqa.experiments.grid import experiment_from_dict, load_experiment
 from structqa.experiments.runner import run_experiment
 from structqa.experiments.store import Paths, run_status
@@ -123,6 +125,25 @@ def test_drop_experiment_runs_end_to_end_and_skips_finished_runs(
     baseline_row = next(line for line in table.splitlines() if line.startswith("| baseline"))
     f1 = json.loads(paths.result(exp.runs()[0]).read_text())["metrics"]["f1"]
     assert f"{f1:.2f} ± n/a (1)" in baseline_row
+
+    # each run's test answers are kept with its result, and --bootstrap pairs them by
+    # question against the baseline (accuracy: the EM of number-only files, word problems)
+    for run in exp.runs():
+        answers = paths.output(run) / "best" / "test" / "predictions.json"
+        assert gzip.decompress(paths.answers(run).read_bytes()) == answers.read_bytes()
+    spec = drop_spec(tiny_checkpoint)
+    spec["table"] = {"rows": ["variant"], "baseline": "baseline", "metrics": ["acc", "f1"]}
+    boot = experiment_from_dict(spec, source="configs/tiny-drop.yaml")
+    cmd_boot = "structqa experiment x --bootstrap"
+    bootstrap_results(boot, paths, command=cmd_boot, data_dir=str(shared_data), resamples=100)
+    cells = json.loads((paths.results / "bootstrap.json").read_text())["cells"]
+    em = {
+        r.name: json.loads(paths.result(r).read_text())["metrics"]["exact_match"]
+        for r in exp.runs()
+    }
+    assert cells["nc"]["accuracy"]["difference"] == pytest.approx(
+        em["variant=nc,seed=0"] - em["variant=baseline,seed=0"]
+    )
 
     # a rerun trains nothing: both runs have results
     def fail(*args: Any, **kwargs: Any) -> None:

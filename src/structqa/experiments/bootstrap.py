@@ -9,7 +9,7 @@ experiment that trained it). A cell whose answers are partly lost keeps the prev
 bootstrap.json's entry (marked, naming its seeds and the commit that computed it) when that
 one covered more of the paired seeds than can be compared now. Written to
 ``bootstrap.md`` and ``bootstrap.json`` beside table.md with the command and commit that made
-them. Extractive grids only (``structqa compare`` also takes DROP predictions).
+them. A DROP grid's answers are those of its test file (``best/test/predictions.json``).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import numpy as np
 
 from structqa.config import ConfigError
 from structqa.experiments.aggregate import axis_values, group_cells, key_label, md_row
-from structqa.experiments.results import METRIC_NAMES, load_results
+from structqa.experiments.results import ACCURACY, METRIC_NAMES, load_results
 from structqa.experiments.spec import Experiment, Run, plan
 from structqa.experiments.stale import check_not_stale
-from structqa.experiments.store import ANSWERS_DIR, Paths, answers_file
+from structqa.experiments.store import ANSWERS_DIR, Paths, answers_file, answers_source
 from structqa.io import write_json, write_text
 from structqa.metrics.paired import BootstrapResult, paired_bootstrap
 from structqa.paths import resolve_data_dir, resolve_data_file
@@ -44,8 +44,11 @@ __all__ = ["write_bootstrap"]
 class _Scores:
     """Per-question scores of finished runs, each dataset read once."""
 
-    def __init__(self, metric: str, data_dir: str | None, paths: Paths) -> None:
+    def __init__(
+        self, metric: str, data_dir: str | None, paths: Paths, kind: str = "extractive"
+    ) -> None:
         self.metric = metric
+        self.kind = kind
         self.data_dir = data_dir
         self.paths = paths
         self.schemes: set[str] = set()
@@ -54,22 +57,24 @@ class _Scores:
         self.missing: list[str] = []  # answers files looked for and not found
 
     def eval_file(self, result: Mapping[str, Any]) -> Path:
-        """As the trainer resolved it: an absolute or existing relative path as is (a
-        validation split under runs/), else under the data directory."""
+        """The file the run's answers answer (an extractive run's evaluation file, a DROP
+        run's test file) as the trainer resolved it: an absolute or existing relative path as
+        is (a validation split under runs/), else under the data directory."""
         data = result["config"]["data"]
+        name = data["test"] if self.kind == "drop" else data["eval"]
         if data.get("eval_size") is not None:
             raise ConfigError(
                 f"{result.get('run')}: trained with data.eval_size={data['eval_size']}, so its "
                 "answers cover part of the evaluation file; --bootstrap needs all of it"
             )
-        path = Path(data["eval"]).expanduser()
+        path = Path(name).expanduser()
         if path.is_absolute() or path.exists():
             return path
-        return resolve_data_file(data["eval"], resolve_data_dir(self.data_dir or data.get("dir")))
+        return resolve_data_file(name, resolve_data_dir(self.data_dir or data.get("dir")))
 
     def predictions_file(self, run: Run, result: Mapping[str, Any]) -> Path:
         """The run's kept answers (``<results>/answers/<run>.json.gz``; for a result reused
-        from another experiment, that experiment's), else ``best/predictions.json`` in the
+        from another experiment, that experiment's), else :func:`answers_source` in the
         output directory that trained it (this experiment's, so --runs-dir counts)."""
         reused = result.get("reused_from")
         if reused:
@@ -79,7 +84,7 @@ class _Scores:
         else:
             kept = self.paths.answers(run)
             out = self.paths.output(run)
-        return kept if kept.is_file() else out / "best" / "predictions.json"
+        return kept if kept.is_file() else answers_source(self.kind, out)
 
     def of(self, run: Run, result: Mapping[str, Any]) -> tuple[Path, np.ndarray] | None:
         """(evaluation file, per-question scores) of a run, or None when its answers are
@@ -99,7 +104,7 @@ class _Scores:
         scheme, gold = self._gold[path]
         self.schemes.add(scheme)
         scores = score_predictions_file(scheme, gold, answers, path)
-        return path, scores.metric(self.metric)
+        return path, scores.metric(ACCURACY.get(self.metric, self.metric))
 
 
 @dataclass
@@ -292,11 +297,7 @@ def write_bootstrap(
             f"--bootstrap compares every row with the table's baseline, and "
             f"{experiment.source or experiment.name} has no table.baseline"
         )
-    if experiment.kind != "extractive":
-        raise ConfigError(
-            f"--bootstrap reads extractive QA answers, not a {experiment.kind!r} grid"
-        )
-    metric = next((m for m in spec.metrics if m in ("f1", "em")), "f1")
+    metric = next((m for m in spec.metrics if m in ("f1", "em", "acc")), "f1")
     if spec.metrics[0] != metric:
         log.warning(
             "--bootstrap compares %s; the table's first metric is %s", metric, spec.metrics[0]
@@ -305,7 +306,7 @@ def write_bootstrap(
     cells = group_cells(experiment, runs)
     rows, columns = axis_values(cells, len(spec.rows))
     base_row = next(r for r in rows if ",".join(r) == spec.baseline)
-    scores = _Scores(metric, data_dir, paths)
+    scores = _Scores(metric, data_dir, paths, experiment.kind)
     results_dir = Path(paths.results)
     earlier, origin = _previous_cells(
         results_dir / "bootstrap.json", metric, spec.baseline, resamples, seed

@@ -23,6 +23,7 @@ from structqa.experiments.spec import Experiment, Run, pretrain_arm
 from structqa.experiments.stale import stale_partial
 from structqa.experiments.store import (
     Paths,
+    answers_source,
     device_and_bf16,
     eval_history,
     read_json,
@@ -101,7 +102,8 @@ def execute_run(
             "best_step": best_state.get("global_step"),  # (selection may happen mid-epoch)
         }
         metrics = drop_table_metrics(scores["test"], scores["dev"])
-    elif not save_answers(out, paths.answers(run)):
+        save_answers(answers_source("drop", out), paths.answers(run))
+    elif not save_answers(answers_source("extractive", out), paths.answers(run)):
         raise FileNotFoundError(
             f"{run.name}: training finished but {out / 'best' / 'predictions.json'} is missing"
         )

@@ -19,8 +19,10 @@ METRIC_NAMES = {
     "em": "EM",
     **{f"{t}_f1": f"{t} F1" for t in ANSWER_TYPES},
     **{f"{t}_em": f"{t} EM" for t in ANSWER_TYPES},
+    "acc": "accuracy",
     "dev_f1": "dev F1",
     "dev_em": "dev EM",
+    "dev_acc": "dev accuracy",
     "last_f1": "F1 after the last epoch",
     "last_em": "EM after the last epoch",
 }
@@ -30,6 +32,10 @@ METRIC_NAMES = {
 LAST_PREFIX = "last_"
 
 _EM_KEYS = ("exact_match", "exact")  # SQuAD v1.1 / MRQA, and v2.0
+
+# word problems (`structqa mwp` files) have one number answer each: their accuracy is the
+# DROP exact match, named as the field reports it
+ACCURACY = {"acc": "exact_match", "dev_acc": "dev_em"}
 
 # The table of a `kind: drop` experiment (NC-BERT Tables 2, 3, 5): test-file EM and F1, F1 per
 # answer type, and the dev F1 that selected the checkpoint
@@ -46,7 +52,7 @@ EXTRACTIVE_METRIC_NAMES = frozenset(
 )
 
 DROP_METRIC_NAMES = frozenset(
-    {"f1", "em", "exact_match", "dev_em", "dev_f1"}
+    {"f1", "em", "exact_match", "dev_em", "dev_f1", *ACCURACY}
     | {f"{t}_{m}" for t in ("number", "date", "span", "spans") for m in ("em", "f1")}
 )
 
@@ -72,6 +78,7 @@ def drop_table_metrics(test: Mapping[str, Any], dev: Mapping[str, Any]) -> dict[
 
 def metric_value(metrics: Mapping[str, Any], name: str) -> float:
     """``f1``, ``em`` (exact_match, or v2.0's exact) or any key of a metrics.json."""
+    name = ACCURACY.get(name, name)
     keys = _EM_KEYS if name in ("em", *_EM_KEYS) else (name,)
     for key in keys:
         if key in metrics:

@@ -33,10 +33,20 @@ def answers_file(results_dir: Path, run_name: str) -> Path:
     return results_dir / ANSWERS_DIR / f"{run_name}.json.gz"
 
 
-def save_answers(out: Path, dest: Path) -> bool:
-    """Copy ``out/best/predictions.json`` to ``dest`` gzipped (byte-for-byte reproducible: no
-    timestamp in the gzip header), atomically; False when ``out`` has no such file."""
-    source = out / "best" / "predictions.json"
+def answers_source(kind: str, out: Path) -> Path:
+    """The answers a finished run left in its output directory ``out``: an extractive run's
+    ``best/predictions.json`` (its evaluation file), a DROP run's ``best/test/predictions.json``
+    (its test file)."""
+    return (
+        out / "best" / "test" / "predictions.json"
+        if kind == "drop"
+        else (out / "best" / "predictions.json")
+    )
+
+
+def save_answers(source: Path, dest: Path) -> bool:
+    """Copy ``source`` (:func:`answers_source`) to ``dest`` gzipped (byte-for-byte
+    reproducible: no timestamp in the gzip header), atomically; False when it is missing."""
     if not source.is_file():
         return False
     write_bytes(dest, gzip.compress(source.read_bytes(), compresslevel=9, mtime=0))
@@ -53,14 +63,13 @@ def keep_answers(
     output directory but not yet in the results directory; how many were saved. Runs that
     finished before answers were kept get them on the next ``--refresh`` or finished run, as
     long as their output directories exist."""
-    if experiment.kind != "extractive":
-        return 0
     saved = 0
     for run in runs:
         result = results.get(run.name)
         if result is None or result.get("reused_from") or paths.answers(run).is_file():
             continue
-        saved += save_answers(paths.output(run), paths.answers(run))
+        source = answers_source(experiment.kind, paths.output(run))
+        saved += save_answers(source, paths.answers(run))
     return saved
 
 
@@ -80,7 +89,7 @@ class Paths:
         return self.runs / run.name
 
     def answers(self, run: Run) -> Path:
-        """The run's answers (its best/predictions.json, gzipped), kept with its result so
+        """The run's answers (:func:`answers_source`, gzipped), kept with its result so
         that ``--bootstrap`` works from a checkout without the runs directory."""
         return answers_file(self.results, run.name)
 
