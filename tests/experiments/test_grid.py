@@ -813,3 +813,24 @@ def test_a_misspelt_table_metric_fails_when_the_yaml_loads():
         spec(grid={"train.seed": [0]}, table={"metrics": ["last_f1", "exact", "HasAns_f1"]})
     )
     assert ok.table.metrics == ("last_f1", "exact", "HasAns_f1")
+
+
+def test_a_run_choosing_on_a_slice_of_its_training_file_reports_its_test_file(
+    tmp_path, tiny_checkpoint, shared_data
+):
+    """data.validation in the training settings (the 5-fold configs): best/ is chosen on a
+    slice of data.train, then data.eval is scored once into best/eval/. The run's metrics and
+    kept answers are that test's, and the slice's scores are its "dev"."""
+    base = tiny_finetune_base(tiny_checkpoint, shared_data)
+    base["data"]["validation"] = 0.5  # one of the fixture's two passages
+    exp = experiment_from_dict({"name": "sliced", "base": base, "grid": {"train.seed": [0]}})
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    assert run_experiment(exp, paths, command="x", progress=False) == 0
+    (run,) = exp.runs()
+    result = json.loads(paths.result(run).read_text())
+    best = paths.output(run) / "best"
+    assert result["metrics"] == json.loads((best / "eval" / "metrics.json").read_text())
+    assert result["dev"] == json.loads((best / "metrics.json").read_text())
+    answers = json.loads(gzip.decompress(paths.answers(run).read_bytes()))
+    assert answers == json.loads((best / "eval" / "predictions.json").read_text())
+    assert len(answers) == 5  # every question of the test file, not the slice's

@@ -84,7 +84,7 @@ class _Scores:
         else:
             kept = self.paths.answers(run)
             out = self.paths.output(run)
-        return kept if kept.is_file() else answers_source(self.kind, out)
+        return kept if kept.is_file() else answers_source(self.kind, out, result["config"]["data"])
 
     def of(self, run: Run, result: Mapping[str, Any]) -> tuple[Path, np.ndarray] | None:
         """(evaluation file, per-question scores) of a run, or None when its answers are

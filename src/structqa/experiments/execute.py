@@ -29,12 +29,14 @@ from structqa.experiments.store import (
     read_json,
     run_status,
     save_answers,
+    tested_once,
     timed_training,
 )
 from structqa.io import write_json
 from structqa.ncbert import loop as drop_loop
 from structqa.ncbert.config import DropConfig
 from structqa.training import loop
+from structqa.training.heldout import TEST_DIR
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ def execute_run(
         raise FileNotFoundError(f"{run.name}: training finished but {metrics_file} is missing")
     metrics = json.loads(metrics_file.read_text())
     scores: dict[str, Any] = {}
+    data = cfg.to_dict()["data"]
     if isinstance(cfg, DropConfig):
         test_file = out / "best" / "test" / "metrics.json"
         if not test_file.exists():
@@ -102,11 +105,15 @@ def execute_run(
             "best_step": best_state.get("global_step"),  # (selection may happen mid-epoch)
         }
         metrics = drop_table_metrics(scores["test"], scores["dev"])
-        save_answers(answers_source("drop", out), paths.answers(run))
-    elif not save_answers(answers_source("extractive", out), paths.answers(run)):
-        raise FileNotFoundError(
-            f"{run.name}: training finished but {out / 'best' / 'predictions.json'} is missing"
-        )
+    elif tested_once(data):  # best/'s metrics are the validation slice's; the test is best/eval
+        test_file = out / "best" / TEST_DIR / "metrics.json"
+        if not test_file.exists():
+            raise FileNotFoundError(f"{run.name}: training finished but {test_file} is missing")
+        scores = {"dev": metrics}
+        metrics = json.loads(test_file.read_text())
+    source = answers_source(experiment.kind, out, data)
+    if not save_answers(source, paths.answers(run)):
+        raise FileNotFoundError(f"{run.name}: training finished but {source} is missing")
     if split is not None and not isinstance(cfg, DropConfig):
         scores["calibration"] = calibrate_on_validation(out / "best", cfg)
     device, bf16 = device_and_bf16(cfg)

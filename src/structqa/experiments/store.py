@@ -22,6 +22,7 @@ from structqa.experiments.spec import Experiment, Run
 from structqa.io import write_bytes, write_json
 from structqa.ncbert.config import DropConfig
 from structqa.pretrain.config import PretrainConfig
+from structqa.training.heldout import TEST_DIR
 
 TIME_FILE = "experiment_time.json"  # wall time summed over every stint of one run
 
@@ -33,15 +34,22 @@ def answers_file(results_dir: Path, run_name: str) -> Path:
     return results_dir / ANSWERS_DIR / f"{run_name}.json.gz"
 
 
-def answers_source(kind: str, out: Path) -> Path:
-    """The answers a finished run left in its output directory ``out``: an extractive run's
-    ``best/predictions.json`` (its evaluation file), a DROP run's ``best/test/predictions.json``
-    (its test file)."""
-    return (
-        out / "best" / "test" / "predictions.json"
-        if kind == "drop"
-        else (out / "best" / "predictions.json")
-    )
+def tested_once(data: Mapping[str, Any]) -> bool:
+    """Whether an extractive run with these data settings chose best/ on a validation slice
+    of its training file and then scored its test file (data.eval) once, into best/eval/."""
+    return data.get("validation") is not None and bool(data.get("eval"))
+
+
+def answers_source(kind: str, out: Path, data: Mapping[str, Any]) -> Path:
+    """The test answers a finished run left in its output directory ``out``: a DROP run's
+    ``best/test/predictions.json``; an extractive run's ``best/eval/predictions.json`` when it
+    was :func:`tested_once`, else ``best/predictions.json`` (best/ chosen on data.eval itself).
+    ``data``: the run's data settings."""
+    if kind == "drop":
+        return out / "best" / "test" / "predictions.json"
+    if tested_once(data):
+        return out / "best" / TEST_DIR / "predictions.json"
+    return out / "best" / "predictions.json"
 
 
 def save_answers(source: Path, dest: Path) -> bool:
@@ -68,7 +76,8 @@ def keep_answers(
         result = results.get(run.name)
         if result is None or result.get("reused_from") or paths.answers(run).is_file():
             continue
-        source = answers_source(experiment.kind, paths.output(run))
+        data = result.get("config", {}).get("data", {})  # (a result written by hand has none)
+        source = answers_source(experiment.kind, paths.output(run), data)
         saved += save_answers(source, paths.answers(run))
     return saved
 
