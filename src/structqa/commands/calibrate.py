@@ -54,11 +54,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--on", metavar="FILE", help="validation file (SQuAD JSON or MRQA)")
     add_sample_arguments(
         c,
-        where,
         "--pool-slice",
         "--slice-seed",
         "N questions of the checkpoint's training pool from paragraphs it did not train on",
         seed=1,
+        group=where,
     )
     c.add_argument("--method", choices=METHODS, default="auto")
     c.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")

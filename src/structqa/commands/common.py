@@ -57,11 +57,11 @@ RUNTIME_HELP = (
 
 
 def add_sample_arguments(
-    parser: Any, group: Any, option: str, seed_option: str, help: str, seed: int = 0
+    parser: Any, option: str, seed_option: str, help: str, seed: int = 0, group: Any = None
 ) -> None:
-    """``option N`` (in ``group``, e.g. a mutually exclusive one) with ``seed_option``, the seed
-    that draws those N questions (on ``parser``)."""
-    group.add_argument(option, type=int, metavar="N", help=help)
+    """``option N`` (on ``group`` where given, e.g. a mutually exclusive one, else on
+    ``parser``) with ``seed_option``, the seed that draws those N questions."""
+    (group or parser).add_argument(option, type=int, metavar="N", help=help)
     parser.add_argument(seed_option, type=int, default=seed, help=f"draws the {option} questions")
 
 

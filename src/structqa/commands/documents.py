@@ -308,7 +308,6 @@ def add_parser(sub) -> None:
     ea.add_argument("--max-questions", type=int, help="the first N questions only")
     add_sample_arguments(
         ea,
-        ea,
         "--sample",
         "--sample-seed",
         "N questions drawn at random (kept in file order), e.g. a long file on a slow CPU",

@@ -79,7 +79,7 @@ def fit(results: Sequence[AskResult], examples: Sequence[Example]) -> tuple[floa
     scored = []
     for res, ex in zip(results, examples, strict=True):
         gain = question_f1(res, ex) if res.answers else 0.0  # what answering scores
-        keep = question_f1(AskResult(res.question, [], res.hits), ex)  # and abstaining
+        keep = float(ex.is_impossible)  # and abstaining
         scored.append((set_score(res), gain, keep))
     scored.sort(key=lambda t: t[0])
     # threshold above everything: all abstain; lowering it past a score answers that question

@@ -93,7 +93,8 @@ def execute_run(
         raise FileNotFoundError(f"{run.name}: training finished but {metrics_file} is missing")
     metrics = json.loads(metrics_file.read_text())
     scores: dict[str, Any] = {}
-    data = cfg.to_dict()["data"]
+    config = cfg.to_dict()
+    data = config["data"]
     if isinstance(cfg, DropConfig):
         test_file = out / "best" / "test" / "metrics.json"
         if not test_file.exists():
@@ -137,7 +138,7 @@ def execute_run(
         "command": command,
         "config_file": experiment.source,
         "validation": split,
-        "config": cfg.to_dict(),
+        "config": config,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_json(paths.result(run), result)
