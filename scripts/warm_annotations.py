@@ -8,11 +8,12 @@ then never loads spaCy; a text missing from it still needs spaCy, so a gap fails
     python scripts/warm_annotations.py configs/ncbert/drop3k-gpu.yaml \
         --out runs/ncbert/annotations.jsonl
 
-For a SQuAD-style config it featurizes, with the config's tokenizer and windows, the training subset of every seed in
-the config's grid and the whole evaluation split, exactly as ``structqa train`` does, with both
-token tags on (the parse of a text does not depend on which tags are read from it). For a
-DROP config (``kind: drop``) it parses every question and passage of the training, evaluation
-and test files of every run, which is what the NC layer's entity and sentence tables read.
+For a SQuAD-style config it featurizes, with the config's tokenizer and windows, the training
+subset of every seed in the config's grid and the whole evaluation split, exactly as
+``structqa train`` does, with both token tags on (the parse of a text does not depend on which
+tags are read from it). For a DROP config (``kind: drop``) it parses every question and
+passage of the training, evaluation and test files of every run, which is what the NC layer's
+entity and sentence tables read.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _warm_drop(experiment, out: Path) -> None:
     """Parse the questions and passages of every DROP file the runs read into ``out``."""
-    from structqa.ncbert.loop import resolve_drop_file
     from structqa.data.drop import read_drop
+    from structqa.ncbert.loop import resolve_drop_file
     from structqa.text.annotate import Annotator
 
     files: dict[Path, None] = {}
