@@ -35,6 +35,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from structqa.metrics.squad import first_ids
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -62,7 +64,6 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 # Only the space character and the hyphen separate tokens; other whitespace stays inside a
 # token until the whitespace fix.
 _TOKEN_SEPARATORS = re.compile(" |-")
-_SHOW_IDS = 5
 
 Prediction = str | Sequence[str]
 
@@ -231,16 +232,6 @@ def score_question(candidates: Sequence[GoldAnswer], predicted: Prediction) -> Q
     return QuestionScore(best_em, best_f1, kind)
 
 
-def _first_ids(ids: Iterable[str]) -> str:
-    shown: list[str] = []
-    for qid in ids:
-        if len(shown) == _SHOW_IDS:
-            shown.append("...")
-            break
-        shown.append(repr(qid))
-    return ", ".join(shown)
-
-
 def drop_question_scores(
     gold: Mapping[str, Sequence[GoldAnswer]], preds: Mapping[str, Any]
 ) -> dict[str, QuestionScore]:
@@ -265,7 +256,7 @@ def drop_question_scores(
             "%d of %d questions have no prediction and score 0 (first: %s)",
             len(missing),
             len(gold),
-            _first_ids(missing),
+            first_ids(missing),
         )
     return scores
 
@@ -331,7 +322,7 @@ def gold_from_drop_json(obj: Mapping[str, Any]) -> dict[str, list[GoldAnswer]]:
         logger.warning(
             "%d repeated query ids; keeping the last answers (first: %s)",
             len(repeated),
-            _first_ids(repeated),
+            first_ids(repeated),
         )
     return gold
 

@@ -91,7 +91,7 @@ def _check_pred(qid: str, pred: Any) -> str:
     return pred
 
 
-def _first_ids(ids: Iterable[str]) -> str:
+def first_ids(ids: Iterable[str]) -> str:
     """Comma-joined repr of the first few ids, for error messages."""
     shown = []
     for qid in ids:
@@ -108,7 +108,7 @@ def _require_covered(gold: Mapping[str, Any], table: Mapping[str, Any], what: st
     if missing:
         raise ValueError(
             f"{len(missing)} of {len(gold)} question ids have no {what} "
-            f"(first: {_first_ids(missing)})"
+            f"(first: {first_ids(missing)})"
         )
 
 
@@ -139,7 +139,7 @@ def question_scores_v1(
             "%d of %d questions have no prediction and score 0 (first: %s)",
             len(missing),
             len(gold),
-            _first_ids(missing),
+            first_ids(missing),
         )
     return exact_scores, f1_scores
 
@@ -381,6 +381,6 @@ def gold_from_squad_json(
         logger.warning(
             "%d repeated question ids; keeping the last answers (first: %s)",
             len(repeated),
-            _first_ids(repeated),
+            first_ids(repeated),
         )
     return gold, has_ans
