@@ -41,23 +41,64 @@ def _load_json(path: str | Path, what: str) -> Any:
 
 def score_file(
     data_file: str | Path,
-    predictions: str | Path,
+    predictions: str | Path | Sequence[str | Path],
     na_probs: str | Path | None = None,
     na_prob_thresh: float = 1.0,
+    by: str | None = None,
 ) -> dict[str, Any]:
     """SQuAD JSON v1.1 -> the v1.1 script's output; v2.0 -> the v2.0 script's; MRQA -> v1.1;
     DROP JSON -> the DROP evaluation's ``global_em``/``global_f1`` (fractions) and per-type
-    scores (see ``structqa.metrics.drop.drop_score``); its predictions may be lists of spans."""
-    preds = load_predictions(predictions)
+    scores (see ``structqa.metrics.drop.drop_score``); its predictions may be lists of spans.
+
+    ``by`` (DROP JSON only) also groups the questions by that field of each question (e.g.
+    ``subset``, which ``structqa mwp`` writes for MAWPS): ``per_<by>`` maps each value to its
+    ``count``, ``em`` and ``f1`` (fractions, as the global scores).
+
+    Several predictions files are read as one (the test folds of a cross-validation, say):
+    they must answer disjoint questions."""
+    preds = merged_predictions(predictions)
     scheme, gold = load_gold(data_file)
+    if by is not None and scheme != "drop":
+        raise ValueError(f"{data_file}: --by groups the questions of DROP-format files only")
     if scheme == "drop":
         if na_probs:
             raise ValueError("--na-probs applies to SQuAD 2.0 files, not to DROP")
-        return drop_score(gold, preds)
+        scores = drop_score(gold, preds)
+        if by is not None:
+            scores[f"per_{by}"] = _scores_by_field(data_file, by, gold, preds)
+        return scores
     if scheme == "squad1":
         return squad_v1(gold, preds)
     probs = _load_json(na_probs, "na-probs") if na_probs else None
     return squad_v2(gold, preds, probs, na_prob_thresh)
+
+
+def _scores_by_field(
+    data_file: str | Path, field: str, gold: Mapping[str, Any], preds: Mapping[str, Any]
+) -> dict[str, dict[str, float | int]]:
+    """DROP scores of the questions grouped by their ``field`` (each question must have it)."""
+    dataset = _load_json(data_file, "dataset")
+    group_of: dict[str, str] = {}
+    for passage_id, passage in dataset.items():
+        for n, qa in enumerate(passage.get("qa_pairs", [])):
+            if field not in qa:
+                raise ValueError(
+                    f"{data_file}: passage {passage_id!r}, question {n} "
+                    f"({qa.get('query_id', '?')!r}) has no field {field!r} to group by; "
+                    "score without --by, or name a field every question has"
+                )
+            group_of[str(qa["query_id"])] = str(qa[field])
+    by_group: dict[str, list[Any]] = {}
+    for qid, score in drop_question_scores(gold, preds).items():
+        by_group.setdefault(group_of[qid], []).append(score)
+    return {
+        value: {
+            "count": len(group),
+            "em": float(np.mean([s.em for s in group])),
+            "f1": float(np.mean([s.f1 for s in group])),
+        }
+        for value, group in sorted(by_group.items())
+    }
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,6 +137,23 @@ def load_predictions(path: str | Path) -> dict[str, Any]:
     if not isinstance(preds, dict):
         raise ValueError(f"{path}: predictions must map question id -> answer text")
     return preds
+
+
+def merged_predictions(paths: str | Path | Sequence[str | Path]) -> dict[str, Any]:
+    """One predictions file, or the union of several that answer disjoint questions."""
+    if isinstance(paths, (str, Path)):
+        return load_predictions(paths)
+    merged: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for path in paths:
+        for qid, answer in load_predictions(path).items():
+            if qid in source:
+                raise ValueError(
+                    f"{path}: question {qid!r} is answered in {source[qid]} too; several "
+                    "predictions files are read as one and must answer disjoint questions"
+                )
+            merged[qid], source[qid] = answer, str(path)
+    return merged
 
 
 def load_gold(data_file: str | Path) -> tuple[str, Mapping[str, Any]]:
@@ -207,34 +265,60 @@ def compare_files(
     resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int = 0,
+    parts: int = 1,
 ) -> Comparison:
     """Paired bootstrap over the questions of ``data_file`` between predictions ``a`` and ``b``
     (files or checkpoint directories; several per side are runs paired by position, e.g. the
-    same seeds in the same order). See :mod:`structqa.metrics.paired` for what it measures."""
+    same seeds in the same order). See :mod:`structqa.metrics.paired` for what it measures.
+
+    ``parts`` > 1: each run is that many consecutive files answering disjoint questions (the
+    test folds of a cross-validation, say), read as one."""
     if not a or not b:
         raise ValueError("give at least one predictions file on each side")
-    if len(a) != len(b):
+    if parts < 1:
+        raise ValueError(f"--parts {parts}: give 1 (a file is a run) or more")
+    if parts > 1:
+        if len(a) % parts or len(b) % parts:
+            raise ValueError(
+                f"--parts {parts}: each side needs a multiple of {parts} files (one run is "
+                f"{parts} consecutive files); side A has {len(a)}, side B {len(b)}"
+            )
+    side_a, side_b = _runs(a, parts), _runs(b, parts)
+    if len(side_a) != len(side_b):
         raise ValueError(
-            f"runs pair up by position: {len(a)} on side A but {len(b)} on side B (give the "
-            "same seeds in the same order on both sides)"
+            f"runs pair up by position: {len(side_a)} on side A but {len(side_b)} on side B "
+            "(give the same seeds in the same order on both sides)"
         )
     scheme, gold = load_gold(data_file)
     if not gold:
         raise ValueError(f"{data_file}: no questions to compare on")
-    scored = [score_predictions_file(scheme, gold, p, data_file) for p in [*a, *b]]
+    scored = [score_predictions_file(scheme, gold, p, data_file) for p in [*side_a, *side_b]]
     table = np.stack([s.metric(metric) for s in scored])
-    runs_a, runs_b = table[: len(a)], table[len(a) :]
+    runs_a, runs_b = table[: len(side_a)], table[len(side_a) :]
     result = paired_bootstrap(runs_a, runs_b, resamples=resamples, confidence=confidence, seed=seed)
     gaps = [float(x) for x in runs_a.mean(axis=1) - runs_b.mean(axis=1)]
     return Comparison("em" if metric != "f1" else "f1", scheme, result, gaps)
 
 
+def _runs(files: Sequence[str | Path], parts: int) -> list[list[str | Path]]:
+    """``files`` as runs of ``parts`` consecutive files each."""
+    return [list(files[i : i + parts]) for i in range(0, len(files), parts)]
+
+
 def score_predictions_file(
-    scheme: str, gold: Mapping[str, Any], path: str | Path, data_file: str | Path
+    scheme: str,
+    gold: Mapping[str, Any],
+    path: str | Path | Sequence[str | Path],
+    data_file: str | Path,
 ) -> QuestionScores:
-    """:func:`score_questions` for one predictions file, with errors that name it; a file that
-    answers none of ``data_file``'s questions is an error, not a row of zeros."""
-    preds = load_predictions(path)
+    """:func:`score_questions` for one predictions file (or several read as one, see
+    :func:`merged_predictions`), with errors that name it; a file that answers none of
+    ``data_file``'s questions is an error, not a row of zeros."""
+    if not isinstance(path, (str, Path)):
+        path = path[0] if len(path) == 1 else path
+    preds = merged_predictions(path)
+    if not isinstance(path, (str, Path)):
+        path = " + ".join(map(str, path))
     if not any(qid in preds for qid in gold):
         raise ValueError(
             f"{path}: none of its {len(preds)} answers is for a question of {data_file} "

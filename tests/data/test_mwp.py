@@ -75,7 +75,7 @@ def test_a_bad_line_is_named(tmp_path: Path):
         read_problems(tmp_path / "problems.txt")
 
 
-def test_the_shared_files_read_and_folds_partition(shared_data: Path, tmp_path: Path):
+def test_the_shared_files_read_and_folds_partition(shared_data: Path, tmp_path: Path, capsys):
     mawps = read_problems(shared_data / "mwp" / "mawps.jsonl")
     assert len(mawps) == 2065 and {p.subset for p in mawps} == {
         "addsub",
@@ -100,6 +100,15 @@ def test_the_shared_files_read_and_folds_partition(shared_data: Path, tmp_path: 
     train0 = read_drop(out / "fold0-train.json")
     assert len(test0) + len(train0) == 2065
     assert not {e.id for e in test0} & {e.id for e in train0}
+    held = tmp_path / "folds-dev"
+    argv = ["mwp", str(shared_data / "mwp" / "mawps.jsonl"), "--out", str(held), "--folds", "5"]
+    assert main([*argv, "--dev", "0.1"]) == 0
+    dev0, train0_dev = read_drop(held / "fold0-dev.json"), read_drop(held / "fold0-train.json")
+    assert len(dev0) == round(0.1 * len(train0)) and len(dev0) + len(train0_dev) == len(train0)
+    assert {e.id for e in dev0} | {e.id for e in train0_dev} == {e.id for e in train0}
+    assert len(read_drop(held / "fold0-test.json")) == len(test0)
+    assert main([*argv, "--dev", "1.5"]) != 0
+    assert "between 0 and 1" in capsys.readouterr().err
     doc = to_drop_json(svamp[:2])
     (first,) = doc[svamp[0].id]["qa_pairs"]
     assert first["answer"]["number"] == svamp[0].answer

@@ -32,7 +32,7 @@ from structqa.metrics.drop import (
     normalize_answer,
     score_question,
 )
-from structqa.scoring import score_file
+from structqa.scoring import compare_files, score_file
 
 CONTRAST = "drop/drop-contrast-sets.json"
 NO_DATE = {"day": "", "month": "", "year": ""}
@@ -355,6 +355,58 @@ def test_score_file_and_cli_on_drop(
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(result))
     with pytest.raises(ValueError, match="na-probs"):
         score_file(contrast_path, pred_path, na_probs=pred_path)
+
+
+def test_score_by_a_field_groups_the_questions_and_names_a_question_without_it(
+    tmp_path: Path, capsys
+) -> None:
+    from structqa.cli import main
+
+    def qa(qid: str, number: str, subset: str | None) -> dict[str, Any]:
+        out = {"query_id": qid, "question": "How many?", "answer": ans(number)}
+        return out if subset is None else {**out, "subset": subset}
+
+    data = {
+        "p1": {
+            "passage": "Two and three.",
+            "qa_pairs": [qa("a", "5", "addsub"), qa("b", "1", "addsub")],
+        },
+        "p2": {"passage": "Six by two.", "qa_pairs": [qa("c", "12", "multiarith")]},
+    }
+    data_path = tmp_path / "mwp.json"
+    data_path.write_text(json.dumps(data), encoding="utf-8")
+    pred_path = tmp_path / "preds.json"
+    pred_path.write_text(json.dumps({"a": "5", "b": "2", "c": "12"}), encoding="utf-8")
+    result = score_file(data_path, pred_path, by="subset")
+    assert result["global_em"] == approx(2 / 3)
+    assert result["per_subset"] == {
+        "addsub": {"count": 2, "em": approx(0.5), "f1": approx(0.5)},
+        "multiarith": {"count": 1, "em": approx(1.0), "f1": approx(1.0)},
+    }
+    assert main(["score", str(data_path), str(pred_path), "--by", "subset"]) == 0
+    assert json.loads(capsys.readouterr().out)["per_subset"]["addsub"]["count"] == 2
+    # the answers of two test folds, read as one
+    fold_a, fold_b = tmp_path / "fold0.json", tmp_path / "fold1.json"
+    fold_a.write_text(json.dumps({"a": "5", "b": "2"}), encoding="utf-8")
+    fold_b.write_text(json.dumps({"c": "12"}), encoding="utf-8")
+    assert score_file(data_path, [fold_a, fold_b], by="subset") == result
+    assert main(["score", str(data_path), str(fold_a), str(fold_b), "--by", "subset"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(result))
+    with pytest.raises(ValueError, match="question 'a' is answered in .*fold0.json too"):
+        score_file(data_path, [fold_a, fold_a])
+    # and compared as one run against another system's folds
+    wrong_a, wrong_b = tmp_path / "wrong0.json", tmp_path / "wrong1.json"
+    wrong_a.write_text(json.dumps({"a": "0", "b": "0"}), encoding="utf-8")
+    wrong_b.write_text(json.dumps({"c": "0"}), encoding="utf-8")
+    c = compare_files(data_path, [fold_a, fold_b], [wrong_a, wrong_b], metric="em", parts=2)
+    assert c.bootstrap.n_runs == 1 and c.bootstrap.n_questions == 3
+    assert c.bootstrap.difference == approx(100 * 2 / 3)
+    with pytest.raises(ValueError, match="multiple of 2 files"):
+        compare_files(data_path, [fold_a, fold_b], [wrong_a], parts=2)
+    data["p2"]["qa_pairs"].append(qa("d", "3", None))
+    data_path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"passage 'p2', question 1 \('d'\) has no field 'subset'"):
+        score_file(data_path, pred_path, by="subset")
 
 
 # --------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def cmd_corpus(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_mwp(args: argparse.Namespace, extra: list[str]) -> int:
     from collections import Counter
 
-    from structqa.data.mwp import folds, read_problems, to_drop_json
+    from structqa.data.mwp import dev_split, folds, read_problems, to_drop_json
     from structqa.io import write_json
 
     if extra:
@@ -68,7 +68,11 @@ def cmd_mwp(args: argparse.Namespace, extra: list[str]) -> int:
         written = []
         for i, test in enumerate(parts):
             train = [p for j, part in enumerate(parts) if j != i for p in part]
-            for kind, chosen in (("train", train), ("test", test)):
+            splits = [("train", train), ("test", test)]
+            if args.dev:
+                train, dev = dev_split(train, args.dev, seed=args.seed * 1000 + i)
+                splits = [("train", train), ("dev", dev), ("test", test)]
+            for kind, chosen in splits:
                 path = out / f"fold{i}-{kind}.json"
                 write_json(path, to_drop_json(chosen), indent=None)
                 written.append(str(path))
@@ -118,12 +122,20 @@ def add_parser(sub) -> None:
         description="Reads MAWPS (.jsonl), SVAMP (.json) or SVAMP's training CSV (numbers "
         "masked as number0.. are put back from its Numbers column) and writes DROP JSON, one "
         "passage and one number question per problem; --folds K writes K train/test pairs "
-        "(foldI-train.json, foldI-test.json) into OUT for cross-validation.",
+        "(foldI-train.json, foldI-test.json) into OUT for cross-validation, and --dev F a "
+        "foldI-dev.json of each fold's training problems.",
     )
     mw.add_argument("source", help="mawps.jsonl, svamp.json or mawps-asdiv-a-train.csv")
     mw.add_argument("--out", required=True, help="DROP JSON file (a folder with --folds)")
     mw.add_argument("--folds", type=int, help="K-fold cross-validation splits")
     mw.add_argument("--seed", type=int, default=0, help="the folds' shuffle")
+    mw.add_argument(
+        "--dev",
+        type=float,
+        metavar="FRACTION",
+        help="with --folds: also hold this share of each fold's training problems out as "
+        "foldI-dev.json (to choose checkpoints on without touching the test fold)",
+    )
     mw.set_defaults(func=cmd_mwp)
 
     sp = sub.add_parser(

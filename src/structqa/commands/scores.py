@@ -11,7 +11,15 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.scoring import score_file
 
     print(
-        json.dumps(score_file(args.data_file, args.predictions, args.na_probs, args.na_prob_thresh))
+        json.dumps(
+            score_file(
+                args.data_file,
+                args.predictions[0] if len(args.predictions) == 1 else args.predictions,
+                args.na_probs,
+                args.na_prob_thresh,
+                args.by,
+            )
+        )
     )
     return 0
 
@@ -28,6 +36,7 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
         resamples=args.resamples,
         confidence=args.confidence,
         seed=args.seed,
+        parts=args.parts,
     )
     r = c.bootstrap
     name = "F1" if c.metric == "f1" else "EM"
@@ -80,12 +89,31 @@ def add_parser(sub) -> None:
     cp.add_argument("--resamples", type=int, default=10_000)
     cp.add_argument("--confidence", type=float, default=0.95)
     cp.add_argument("--seed", type=int, default=0, help="bootstrap random seed")
+    cp.add_argument(
+        "--parts",
+        type=int,
+        default=1,
+        metavar="K",
+        help="each run is K consecutive files answering disjoint questions (e.g. the 5 test "
+        "folds of a cross-validation), read as one",
+    )
     cp.add_argument("--json", metavar="OUT", help="also write the result as JSON")
     cp.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("score", help="score a predictions file like the official scripts")
     s.add_argument("data_file")
-    s.add_argument("predictions")
+    s.add_argument(
+        "predictions",
+        nargs="+",
+        help="predictions.json (or .json.gz); several are read as one, e.g. the answers of "
+        "each test fold of a cross-validation, and must answer disjoint questions",
+    )
     s.add_argument("--na-probs", help="SQuAD 2.0 no-answer probabilities (null_odds.json)")
     s.add_argument("--na-prob-thresh", type=float, default=1.0)
+    s.add_argument(
+        "--by",
+        metavar="FIELD",
+        help="DROP-format files: also score the questions grouped by this field of each "
+        "question, e.g. --by subset for the MAWPS files of `structqa mwp` (per_FIELD)",
+    )
     s.set_defaults(func=cmd_score)

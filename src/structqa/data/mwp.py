@@ -224,3 +224,15 @@ def folds(problems: Sequence[Problem], k: int, seed: int = 0) -> list[list[Probl
     order = list(problems)
     random.Random(seed).shuffle(order)
     return [order[i::k] for i in range(k)]
+
+
+def dev_split(
+    problems: Sequence[Problem], fraction: float, seed: int = 0
+) -> tuple[list[Problem], list[Problem]]:
+    """``(train, dev)``: a seeded ``fraction`` of ``problems`` (at least one) held out as dev."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"dev fraction {fraction}: give a share between 0 and 1, e.g. 0.1")
+    order = list(problems)
+    random.Random(seed).shuffle(order)
+    n = max(1, round(fraction * len(order)))
+    return order[n:], order[:n]
