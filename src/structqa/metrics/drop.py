@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from structqa.metrics.squad import first_ids
+from structqa.metrics.squad import first_ids, warn_missing
 
 logger = logging.getLogger(__name__)
 
@@ -251,13 +251,7 @@ def drop_question_scores(
             scores[qid] = QuestionScore(0.0, 0.0, candidates[0].kind)
             continue
         scores[qid] = score_question(candidates, _check_pred(qid, preds[qid]))
-    if missing:
-        logger.warning(
-            "%d of %d questions have no prediction and score 0 (first: %s)",
-            len(missing),
-            len(gold),
-            first_ids(missing),
-        )
+    warn_missing(missing, len(gold))
     return scores
 
 

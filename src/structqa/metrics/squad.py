@@ -102,6 +102,17 @@ def first_ids(ids: Iterable[str]) -> str:
     return ", ".join(shown)
 
 
+def warn_missing(missing: Sequence[str], total: int) -> None:
+    """Log, once per scoring, the questions without a prediction (they score 0)."""
+    if missing:
+        logger.warning(
+            "%d of %d questions have no prediction and score 0 (first: %s)",
+            len(missing),
+            total,
+            first_ids(missing),
+        )
+
+
 def _require_covered(gold: Mapping[str, Any], table: Mapping[str, Any], what: str) -> None:
     """Raise a ValueError when some gold question id is absent from ``table``."""
     missing = [qid for qid in gold if qid not in table]
@@ -134,13 +145,7 @@ def question_scores_v1(
         pred = _check_pred(qid, preds[qid])
         exact_scores[qid] = max(exact_match(pred, truth) for truth in truths)
         f1_scores[qid] = max(f1_v1(pred, truth) for truth in truths)
-    if missing:
-        logger.warning(
-            "%d of %d questions have no prediction and score 0 (first: %s)",
-            len(missing),
-            len(gold),
-            first_ids(missing),
-        )
+    warn_missing(missing, len(gold))
     return exact_scores, f1_scores
 
 
