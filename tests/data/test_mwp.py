@@ -109,6 +109,20 @@ def test_the_shared_files_read_and_folds_partition(shared_data: Path, tmp_path: 
     assert len(read_drop(held / "fold0-test.json")) == len(test0)
     assert main([*argv, "--dev", "1.5"]) != 0
     assert "between 0 and 1" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "mwp",
+                str(shared_data / "mwp" / "svamp.json"),
+                "--out",
+                str(held / "x.json"),
+                "--dev",
+                "0.1",
+            ]
+        )
+        != 0
+    )
+    assert "add --folds K" in capsys.readouterr().err
     doc = to_drop_json(svamp[:2])
     (first,) = doc[svamp[0].id]["qa_pairs"]
     assert first["answer"]["number"] == svamp[0].answer

@@ -58,6 +58,8 @@ def cmd_mwp(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise SystemExit(f"mwp takes no config overrides: {' '.join(extra)}")
+    if args.dev is not None and not args.folds:
+        raise ValueError(f"--dev {args.dev}: a dev share is cut from each fold; add --folds K")
     problems = read_problems(args.source)
     out = Path(args.out)
     if not args.folds:
