@@ -12,7 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from structqa.metrics.drop import drop_question_scores, drop_score, gold_from_drop_json
+from structqa.metrics.drop import (
+    QuestionScore,
+    drop_question_scores,
+    drop_score,
+    gold_from_drop_json,
+    summarize_drop_scores,
+)
 from structqa.metrics.paired import BootstrapResult, paired_bootstrap
 from structqa.metrics.squad import (
     gold_from_squad_json,
@@ -63,10 +69,15 @@ def score_file(
     if scheme == "drop":
         if na_probs:
             raise ValueError("--na-probs applies to SQuAD 2.0 files, not to DROP")
-        scores = drop_score(gold, preds)
-        if by is not None:
-            scores[f"per_{by}"] = _scores_by_field(data_file, by, gold, preds)
-        return scores
+        if by is None:
+            return drop_score(gold, preds)
+        if not gold:
+            raise ValueError(f"{data_file}: no gold questions to score")
+        questions = drop_question_scores(gold, preds)
+        return {
+            **summarize_drop_scores(questions),
+            f"per_{by}": _scores_by_field(data_file, by, questions),
+        }
     if scheme == "squad1":
         return squad_v1(gold, preds)
     probs = _load_json(na_probs, "na-probs") if na_probs else None
@@ -74,7 +85,7 @@ def score_file(
 
 
 def _scores_by_field(
-    data_file: str | Path, field: str, gold: Mapping[str, Any], preds: Mapping[str, Any]
+    data_file: str | Path, field: str, questions: Mapping[str, QuestionScore]
 ) -> dict[str, dict[str, float | int]]:
     """DROP scores of the questions grouped by their ``field`` (each question must have it)."""
     dataset = _load_json(data_file, "dataset")
@@ -89,7 +100,7 @@ def _scores_by_field(
                 )
             group_of[str(qa["query_id"])] = str(qa[field])
     by_group: dict[str, list[Any]] = {}
-    for qid, score in drop_question_scores(gold, preds).items():
+    for qid, score in questions.items():
         by_group.setdefault(group_of[qid], []).append(score)
     return {
         value: {

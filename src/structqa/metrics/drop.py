@@ -267,7 +267,11 @@ def drop_score(
     """
     if not gold:
         raise ValueError("no gold questions to score")
-    scores = drop_question_scores(gold, preds)
+    return summarize_drop_scores(drop_question_scores(gold, preds))
+
+
+def summarize_drop_scores(scores: Mapping[str, QuestionScore]) -> dict[str, Any]:
+    """:func:`drop_score`'s report from per-question scores (:func:`drop_question_scores`)."""
     by_type: dict[str, list[QuestionScore]] = defaultdict(list)
     for score in scores.values():
         by_type[score.kind].append(score)
