@@ -76,14 +76,17 @@ def _warm_drop(experiment, out: Path) -> None:
     from structqa.ncbert.loop import resolve_drop_file
     from structqa.text.annotate import Annotator
 
-    files: dict[Path, None] = {}
+    files: dict[Path, str] = {}  # file -> the spaCy model its runs annotate with
     for run in experiment.runs():
         d = experiment.config_for(run).data
         for name in [*d.train, d.eval, d.test]:
             if name:
-                files[resolve_drop_file(name, d.dir)] = None
-    annotator = Annotator(cache_file=out)
-    for path in files:
+                files[resolve_drop_file(name, d.dir)] = d.spacy_model
+    annotators: dict[str, Annotator] = {}
+    for path, model in files.items():
+        if model not in annotators:  # (each reads the whole cache once)
+            annotators[model] = Annotator(model, cache_file=out)
+        annotator = annotators[model]
         examples = read_drop(path).examples
         annotator.annotate([t for ex in examples for t in (ex.question, ex.passage)])
         log.info("%s: %d questions (%d texts parsed so far)", path, len(examples), annotator.misses)

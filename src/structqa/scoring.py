@@ -63,35 +63,36 @@ def score_file(
     Several predictions files are read as one (the test folds of a cross-validation, say):
     they must answer disjoint questions."""
     preds = merged_predictions(predictions)
+    if by is not None:
+        return _drop_score_by(data_file, preds, by, na_probs)
     scheme, gold = load_gold(data_file)
-    if by is not None and scheme != "drop":
-        raise ValueError(f"{data_file}: --by groups the questions of DROP-format files only")
     if scheme == "drop":
-        if na_probs:
-            raise ValueError("--na-probs applies to SQuAD 2.0 files, not to DROP")
-        if by is None:
-            return drop_score(gold, preds)
-        if not gold:
-            raise ValueError(f"{data_file}: no gold questions to score")
-        questions = drop_question_scores(gold, preds)
-        return {
-            **summarize_drop_scores(questions),
-            f"per_{by}": _scores_by_field(data_file, by, questions),
-        }
+        _no_na_probs(na_probs)
+        return drop_score(gold, preds)
     if scheme == "squad1":
         return squad_v1(gold, preds)
     probs = _load_json(na_probs, "na-probs") if na_probs else None
     return squad_v2(gold, preds, probs, na_prob_thresh)
 
 
-def _scores_by_field(
-    data_file: str | Path, field: str, questions: Mapping[str, QuestionScore]
-) -> dict[str, dict[str, float | int]]:
-    """DROP scores of the questions grouped by their ``field`` (each question must have it)."""
-    dataset = _load_json(data_file, "dataset")
+def _no_na_probs(na_probs: str | Path | None) -> None:
+    if na_probs:
+        raise ValueError("--na-probs applies to SQuAD 2.0 files, not to DROP")
+
+
+def _drop_score_by(
+    data_file: str | Path, preds: Mapping[str, Any], field: str, na_probs: str | Path | None
+) -> dict[str, Any]:
+    """:func:`score_file` of a DROP file with ``per_<field>``: the DROP scores of the questions
+    grouped by that field of each question (each question must have it)."""
+    _no_na_probs(na_probs)
+    jsonl = str(data_file).endswith((".jsonl", ".jsonl.gz"))
+    dataset = None if jsonl else _load_json(data_file, "dataset")
+    if dataset is None or not _is_drop(dataset):
+        raise ValueError(f"{data_file}: --by groups the questions of DROP-format files only")
     group_of: dict[str, str] = {}
     for passage_id, passage in dataset.items():
-        for n, qa in enumerate(passage.get("qa_pairs", [])):
+        for n, qa in enumerate(passage["qa_pairs"]):
             if field not in qa:
                 raise ValueError(
                     f"{data_file}: passage {passage_id!r}, question {n} "
@@ -99,16 +100,20 @@ def _scores_by_field(
                     "score without --by, or name a field every question has"
                 )
             group_of[str(qa["query_id"])] = str(qa[field])
-    by_group: dict[str, list[Any]] = {}
+    questions = drop_question_scores(gold_from_drop_json(dataset), preds)
+    by_group: dict[str, list[QuestionScore]] = {}
     for qid, score in questions.items():
         by_group.setdefault(group_of[qid], []).append(score)
     return {
-        value: {
-            "count": len(group),
-            "em": float(np.mean([s.em for s in group])),
-            "f1": float(np.mean([s.f1 for s in group])),
-        }
-        for value, group in sorted(by_group.items())
+        **summarize_drop_scores(questions),
+        f"per_{field}": {
+            value: {
+                "count": len(group),
+                "em": float(np.mean([s.em for s in group])),
+                "f1": float(np.mean([s.f1 for s in group])),
+            }
+            for value, group in sorted(by_group.items())
+        },
     }
 
 
@@ -288,12 +293,11 @@ def compare_files(
         raise ValueError("give at least one predictions file on each side")
     if parts < 1:
         raise ValueError(f"--parts {parts}: give 1 (a file is a run) or more")
-    if parts > 1:
-        if len(a) % parts or len(b) % parts:
-            raise ValueError(
-                f"--parts {parts}: each side needs a multiple of {parts} files (one run is "
-                f"{parts} consecutive files); side A has {len(a)}, side B {len(b)}"
-            )
+    if len(a) % parts or len(b) % parts:
+        raise ValueError(
+            f"--parts {parts}: each side needs a multiple of {parts} files (one run is "
+            f"{parts} consecutive files); side A has {len(a)}, side B {len(b)}"
+        )
     side_a, side_b = _runs(a, parts), _runs(b, parts)
     if len(side_a) != len(side_b):
         raise ValueError(
@@ -325,8 +329,6 @@ def score_predictions_file(
     """:func:`score_questions` for one predictions file (or several read as one, see
     :func:`merged_predictions`), with errors that name it; a file that answers none of
     ``data_file``'s questions is an error, not a row of zeros."""
-    if not isinstance(path, (str, Path)):
-        path = path[0] if len(path) == 1 else path
     preds = merged_predictions(path)
     if not isinstance(path, (str, Path)):
         path = " + ".join(map(str, path))

@@ -14,7 +14,7 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
         json.dumps(
             score_file(
                 args.data_file,
-                args.predictions[0] if len(args.predictions) == 1 else args.predictions,
+                args.predictions,
                 args.na_probs,
                 args.na_prob_thresh,
                 args.by,

@@ -265,13 +265,13 @@ def drop_score(
     counts under, sorted by name as the official report prints them, its ``count``, ``em``
     and ``f1`` (fractions). NC-BERT's Table 2 "Others" is ``span`` and ``spans`` together.
     """
-    if not gold:
-        raise ValueError("no gold questions to score")
     return summarize_drop_scores(drop_question_scores(gold, preds))
 
 
 def summarize_drop_scores(scores: Mapping[str, QuestionScore]) -> dict[str, Any]:
     """:func:`drop_score`'s report from per-question scores (:func:`drop_question_scores`)."""
+    if not scores:
+        raise ValueError("no gold questions to score")
     by_type: dict[str, list[QuestionScore]] = defaultdict(list)
     for score in scores.values():
         by_type[score.kind].append(score)
