@@ -21,7 +21,7 @@ from structqa.experiments import arms, runner
 from structqa.experiments.claims import try_claim
 from structqa.experiments.grid import experiment_from_dict, load_experiment
 from structqa.experiments.runner import run_experiment
-from structqa.experiments.store import Paths, pretrain_status
+from structqa.experiments.store import Launch, Paths, pretrain_status
 from structqa.pretrain import loop as pretrain_loop
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -244,7 +244,7 @@ def test_the_arms_claim_is_held_while_it_pretrains(
         return real_run(cfg, **kw)
 
     monkeypatch.setattr(pretrain_loop, "run", run_and_probe)
-    assert arms.ensure_pretrained(exp, "tok", paths, command="x", provenance={}) is not None
+    assert arms.ensure_pretrained(exp, "tok", paths, Launch("x", {})) is not None
     assert free_during_run == [False]
     assert try_claim(paths.runs, "pretrain/tok") is not None  # released once finished
 
@@ -356,10 +356,10 @@ def test_a_finished_arm_is_used_while_another_worker_holds_its_claim(
 ):
     exp = experiment(tiny_checkpoint, corpus, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")
-    final = arms.ensure_pretrained(exp, "tok", paths, command="x", provenance={})
+    final = arms.ensure_pretrained(exp, "tok", paths, Launch("x", {}))
     busy = try_claim(paths.runs, "pretrain/tok")  # e.g. a worker checking it at this moment
     assert busy is not None
     try:
-        assert arms.ensure_pretrained(exp, "tok", paths, command="x", provenance={}) == final
+        assert arms.ensure_pretrained(exp, "tok", paths, Launch("x", {})) == final
     finally:
         busy.release()

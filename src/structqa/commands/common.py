@@ -56,6 +56,16 @@ RUNTIME_HELP = (
 )
 
 
+def command(sub: Any, name: str, text: str, **kw: Any) -> argparse.ArgumentParser:
+    """Register subcommand ``name`` on ``sub`` (a ``parser.add_subparsers()`` object): the
+    first paragraph of ``text`` is its one-line help, the rest its description (argparse
+    re-wraps both); ``kw`` goes to ``add_parser`` as is (``epilog=``, ...)."""
+    help_text, _, description = text.strip().partition("\n\n")
+    return sub.add_parser(
+        name, help=" ".join(help_text.split()), description=" ".join(description.split()), **kw
+    )
+
+
 def add_sample_arguments(
     parser: Any, option: str, seed_option: str, help: str, seed: int = 0, group: Any = None
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from structqa.commands.common import command
+
 
 def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
     from rich.console import Console
@@ -31,17 +33,10 @@ def cmd_corpus(args: argparse.Namespace, extra: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from structqa.config import from_attributes
     from structqa.pretrain.corpus import CorpusConfig, build_corpus
 
-    config = CorpusConfig(
-        chunk_words=args.chunk_words,
-        overlap=args.overlap,
-        min_sentence_words=args.min_sentence_words,
-        min_doc_words=args.min_doc_words,
-        lines=args.lines,
-        shard_chunks=args.shard_chunks,
-        progress=not args.no_progress,
-    )
+    config = from_attributes(CorpusConfig, args, progress=not args.no_progress)
     report = build_corpus(args.sources, args.out, config, exclude=args.exclude)
     table = Table("step", "count", title=f"corpus in {args.out}")
     for step, n in report.counts.items():
@@ -110,6 +105,23 @@ def cmd_split(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+_MWP_TEXT = """math word problems (MAWPS, SVAMP) as DROP JSON for drop-train
+
+Reads MAWPS (.jsonl), SVAMP (.json) or SVAMP's training CSV (numbers masked as number0.. are put
+back from its Numbers column) and writes DROP JSON, one passage and one number question per
+problem; --folds K writes K train/test pairs (foldI-train.json, foldI-test.json) into OUT for
+cross-validation, and --dev F a foldI-dev.json of each fold's training problems.
+"""
+
+
+_SPLIT_TEXT = """K-fold splits of a QA file by passage, for cross-validation
+
+Deals SOURCE's passages (whole: a passage's questions stay together) into K folds after a seeded
+shuffle and writes OUT/foldI-train.json and foldI-test.json as SQuAD JSON, the test part of each
+the I-th fold.
+"""
+
+
 def add_parser(sub) -> None:
     sy = sub.add_parser("synth", help="write synthetic numerical QA data (DROP JSON)")
     sy.add_argument("--out", required=True, help="DROP JSON file to write")
@@ -118,15 +130,7 @@ def add_parser(sub) -> None:
     sy.add_argument("--seed", type=int, default=0)
     sy.set_defaults(func=cmd_synth)
 
-    mw = sub.add_parser(
-        "mwp",
-        help="math word problems (MAWPS, SVAMP) as DROP JSON for drop-train",
-        description="Reads MAWPS (.jsonl), SVAMP (.json) or SVAMP's training CSV (numbers "
-        "masked as number0.. are put back from its Numbers column) and writes DROP JSON, one "
-        "passage and one number question per problem; --folds K writes K train/test pairs "
-        "(foldI-train.json, foldI-test.json) into OUT for cross-validation, and --dev F a "
-        "foldI-dev.json of each fold's training problems.",
-    )
+    mw = command(sub, "mwp", _MWP_TEXT)
     mw.add_argument("source", help="mawps.jsonl, svamp.json or mawps-asdiv-a-train.csv")
     mw.add_argument("--out", required=True, help="DROP JSON file (a folder with --folds)")
     mw.add_argument("--folds", type=int, help="K-fold cross-validation splits")
@@ -140,13 +144,7 @@ def add_parser(sub) -> None:
     )
     mw.set_defaults(func=cmd_mwp)
 
-    sp = sub.add_parser(
-        "split",
-        help="K-fold splits of a QA file by passage, for cross-validation",
-        description="Deals SOURCE's passages (whole: a passage's questions stay together) into "
-        "K folds after a seeded shuffle and writes OUT/foldI-train.json and foldI-test.json as "
-        "SQuAD JSON, the test part of each the I-th fold.",
-    )
+    sp = command(sub, "split", _SPLIT_TEXT)
     sp.add_argument("source", help="SQuAD v1.1/v2.0 JSON or MRQA .jsonl[.gz]")
     sp.add_argument("--out", required=True, help="the folder for the fold files")
     sp.add_argument("--folds", type=int, default=5)

@@ -14,6 +14,7 @@ from structqa.commands.common import (
     add_runtime_argument,
     add_sample_arguments,
     answering_predictor,
+    command,
 )
 from structqa.documents.index import RETRIEVERS
 from structqa.io import write_json
@@ -252,16 +253,45 @@ def _add_reader_arguments(p: argparse.ArgumentParser, progress: bool = True) -> 
     add_runtime_argument(p)
 
 
+_INDEX_TEXT = """index a folder of documents for search and questions
+
+Reads .txt, .md, .html, .pdf files, SQuAD/MRQA files (each context a document) and BEIR
+corpus.jsonl[.gz] under PATH (folders recursively), cuts them into sentence-bounded chunks and
+indexes them for BM25 and dense search. Run again on a changed folder: new and changed files are
+indexed, deleted ones dropped. Files that cannot be read are skipped, each named with the
+reason.
+"""
+
+
+_ASK_TEXT = """answer a question from an index of documents, with the sources
+
+Retrieves the best chunks of INDEX for the question, reads them all in one batched pass with the
+reader, and prints the answers ranked across documents, each with its document, page and
+character offsets; or that the retrieved documents do not answer it.
+"""
+
+
+_EVALUATE_ASK_TEXT = """ask every question of a SQuAD/MRQA file of the whole index, scored end
+to end
+
+For a file whose passages are documents of INDEX: retrieval recall@1/5/10 of each question's
+gold passage by bm25, dense and hybrid retrieval, and EM/F1 of the best answer found in the
+whole index (--retriever), beside the same reader given the gold passage.
+"""
+
+
+_FIT_NO_ANSWER_TEXT = """fit the index's one no-answer decision per question on labelled questions
+
+Asks every question of a SQuAD 2.0 file (answerable and unanswerable questions over documents of
+INDEX) of the whole index, and fits the threshold on each question's best answer over the
+retrieved chunks that maximises their F1. It is saved in INDEX (no_answer.json) for this reader,
+retriever and --top-k-chunks, and `ask` and `serve --index` use it from then on. --test scores
+another such file at that threshold, beside the passage threshold and always answering.
+"""
+
+
 def add_parser(sub) -> None:
-    ix = sub.add_parser(
-        "index",
-        help="index a folder of documents for search and questions",
-        description="Reads .txt, .md, .html, .pdf files, SQuAD/MRQA files (each context a "
-        "document) and BEIR corpus.jsonl[.gz] under PATH (folders recursively), cuts them into "
-        "sentence-bounded chunks and indexes them for BM25 and dense search. Run again on a "
-        "changed folder: new and changed files are indexed, deleted ones dropped. Files that "
-        "cannot be read are skipped, each named with the reason.",
-    )
+    ix = command(sub, "index", _INDEX_TEXT)
     ix.add_argument("paths", nargs="+", metavar="PATH")
     ix.add_argument("--out", required=True, help="the index folder (created or updated)")
     ix.add_argument(
@@ -280,14 +310,7 @@ def add_parser(sub) -> None:
     se.add_argument("--json", action="store_true", help="the hits as JSON, for scripts")
     se.set_defaults(func=cmd_search)
 
-    ak = sub.add_parser(
-        "ask",
-        help="answer a question from an index of documents, with the sources",
-        description="Retrieves the best chunks of INDEX for the question, reads them all in "
-        "one batched pass with the reader, and prints the answers ranked across documents, "
-        "each with its document, page and character offsets; or that the retrieved "
-        "documents do not answer it.",
-    )
+    ak = command(sub, "ask", _ASK_TEXT)
     ak.add_argument("index")
     ak.add_argument("--question", required=True)
     ak.add_argument("--answers", type=int, default=5, help="answers shown")
@@ -295,14 +318,7 @@ def add_parser(sub) -> None:
     _add_reader_arguments(ak, progress=False)
     ak.set_defaults(func=cmd_ask, whole_words=None)
 
-    ea = sub.add_parser(
-        "evaluate-ask",
-        help="ask every question of a SQuAD/MRQA file of the whole index, scored end to end",
-        description="For a file whose passages are documents of INDEX: retrieval recall@1/5/10 "
-        "of each question's gold passage by bm25, dense and hybrid retrieval, and EM/F1 of the "
-        "best answer found in the whole index (--retriever), beside the same reader given the "
-        "gold passage.",
-    )
+    ea = command(sub, "evaluate-ask", _EVALUATE_ASK_TEXT)
     ea.add_argument("index")
     ea.add_argument("--eval", required=True, help="SQuAD/MRQA file of questions")
     ea.add_argument("--max-questions", type=int, help="the first N questions only")
@@ -319,16 +335,7 @@ def add_parser(sub) -> None:
     _add_reader_arguments(ea)
     ea.set_defaults(func=cmd_evaluate_ask, whole_words=None)
 
-    fn = sub.add_parser(
-        "fit-no-answer",
-        help="fit the index's one no-answer decision per question on labelled questions",
-        description="Asks every question of a SQuAD 2.0 file (answerable and unanswerable "
-        "questions over documents of INDEX) of the whole index, and fits the threshold on each "
-        "question's best answer over the retrieved chunks that maximises their F1. It is saved "
-        "in INDEX (no_answer.json) for this reader, retriever and --top-k-chunks, and `ask` and "
-        "`serve --index` use it from then on. --test scores another such file at that threshold, "
-        "beside the passage threshold and always answering.",
-    )
+    fn = command(sub, "fit-no-answer", _FIT_NO_ANSWER_TEXT)
     fn.add_argument("index")
     fn.add_argument("--questions", required=True, help="SQuAD 2.0 JSON of labelled questions")
     fn.add_argument("--test", help="another labelled file, scored at the fitted threshold")

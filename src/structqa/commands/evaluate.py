@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from structqa.commands.common import command
 from structqa.commands.settings import sections_epilog
 
 log = logging.getLogger("structqa")
@@ -32,15 +33,21 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+_EVALUATE_TEXT = """score a checkpoint on a test file
+
+Answers every question of the test file with CHECKPOINT and scores it (SQuAD v1.1, or v2.0 when
+the file has unanswerable questions); writes predictions.json, nbest_predictions.json,
+null_odds.json and metrics.json.
+"""
+
+
 def add_parser(subparsers) -> None:
     from structqa.commands.common import add_runtime_argument
 
-    e = subparsers.add_parser(
+    e = command(
+        subparsers,
         "evaluate",
-        help="score a checkpoint on a test file",
-        description="Answers every question of the test file with CHECKPOINT and scores it "
-        "(SQuAD v1.1, or v2.0 when the file has unanswerable questions); writes "
-        "predictions.json, nbest_predictions.json, null_odds.json and metrics.json.",
+        _EVALUATE_TEXT,
         epilog="Overrides: --data.* and --decode.* settings (e.g. --decode.whole_words=true) "
         "and --train.eval_batch_size. " + sections_epilog("train"),
     )

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from structqa.commands.common import command
 from structqa.config import ConfigError
 from structqa.experiments.grid import load_experiment
 from structqa.experiments.listing import print_plan
@@ -86,34 +87,28 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
         worker = [sys.executable, "-m", "structqa", "experiment", args.config, "--no-progress"]
         worker += _flags(args, threads)  # (--max-runs is refused with --workers)
         return run_workers(experiment, paths, worker, args.workers)
+    how = {
+        "command": _command_line(args),
+        "only": args.only,
+        "data_dir": args.data,
+        "progress": not args.no_progress,
+    }
     if args.pretrain_only:
-        return pretrain_arms(
-            experiment,
-            paths,
-            command=_command_line(args),
-            only=args.only,
-            data_dir=args.data,
-            progress=not args.no_progress,
-        )
-    return run_experiment(
-        experiment,
-        paths,
-        command=_command_line(args),
-        only=args.only,
-        max_runs=args.max_runs,
-        data_dir=args.data,
-        progress=not args.no_progress,
-    )
+        return pretrain_arms(experiment, paths, **how)
+    return run_experiment(experiment, paths, max_runs=args.max_runs, **how)
+
+
+_EXPERIMENT_TEXT = """run a grid of training runs from a YAML config, resumably, and tabulate
+results
+
+Runs every run of CONFIG.yaml's grid in order (skipping finished ones, resuming interrupted
+ones), writing one result JSON per run and refreshing table.md.
+"""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``experiment`` on a ``parser.add_subparsers()`` object."""
-    p = subparsers.add_parser(
-        "experiment",
-        help="run a grid of training runs from a YAML config, resumably, and tabulate results",
-        description="Runs every run of CONFIG.yaml's grid in order (skipping finished ones, "
-        "resuming interrupted ones), writing one result JSON per run and refreshing table.md.",
-    )
+    p = command(subparsers, "experiment", _EXPERIMENT_TEXT)
     p.add_argument("config", help="experiment YAML (name, base, grid/variants, table)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="list the runs with their status")

@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from structqa.commands.common import command
 from structqa.runtimes.select import DEFAULT_EXPORT_DIR
+
+_EXPORT_TEXT = """export a checkpoint for deployment: ONNX (fp32, int8) or transformers
+
+Writes a checkpoint as an ONNX graph (encoder + span head, dynamic batch and length axes, with
+the tokenizer and decoding settings) that `structqa evaluate | predict | serve` and
+Predictor.from_checkpoint run on onnxruntime, or, for Independent heads on a BERT encoder, as a
+transformers BertForQuestionAnswering directory.
+"""
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "export",
-        help="export a checkpoint for deployment: ONNX (fp32, int8) or transformers",
-        description="Writes a checkpoint as an ONNX graph (encoder + span head, dynamic batch "
-        "and length axes, with the tokenizer and decoding settings) that `structqa evaluate | "
-        "predict | serve` and Predictor.from_checkpoint run on onnxruntime, or, for Independent "
-        "heads on a BERT encoder, as a transformers BertForQuestionAnswering directory.",
-    )
+    p = command(subparsers, "export", _EXPORT_TEXT)
     p.add_argument("checkpoint", help="a training checkpoint directory (e.g. runs/x/best)")
     p.add_argument("--format", choices=["onnx", "transformers"], default="onnx")
     p.add_argument(

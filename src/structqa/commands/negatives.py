@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import argparse
 
+from structqa.commands.common import command
 from structqa.text.annotate import DEFAULT_MODEL
 from structqa.training.negatives import write_negatives
 
+_NEGATIVES_TEXT = """add unanswerable rewrites (entity swaps, antonyms, negations) to a QA file
+
+Writes FILE's questions and, for each answerable one, at most one unanswerable rewrite on the
+same passage (an entity the passage mentions swapped for one it does not, a word swapped for its
+opposite, or 'not' before the main verb), as SQuAD v2.0 JSON. Train on the result to teach a
+model to abstain when a file has no unanswerable questions of its own.
+"""
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    n = subparsers.add_parser(
-        "negatives",
-        help="add unanswerable rewrites (entity swaps, antonyms, negations) to a QA file",
-        description="Writes FILE's questions and, for each answerable one, at most one "
-        "unanswerable rewrite on the same passage (an entity the passage mentions swapped for "
-        "one it does not, a word swapped for its opposite, or 'not' before the main verb), as "
-        "SQuAD v2.0 JSON. Train on the result to teach a model to abstain when a file has no "
-        "unanswerable questions of its own.",
-    )
+    n = command(subparsers, "negatives", _NEGATIVES_TEXT)
     n.add_argument("source", help="SQuAD v1.1/v2.0 JSON or MRQA .jsonl[.gz]")
     n.add_argument("--out", required=True, help="the SQuAD v2.0 JSON file to write")
     n.add_argument(

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from structqa.commands.common import INTERRUPTED, config_from_args, stopped
+from structqa.commands.common import INTERRUPTED, command, config_from_args, stopped
 from structqa.commands.settings import sections_epilog
 from structqa.config import validation_fraction
 
@@ -159,13 +159,19 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+_QUICKSTART_TEXT = """train on 512 SQuAD questions, score the held-out split, show some answers
+
+Fine-tunes the DyREx head on 512 questions of splits/squad1-train (seed 0), chooses best/ on 2%
+of that file, scores best/ once on splits/squad1-heldout and prints every k-th held-out question
+with the gold and the predicted answer.
+"""
+
+
 def add_parser(subparsers) -> None:
-    q = subparsers.add_parser(
+    q = command(
+        subparsers,
         "quickstart",
-        help="train on 512 SQuAD questions, score the held-out split, show some answers",
-        description="Fine-tunes the DyREx head on 512 questions of splits/squad1-train (seed "
-        "0), chooses best/ on 2% of that file, scores best/ once on splits/squad1-heldout "
-        "and prints every k-th held-out question with the gold and the predicted answer.",
+        _QUICKSTART_TEXT,
         epilog="Overrides as for `structqa train`, e.g. --model.head=independent. "
         + sections_epilog("train"),
     )

@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from structqa.commands.common import INTERRUPTED
+from structqa.commands.common import INTERRUPTED, command
 from structqa.paths import READER_ENV, default_reader_dir
 
 
@@ -36,26 +36,28 @@ def cmd_reader_build(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+_READER_TEXT = """the general reader: build it once, then ask, serve and train start from it
+
+The general reader is the most accurate span reader the public SQuAD data on this machine makes.
+`ask`, `serve` (without a checkpoint) and `train --model.init_from=reader` use it once built.
+"""
+
+
+_BUILD_TEXT = """train, calibrate, export and score the general reader (resumable)
+
+Trains the general reader on the SQuAD 1.1 training pool, the SQuAD 2.0 training split and
+unanswerable rewrites (every passage of both held-out splits excluded), chooses and calibrates
+it on a validation slice (answer probabilities, no-answer threshold, answerability verifier),
+exports it to int8 ONNX, scores both held-out splits and writes a model card. It says how long
+training will take before it starts; stopped, the same command goes on from where it was.
+Settings after the options override the recipe (e.g. --train.epochs=3).
+"""
+
+
 def add_parser(sub) -> None:
-    r = sub.add_parser(
-        "reader",
-        help="the general reader: build it once, then ask, serve and train start from it",
-        description="The general reader is the most accurate span reader the public SQuAD data "
-        "on this machine makes. `ask`, `serve` (without a checkpoint) and "
-        "`train --model.init_from=reader` use it once built.",
-    )
+    r = command(sub, "reader", _READER_TEXT)
     rs = r.add_subparsers(dest="reader_command", required=True)
-    b = rs.add_parser(
-        "build",
-        help="train, calibrate, export and score the general reader (resumable)",
-        description="Trains the general reader on the SQuAD 1.1 training pool, the SQuAD 2.0 "
-        "training split and unanswerable rewrites (every passage of both held-out splits "
-        "excluded), chooses and calibrates it on a validation slice (answer probabilities, "
-        "no-answer threshold, answerability verifier), exports it to int8 ONNX, scores both "
-        "held-out splits and writes a model card. It says how long training will take before "
-        "it starts; stopped, the same command goes on from where it was. Settings after the "
-        "options override the recipe (e.g. --train.epochs=3).",
-    )
+    b = command(rs, "build", _BUILD_TEXT)
     b.add_argument(
         "--out",
         help=f"where to build (default: {default_reader_dir()}, where ask, serve and "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from structqa.commands.common import command
+
 
 def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.scoring import score_file
@@ -61,15 +63,17 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+_COMPARE_TEXT = """paired bootstrap over questions: is A's score above B's beyond question sampling?
+
+Scores two sets of predictions on the same data file question by question (official
+SQuAD/MRQA/DROP scoring) and resamples the questions to put an interval and a p-value on mean(A)
+- mean(B). Several files per side are runs (e.g. seeds) paired by position; each question's
+score is averaged over them.
+"""
+
+
 def add_parser(sub) -> None:
-    cp = sub.add_parser(
-        "compare",
-        help="paired bootstrap over questions: is A's score above B's beyond question sampling?",
-        description="Scores two sets of predictions on the same data file question by question "
-        "(official SQuAD/MRQA/DROP scoring) and resamples the questions to put an interval and a "
-        "p-value on mean(A) - mean(B). Several files per side are runs (e.g. seeds) paired by "
-        "position; each question's score is averaged over them.",
-    )
+    cp = command(sub, "compare", _COMPARE_TEXT)
     cp.add_argument("data_file", help="the dataset the predictions answer (.jsonl[.gz] or JSON)")
     cp.add_argument(
         "--a",

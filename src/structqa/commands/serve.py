@@ -7,6 +7,9 @@ import logging
 import socket
 import time
 from pathlib import Path
+from typing import Any
+
+from structqa.commands.common import command
 
 log = logging.getLogger(__name__)
 
@@ -16,18 +19,20 @@ WHOLE_WORDS_HELP = (
 )
 
 
+_SERVE_TEXT = """answer questions over HTTP (POST /v1/answer, a web page at /)
+
+Serves a checkpoint: POST /v1/answer (and the old POST /predict), POST /v1/explain, GET /health,
+/ready, /metrics, /docs and a web page at /. Requests that arrive together share forward passes
+(micro-batching by windows).
+"""
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from structqa.commands.common import add_runtime_argument
     from structqa.serving.settings import API_KEY_ENV, ServeSettings
 
     d = ServeSettings()
-    sv = subparsers.add_parser(
-        "serve",
-        help="answer questions over HTTP (POST /v1/answer, a web page at /)",
-        description="Serves a checkpoint: POST /v1/answer (and the old POST /predict), "
-        "POST /v1/explain, GET /health, /ready, /metrics, /docs and a web page at /. Requests "
-        "that arrive together share forward passes (micro-batching by windows).",
-    )
+    sv = command(subparsers, "serve", _SERVE_TEXT)
     sv.add_argument(
         "checkpoint",
         nargs="?",
@@ -44,18 +49,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
     add_runtime_argument(sv)
     sv.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
+
+    def setting(group: Any, name: str, help: str | None = None) -> None:
+        """--NAME for the ServeSettings field NAME, with its type and default."""
+        default = getattr(d, name)
+        option = "--" + name.replace("_", "-")
+        group.add_argument(option, type=type(default), default=default, help=help)
+
     b = sv.add_argument_group("batching")
-    b.add_argument(
-        "--max-batch-windows",
-        type=int,
-        default=d.max_batch_windows,
-        help="windows in one forward pass (1: one window at a time)",
-    )
-    b.add_argument(
-        "--max-wait-ms",
-        type=float,
-        default=d.max_wait_ms,
-        help="how long an idle worker waits for more windows before a batch that is not full",
+    setting(b, "max_batch_windows", "windows in one forward pass (1: one window at a time)")
+    setting(
+        b,
+        "max_wait_ms",
+        "how long an idle worker waits for more windows before a batch that is not full",
     )
     b.add_argument(
         "--one-at-a-time",
@@ -63,25 +69,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="process one request at a time, as a plain server with one lock would: a "
         "baseline for benchmarks",
     )
-    b.add_argument(
-        "--queue-size",
-        type=int,
-        default=d.queue_size,
-        help="requests in progress at once; more get 503 with Retry-After",
-    )
+    setting(b, "queue_size", "requests in progress at once; more get 503 with Retry-After")
     lim = sv.add_argument_group("limits")
-    lim.add_argument("--max-context-chars", type=int, default=d.max_context_chars)
-    lim.add_argument("--max-questions", type=int, default=d.max_questions, help="per request")
-    lim.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
-    lim.add_argument(
-        "--request-timeout", type=float, default=d.request_timeout, help="seconds; then 504"
-    )
-    lim.add_argument(
-        "--body-timeout",
-        type=float,
-        default=d.body_timeout,
-        help="seconds for a whole body to arrive; then 408",
-    )
+    setting(lim, "max_context_chars")
+    setting(lim, "max_questions", "per request")
+    setting(lim, "max_body_bytes")
+    setting(lim, "request_timeout", "seconds; then 504")
+    setting(lim, "body_timeout", "seconds for a whole body to arrive; then 408")
     lim.add_argument(
         "--header-timeout",
         type=float,
@@ -116,6 +110,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     import uvicorn
 
     from structqa.commands.common import answering_predictor
+    from structqa.config import from_attributes
     from structqa.paths import find_reader, no_reader_message
     from structqa.serving.app import create_app
     from structqa.serving.edge import guarded_h11
@@ -127,16 +122,9 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     if found is None:
         raise ValueError(no_reader_message())
     args.checkpoint = str(found)
-    settings = ServeSettings(
-        max_batch_windows=args.max_batch_windows,
-        max_wait_ms=args.max_wait_ms,
-        one_at_a_time=args.one_at_a_time,
-        queue_size=args.queue_size,
-        max_context_chars=args.max_context_chars,
-        max_questions=args.max_questions,
-        max_body_bytes=args.max_body_bytes,
-        request_timeout=args.request_timeout,
-        body_timeout=args.body_timeout,
+    settings = from_attributes(  # the options are named after the settings
+        ServeSettings,
+        args,
         api_key=api_key_from_env(args.api_key),
         cors_origins=tuple(args.cors_origin),
         model_name="/".join(Path(args.checkpoint).resolve().parts[-2:]),  # e.g. qs-dyrex/best

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from structqa.commands.common import command
+
 # command -> the config class its YAML and --section.key=value overrides fill
 CONFIG_CLASSES = {
     "train": "structqa.config:Config",
@@ -167,15 +169,17 @@ def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+_CONFIG_TEXT = """list every setting (type, default, help), or write a commented YAML config
+
+Every setting of `structqa train` (or of --command pretrain / drop-train) with its type, default
+and one-line help. `structqa config data` shows one section, `structqa config train.lr` one
+setting; `structqa config --yaml > my.yaml` writes a complete, commented config that `structqa
+train my.yaml` loads.
+"""
+
+
 def add_parser(subparsers) -> None:
-    c = subparsers.add_parser(
-        "config",
-        help="list every setting (type, default, help), or write a commented YAML config",
-        description="Every setting of `structqa train` (or of --command pretrain / drop-train) "
-        "with its type, default and one-line help. `structqa config data` shows one section, "
-        "`structqa config train.lr` one setting; `structqa config --yaml > my.yaml` writes a "
-        "complete, commented config that `structqa train my.yaml` loads.",
-    )
+    c = command(subparsers, "config", _CONFIG_TEXT)
     c.add_argument("section", nargs="?", help="a section (e.g. data) or one setting (train.lr)")
     c.add_argument(
         "--command",

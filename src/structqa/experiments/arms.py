@@ -9,7 +9,6 @@ and accuracy, config, provenance and wall time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from structqa.experiments.claims import RunBusy, held_by, try_claim
 from structqa.experiments.spec import Experiment
 from structqa.experiments.store import (
     TIME_FILE,
+    Launch,
     Paths,
     arm_finished,
     device_and_bf16,
@@ -36,11 +36,7 @@ def ensure_pretrained(
     experiment: Experiment,
     arm: str,
     paths: Paths,
-    *,
-    command: str,
-    provenance: Mapping[str, Any],
-    data_dir: str | None = None,
-    progress: bool = True,
+    launch: Launch,
 ) -> Path | None:
     """Pre-train (or continue) one arm; its ``final/`` directory once finished, else None.
 
@@ -54,8 +50,8 @@ def ensure_pretrained(
     final = out / "final"
     cfg = experiment.pretrain.config_for(arm)
     cfg.train.output_dir = str(out)
-    if data_dir:
-        cfg.data.dir = data_dir
+    if launch.data_dir:
+        cfg.data.dir = launch.data_dir
     recorded = read_json(out / "config.json")  # what the pre-training loop ran with
     changed = [k for k, _, _ in config_changes(recorded or {}, cfg.to_dict(), RESUME_MAY_CHANGE)]
     if changed:
@@ -78,7 +74,7 @@ def ensure_pretrained(
     with claim:
         if finished():  # by another worker since the check above
             return final
-        return _pretrain_and_record(experiment, arm, paths, cfg, command, provenance, progress)
+        return _pretrain_and_record(experiment, arm, paths, cfg, launch)
 
 
 def _pretrain_and_record(
@@ -86,9 +82,7 @@ def _pretrain_and_record(
     arm: str,
     paths: Paths,
     cfg: Any,
-    command: str,
-    provenance: Mapping[str, Any],
-    progress: bool,
+    launch: Launch,
 ) -> Path | None:
     """:func:`ensure_pretrained`'s work under the arm's claim: train (or resume) the arm into
     ``cfg.train.output_dir`` and write its result JSON; ``final/``, or None if interrupted."""
@@ -101,7 +95,7 @@ def _pretrain_and_record(
         resume = (out / "last").is_dir()
         log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
         timing = timed_training(
-            out, lambda: pretrain_loop.run(cfg, resume=resume, progress=progress)
+            out, lambda: pretrain_loop.run(cfg, resume=resume, progress=launch.progress)
         )
         if not arm_finished(final):
             state = read_json(out / "last" / "train_state.json")
@@ -127,8 +121,8 @@ def _pretrain_and_record(
             "sessions": timing.get("sessions", 0),
             "device": device,
             "bf16": bf16,
-            **provenance,
-            "command": command,
+            **launch.provenance,
+            "command": launch.command,
             "config_file": experiment.source,
             "pretrain_base": experiment.pretrain.base_file,
             "config": cfg.to_dict(),

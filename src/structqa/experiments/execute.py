@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from structqa.experiments.run_config import resolve_config
 from structqa.experiments.spec import Experiment, Run, pretrain_arm
 from structqa.experiments.stale import stale_partial
 from structqa.experiments.store import (
+    Launch,
     Paths,
     answers_source,
     device_and_bf16,
@@ -45,25 +45,13 @@ def execute_run(
     experiment: Experiment,
     run: Run,
     paths: Paths,
-    *,
-    command: str,
-    provenance: Mapping[str, Any],
-    data_dir: str | None = None,
-    progress: bool = True,
+    launch: Launch,
 ) -> bool:
     """Train (or continue) one run; write its result JSON if it finished. True if it did."""
-    cfg, split = resolve_config(experiment, run, paths, data_dir)
+    cfg, split = resolve_config(experiment, run, paths, launch.data_dir)
     arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
     if arm is not None:
-        final = ensure_pretrained(
-            experiment,
-            arm,
-            paths,
-            command=command,
-            provenance=provenance,
-            data_dir=data_dir,
-            progress=progress,
-        )
+        final = ensure_pretrained(experiment, arm, paths, launch)
         if final is None:
             return False
         cfg.model.encoder = str(final)
@@ -77,7 +65,7 @@ def execute_run(
         )
     before = read_json(out / "last" / "train_state.json")
     trainer = drop_loop.run if isinstance(cfg, DropConfig) else loop.run
-    timing = timed_training(out, lambda: trainer(cfg, resume=resume, progress=progress))
+    timing = timed_training(out, lambda: trainer(cfg, resume=resume, progress=launch.progress))
     state = read_json(out / "last" / "train_state.json")
     if not state.get("finished"):
         if resume and state.get("global_step") == before.get("global_step"):
@@ -134,8 +122,8 @@ def execute_run(
         "sessions": timing["sessions"],
         "device": device,
         "bf16": bf16,
-        **provenance,
-        "command": command,
+        **launch.provenance,
+        "command": launch.command,
         "config_file": experiment.source,
         "validation": split,
         "config": config,

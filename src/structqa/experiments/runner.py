@@ -31,7 +31,14 @@ from structqa.experiments.reuse import find_reusable, reuse_result
 from structqa.experiments.run_config import resolve_config
 from structqa.experiments.spec import Experiment, Run, plan, pretrain_arm
 from structqa.experiments.stale import check_not_stale, selection_note
-from structqa.experiments.store import ANSWERS_DIR, Paths, config_file, keep_answers, run_status
+from structqa.experiments.store import (
+    ANSWERS_DIR,
+    Launch,
+    Paths,
+    config_file,
+    keep_answers,
+    run_status,
+)
 from structqa.provenance import git_info, machine_info
 from structqa.training import loop
 
@@ -73,7 +80,7 @@ def run_experiment(
     if note := selection_note(experiment):
         log.warning("%s", note)
     loop.StopFlag.received = None  # (a signal an earlier call in this process handled)
-    provenance = {"git": git_info(), "machine": machine_info()}
+    launch = Launch(command, {"git": git_info(), "machine": machine_info()}, data_dir, progress)
     yaml_name = config_file(experiment)
     finished = 0
     skipped: list[str] = []
@@ -138,15 +145,7 @@ def run_experiment(
                         left,
                     )
                     try:
-                        done = execute_run(
-                            experiment,
-                            run,
-                            paths,
-                            command=command,
-                            provenance=provenance,
-                            data_dir=data_dir,
-                            progress=progress,
-                        )
+                        done = execute_run(experiment, run, paths, launch)
                     except RunBusy as busy:
                         log.info("%s: %s; putting it off", run.name, busy)
                         waiting.setdefault(busy.claim, []).append(run.name)
@@ -247,19 +246,14 @@ def pretrain_arms(
             f"{experiment.name}: no run{where} fine-tunes from a pre-training arm "
             f"(arms: {', '.join(experiment.pretrain.arms)})"
         )
-    how: dict[str, Any] = {
-        "command": command,
-        "provenance": {"git": git_info(), "machine": machine_info()},
-        "data_dir": data_dir,
-        "progress": progress,
-    }
+    launch = Launch(command, {"git": git_info(), "machine": machine_info()}, data_dir, progress)
     loop.StopFlag.received = None
     done, skipped = 0, []
     try:
         with _sigterm_as_interrupt():
             for arm in arms:
                 try:
-                    final = ensure_pretrained(experiment, arm, paths, **how)
+                    final = ensure_pretrained(experiment, arm, paths, launch)
                 except RunBusy as busy:
                     log.info("%s; skipping it", busy)
                     skipped.append(arm)

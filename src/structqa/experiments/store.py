@@ -83,6 +83,17 @@ def keep_answers(
 
 
 @dataclass(frozen=True)
+class Launch:
+    """What every run and arm this process trains records or reads: the command line, its
+    provenance (git, machine), the data root (else the configs' own) and progress bars."""
+
+    command: str
+    provenance: Mapping[str, Any]
+    data_dir: str | None = None
+    progress: bool = True
+
+
+@dataclass(frozen=True)
 class Paths:
     results: Path  # table.md, summary.json, runs/<run>.json
     runs: Path  # <run>/ output directories (checkpoints; never committed)
