@@ -13,11 +13,13 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from structqa.text.annotate import DEFAULT_MODEL
+
+_T = TypeVar("_T")
 
 
 def setting(
@@ -471,6 +473,15 @@ def config_from_dict(d: dict[str, Any], cls: type = Config) -> Any:
     cfg = cls()
     _apply(cfg, d, "")
     return cfg
+
+
+def from_attributes(cls: type[_T], source: Any, **given: Any) -> _T:
+    """A ``cls`` dataclass with each field taken from ``source``'s attribute of the same name
+    (an argparse namespace whose options are named after the fields, or another config),
+    but for ``given``; a field ``source`` lacks keeps its default."""
+    names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+    values = {n: getattr(source, n) for n in names if hasattr(source, n)}
+    return cls(**{**values, **given})
 
 
 def mapping_fields(cls: type, prefix: str = "") -> set[str]:

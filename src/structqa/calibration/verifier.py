@@ -39,6 +39,7 @@ import numpy as np
 from structqa.config import VERIFIER_AUTO, VERIFIER_KINDS
 from structqa.data.records import Example
 from structqa.decoding import Prediction
+from structqa.text.spans import pieces
 
 STEM_CHARS = 5
 FOLDS = 5
@@ -81,11 +82,7 @@ def content_stems(question: str) -> list[str]:
 
 def sentence_spans(context: str) -> list[tuple[int, int]]:
     """Character spans of the passage's sentences (split after ., ! or ? and white space)."""
-    spans, start = [], 0
-    for m in _SENTENCE_END.finditer(context):
-        spans.append((start, m.start()))
-        start = m.end()
-    spans.append((start, len(context)))
+    spans = pieces(context, _SENTENCE_END)
     return [s for s in spans if s[1] > s[0]] or [(0, len(context))]
 
 

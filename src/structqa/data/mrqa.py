@@ -94,18 +94,7 @@ def _read_context(
         for m, text in enumerate(gold_texts):
             check_type(text, str, path=name, record=rec, field_name=f"answers[{m}]")
         located = _located_answers(qa, context, rec=rec, report=report)
-        examples.append(
-            make_example(
-                report,
-                qid=qid,
-                question=question,
-                context=context,
-                located=located,
-                gold_texts=gold_texts,
-                is_impossible=False,
-                title="",
-            )
-        )
+        examples.append(make_example(report, qid, question, context, located, gold_texts))
     return examples
 
 

@@ -95,15 +95,9 @@ def read_mawps(path: str | Path) -> list[Problem]:
                 if key not in obj:
                     raise DataError(name, record, key, "missing")
             body, question = split_question(_text(obj["input"], name, record, "input"))
-            problems.append(
-                Problem(
-                    id=f"mawps-{obj.get('idx', n)}",
-                    body=body,
-                    question=question,
-                    answer=_number(obj["target"], name, record, "target"),
-                    subset=_text(obj["type"], name, record, "type").lower(),
-                )
-            )
+            answer = _number(obj["target"], name, record, "target")
+            subset = _text(obj["type"], name, record, "type").lower()
+            problems.append(Problem(f"mawps-{obj.get('idx', n)}", body, question, answer, subset))
     return problems
 
 
@@ -172,15 +166,8 @@ def read_masked_csv(path: str | Path) -> list[Problem]:
             if row.get("Body") and row.get("Ques"):
                 body = unmask(_text(row["Body"], name, record, "Body"), numbers, name, record)
                 question = unmask(_text(row["Ques"], name, record, "Ques"), numbers, name, record)
-            problems.append(
-                Problem(
-                    id=f"asdiv-a-{n}",
-                    body=body,
-                    question=question,
-                    answer=_number(row["Answer"], name, record, "Answer"),
-                    subset="mawps-asdiv-a",
-                )
-            )
+            answer = _number(row["Answer"], name, record, "Answer")
+            problems.append(Problem(f"asdiv-a-{n}", body, question, answer, "mawps-asdiv-a"))
     return problems
 
 

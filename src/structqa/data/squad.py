@@ -182,16 +182,18 @@ def note_warning(
 
 def make_example(
     report: ReadReport,
-    *,
     qid: str,
     question: str,
     context: str,
     located: Iterable[Answer],
     gold_texts: Iterable[str],
-    is_impossible: bool,
-    title: str,
+    *,
+    is_impossible: bool = False,
+    title: str = "",
 ) -> Example:
-    """Build an Example, de-duplicating located answers and flagging answerable ones without any."""
+    """Build an Example, de-duplicating located answers and flagging answerable ones without any
+    (``located``: the gold answers found in the context; ``gold_texts``: every gold text, for
+    scoring)."""
     # Repeated annotations add nothing as training targets; order is kept so the first
     # annotator's answer stays first. gold_texts keep repeats: scorers take a max over them.
     answers = tuple(dict.fromkeys(located))
@@ -377,11 +379,11 @@ def _read_question(
         located.append(Answer(text=text, start=found))
     return make_example(
         report,
-        qid=qid,
-        question=question,
-        context=context,
-        located=located,
-        gold_texts=gold_texts,
+        qid,
+        question,
+        context,
+        located,
+        gold_texts,
         is_impossible=is_impossible,
         title=title,
     )

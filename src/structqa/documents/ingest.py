@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from structqa.text.spans import pieces
+
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
 HTML_SUFFIXES = (".html", ".htm")
 QA_SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".json.gz")
@@ -240,13 +242,8 @@ def _beir(path: Path, opener: Callable) -> Iterator[Document]:
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Character spans of ``text``'s sentences (blank lines also end one), whitespace left out."""
-    spans, start = [], 0
-    for m in _SENTENCE_END.finditer(text):
-        spans.append((start, m.start()))
-        start = m.end()
-    spans.append((start, len(text)))
     out = []
-    for a, b in spans:
+    for a, b in pieces(text, _SENTENCE_END):
         while a < b and text[a].isspace():
             a += 1
         while b > a and text[b - 1].isspace():

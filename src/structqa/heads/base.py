@@ -37,19 +37,21 @@ class HeadOutput:
     attentions: tuple[Tensor, ...] = ()  # per attention sub-layer, when asked for
 
 
-class SpanHead(nn.Module):
-    """A span head scores answer spans from encoder states.
-
-    ``encoder_inputs`` lets a head change the encoder call (DyReF inserts query vectors);
-    ``forward`` turns hidden states into a :class:`HeadOutput`.
-    """
+class EncoderHooks(nn.Module):
+    """What a head (or a query source) may change about the encoder call and its output."""
 
     def encoder_inputs(self, batch: Batch) -> dict[str, Any]:
+        """Extra encoder arguments (DyReF inserts query vectors); none by default."""
         return {}
 
     def token_states(self, hidden: Tensor) -> Tensor:
         """The part of the encoder output that belongs to the input tokens."""
         return hidden
+
+
+class SpanHead(EncoderHooks):
+    """A span head scores answer spans from encoder states: ``forward`` turns hidden states
+    into a :class:`HeadOutput`."""
 
     def forward(self, hidden: Tensor, batch: Batch) -> HeadOutput:  # pragma: no cover
         raise NotImplementedError
@@ -99,14 +101,8 @@ class QueryStates:
     tokens: Tensor  # (B, N, D): token states, aligned with the batch's N tokens
 
 
-class QuerySource(nn.Module):
+class QuerySource(EncoderHooks):
     """Produces the start/end queries and the token states from the encoder output."""
-
-    def encoder_inputs(self, batch: Batch) -> dict[str, Any]:
-        return {}
-
-    def token_states(self, hidden: Tensor) -> Tensor:
-        return hidden
 
     def forward(self, hidden: Tensor, batch: Batch) -> QueryStates:  # pragma: no cover
         raise NotImplementedError

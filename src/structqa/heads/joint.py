@@ -146,15 +146,7 @@ class BandJointScorer(JointScorer):
         gold = torch.where(is_null, n * L, s * L + length.clamp(0, L - 1))  # (B,)
         ok = is_null | (in_band & _scored(valid, gold))  # else the gold span is out of the band
         flat = torch.cat([spans.reshape(b, n * L), null[:, None]], dim=1)  # (B, N L + 1)
-        start_logits, end_logits = masked_start_end(start, end, batch)
-        return HeadOutput(
-            start_logits,
-            end_logits,
-            loss=_nll(flat, gold, ok),
-            span_scores=spans,
-            null_scores=null,
-            loss_skipped=~ok,
-        )
+        return _output(start, end, batch, (flat, gold, ok), spans, null)
 
 
 class FullJointScorer(JointScorer):
@@ -181,15 +173,30 @@ class FullJointScorer(JointScorer):
         ends = torch.arange(n, device=h.device)[:, None] + torch.arange(L, device=h.device)
         band = scores.gather(2, ends.clamp(max=n - 1).expand(b, n, L))  # (B, N, L)
         band = band.masked_fill(~valid_band(ctx, L), NEG)
-        start_logits, end_logits = masked_start_end(start, end, batch)
-        return HeadOutput(
-            start_logits,
-            end_logits,
-            loss=_nll(flat, gold, ok),
-            span_scores=band,
-            null_scores=null,
-            loss_skipped=~ok,
-        )
+        return _output(start, end, batch, (flat, gold, ok), band, null)
+
+
+def _output(
+    start: Tensor,
+    end: Tensor,
+    batch: Batch,
+    target: tuple[Tensor, Tensor, Tensor],
+    band: Tensor,
+    null: Tensor,
+) -> HeadOutput:
+    """Both formulations' output: the masked start/end logits, the loss over the flat span
+    scores (``target`` = flat scores, gold index, rows whose gold is scored), the (B, N, L)
+    band for decoding and the no-answer span's score."""
+    flat, gold, ok = target
+    start_logits, end_logits = masked_start_end(start, end, batch)
+    return HeadOutput(
+        start_logits,
+        end_logits,
+        loss=_nll(flat, gold, ok),
+        span_scores=band,
+        null_scores=null,
+        loss_skipped=~ok,
+    )
 
 
 JOINT_MODES: dict[str, type[JointScorer]] = {"band": BandJointScorer, "full": FullJointScorer}

@@ -1,27 +1,5 @@
-"""Evaluation metrics over plain dicts (no models, no readers)."""
+"""Evaluation metrics over plain dicts (no models, no readers): the SQuAD metrics at the
+package level."""
 
-from structqa.metrics.squad import (
-    best_thresholds,
-    exact_match,
-    f1_v1,
-    f1_v2,
-    get_tokens,
-    gold_from_squad_json,
-    normalize_answer,
-    raw_scores_v2,
-    squad_v1,
-    squad_v2,
-)
-
-__all__ = [
-    "best_thresholds",
-    "exact_match",
-    "f1_v1",
-    "f1_v2",
-    "get_tokens",
-    "gold_from_squad_json",
-    "normalize_answer",
-    "raw_scores_v2",
-    "squad_v1",
-    "squad_v2",
-]
+from structqa.metrics.squad import *  # noqa: F403  (re-exports exactly squad.__all__)
+from structqa.metrics.squad import __all__ as __all__

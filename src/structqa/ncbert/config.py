@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from structqa.attention.nc_masks import NCMaskConfig
-from structqa.config import ConfigError, load_config, setting
+from structqa.config import ConfigError, from_attributes, load_config, setting
 from structqa.features.drop_features import DropFeatureConfig
 from structqa.models.genbert import GenBERTConfig
 from structqa.runtime import use_bf16
@@ -64,24 +64,10 @@ class DropModelConfig:
         return masked and self.entity_channel
 
     def genbert(self, seed: int = 0) -> GenBERTConfig:
-        return GenBERTConfig(
-            xa_init=self.xa_init,
-            nc_layer=self.nc_layer,
-            nc_heads=tuple(self.nc_heads),
-            nc_replace=self.nc_replace,
-            nc_mask=NCMaskConfig(
-                entity_channel=self.entity_channel,
-                type_channel=self.type_channel,
-                type_words=self.type_words,
-                type_window=self.type_window,
-            ),
-            decoder_number_mask=self.decoder_number_mask,
-            dice_weight=self.dice_weight,
-            dice_pairs=self.dice_pairs,
-            dice_seed=seed,
-            max_decode_len=self.max_decode_len,
-            max_span_len=self.max_span_len,
-            lsdf=self.lsdf,
+        """The model's options: every GenBERTConfig field is this section's field of the same
+        name, the NC-Mask's channels grouped, DICE's pair sampling drawn by ``seed``."""
+        return from_attributes(
+            GenBERTConfig, self, nc_mask=from_attributes(NCMaskConfig, self), dice_seed=seed
         )
 
 

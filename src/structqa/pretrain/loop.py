@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from structqa.pretrain.np_tokenizer import collect_np_words, extend_embeddings, 
 from structqa.provenance import git_info, machine_info
 from structqa.runtime import autocast
 from structqa.text.annotate import NUM_POS_IDS
-from structqa.training.checkpoint import TrainState, save_checkpoint
+from structqa.training.checkpoint import save_checkpoint
 from structqa.training.trainer import CheckpointedTask, Env, Evaluation, Settings, fit
 
 __all__ = [
@@ -207,29 +208,14 @@ def evaluate_mlm(
 # ---- checkpoints -----------------------------------------------------------------------------
 
 
-def save_pretrain_checkpoint(
-    target: Path,
-    model: MaskedLM,
-    tokenizer,
-    config: dict[str, Any],
-    state: TrainState,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any = None,
-    metrics: dict[str, Any] | None = None,
-) -> None:
-    """An HF BertForMaskedLM directory (+ resume state), by the one checkpoint writer."""
-    save_checkpoint(
-        target,
-        model,
-        tokenizer,
-        config,
-        state,
-        optimizer,
-        scheduler,
-        metrics,
-        write_model=model.save_pretrained,
-        config_file=CONFIG_FILE,
-    )
+def _save_pretrained(model: MaskedLM, directory: Path) -> None:
+    model.save_pretrained(directory)
+
+
+# an HF BertForMaskedLM directory (+ resume state), by the one checkpoint writer
+save_pretrain_checkpoint = partial(
+    save_checkpoint, write_model=_save_pretrained, config_file=CONFIG_FILE
+)
 
 
 def _load_weights(model: MaskedLM, path: Path) -> None:

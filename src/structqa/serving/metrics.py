@@ -4,6 +4,7 @@ apps, e.g. in tests, never collide in the process-wide default registry)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -17,57 +18,49 @@ class ServeMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
+        # every metric on this app's registry
+        counter, gauge, histogram = (
+            partial(kind, registry=self.registry) for kind in (Counter, Gauge, Histogram)
+        )
+        self.requests = counter(
             "structqa_http_requests",
             "HTTP replies by route, method and status code",
             ["route", "method", "status"],
-            registry=r,
         )
-        self.latency = Histogram(
+        self.latency = histogram(
             "structqa_http_request_seconds",
             "Time from a request's arrival to its reply",
             ["route"],
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.batch_windows = Histogram(
-            "structqa_batch_windows",
-            "Windows scored by one forward pass",
-            buckets=WINDOW_BUCKETS,
-            registry=r,
+        self.batch_windows = histogram(
+            "structqa_batch_windows", "Windows scored by one forward pass", buckets=WINDOW_BUCKETS
         )
-        self.batch_requests = Histogram(
+        self.batch_requests = histogram(
             "structqa_batch_requests",
             "Requests whose windows shared one forward pass",
             buckets=WINDOW_BUCKETS,
-            registry=r,
         )
-        self.batch_passes = Histogram(
+        self.batch_passes = histogram(
             "structqa_batch_passes",
             "Forward passes of one batch (its windows cut into groups of similar length)",
             buckets=(1, 2, 3, 4, 6, 8, 16),
-            registry=r,
         )
-        self.batch_seconds = Histogram(
+        self.batch_seconds = histogram(
             "structqa_batch_seconds",
             "Time of one forward pass and its decoding",
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.queue_requests = Gauge(
+        self.queue_requests = gauge(
             "structqa_queue_requests",
             "Requests admitted and not yet answered (featurizing, waiting or being scored)",
-            registry=r,
         )
-        self.queue_windows = Gauge(
-            "structqa_queue_windows", "Windows waiting for a forward pass", registry=r
+        self.queue_windows = gauge("structqa_queue_windows", "Windows waiting for a forward pass")
+        self.model_load_seconds = gauge(
+            "structqa_model_load_seconds", "Time to load the checkpoint"
         )
-        self.model_load_seconds = Gauge(
-            "structqa_model_load_seconds", "Time to load the checkpoint", registry=r
-        )
-        self.warmup_seconds = Gauge(
-            "structqa_model_warmup_seconds", "Time of the first (warm-up) answer", registry=r
+        self.warmup_seconds = gauge(
+            "structqa_model_warmup_seconds", "Time of the first (warm-up) answer"
         )
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:

@@ -77,10 +77,10 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: Any = None,
     metrics: dict[str, Any] | None = None,
-    write_model: Callable[[Path], None] | None = None,
+    write_model: Callable[[Any, Path], None] | None = None,
     config_file: str = "structqa_config.json",
 ) -> None:
-    """The one checkpoint writer: the model's files (``write_model(directory)``; by default a
+    """The one checkpoint writer: the model's files (``write_model(model, directory)``; by default a
     span model's safetensors and encoder config), the tokenizer, ``config`` as
     ``config_file``, the train state, metrics and resume state, written aside, sealed with
     their manifest and swapped in as ``target`` (:func:`seal_checkpoint`)."""
@@ -88,7 +88,7 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    (write_model or (lambda d: _write_span_model(model, d)))(tmp)
+    (write_model or _write_span_model)(model, tmp)
     write_json(tmp / config_file, config)
     tokenizer.save_pretrained(str(tmp))
     write_json(tmp / "train_state.json", asdict(state))
