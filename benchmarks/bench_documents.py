@@ -8,14 +8,15 @@ one), and the benchmark reports:
   and how it changes with size;
 - the index on disk (bytes per chunk) and in memory: the peak RSS of a fresh process that opens
   the index and answers five searches of each retriever, minus that of one that only imports
-  structqa (``/proc/self/status`` VmHWM);
+  structqa (``memory_bytes``), and minus that of one that loads the sentence encoder and embeds
+  the same queries (``index_memory_bytes``: the index's own share; ``/proc/self/status`` VmHWM);
 - `ask` over HTTP (`structqa serve CKPT --index INDEX`, POST /v1/ask, 10 chunks read): latency
   p50/p99 with 1 and with 8 clients asking SciFact's test claims in a loop for ``--seconds``;
 - the share of `ask` time outside the reader: retrieval vs reading timed in-process for the
   same questions (``DocumentIndex.search_many`` and ``Predictor.predict_batch``).
 
-Time it on an idle machine. Embedding runs at about 50 chunks/s on 2 cores, so 100k chunks take
-about half an hour per 10k; build the large index once with ``--keep DIR`` and reuse it with
+Time it on an idle machine. Embedding runs at about 40-50 chunks/s on 2 cores, so 100k chunks
+take 35-45 minutes; build the large index once with ``--keep DIR`` and reuse it with
 ``--reuse``. Usage:
 
     python benchmarks/bench_documents.py --checkpoint runs/reader/run/best \
@@ -50,11 +51,15 @@ def hwm():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
-if sys.argv[1] != "-":
+QUERIES = ["vitamin D and bone density", "smoking lung cancer", "gene expression",
+           "antibiotic resistance", "sleep and memory"]
+if sys.argv[1] == "encoder":  # what any search process holds, whatever the index's size
+    from structqa.documents.index import _encoder
+    _encoder()(QUERIES)
+elif sys.argv[1] != "-":
     with DocumentIndex.open(sys.argv[1]) as index:
         for retriever in ("bm25", "dense", "hybrid"):
-            for q in ("vitamin D and bone density", "smoking lung cancer", "gene expression",
-                      "antibiotic resistance", "sleep and memory"):
+            for q in QUERIES:
                 index.search(q, 10, retriever)
 print(json.dumps({"peak_bytes": hwm()}))
 """
@@ -93,7 +98,9 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def peak_memory(index: Path | None) -> int:
+def peak_memory(index: Path | str | None) -> int:
+    """VmHWM of a fresh process that imports structqa and then opens ``index`` and searches
+    it, or (``"encoder"``) only embeds the queries, or (None) does nothing more."""
     env = {
         **os.environ,
         "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -190,6 +197,7 @@ def main() -> None:
         questions = [json.loads(line)["text"] for line in f][:200]
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-docs-"))
     base_memory = peak_memory(None)
+    encoder_memory = peak_memory("encoder")
     results: list[dict[str, Any]] = []
     for size in args.sizes:
         index_dir = root / str(size) / "index"
@@ -209,7 +217,10 @@ def main() -> None:
             row["chunks"] = len(index)
         row["disk_bytes"] = dir_bytes(index_dir)
         row["disk_bytes_per_chunk"] = row["disk_bytes"] / row["chunks"]
-        row["memory_bytes"] = peak_memory(index_dir) - base_memory
+        peak = peak_memory(index_dir)
+        row["memory_bytes"] = peak - base_memory  # the searching process, encoder included
+        row["index_memory_bytes"] = peak - encoder_memory  # the index's own share
+        row["index_memory_bytes_per_100k_chunks"] = row["index_memory_bytes"] * 1e5 / row["chunks"]
         row["outside_reader"] = outside_reader(index_dir, args.checkpoint, questions[:50])
         server = Server(args.checkpoint, ["--index", str(index_dir)])
         try:
