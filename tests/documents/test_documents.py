@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from structqa.cli import main
-from structqa.documents import DocumentIndex, fuse
+from structqa.documents import DocumentIndex, combine, fuse
 from structqa.documents.ingest import (
     Document,
     chunk_document,
@@ -153,6 +153,16 @@ def test_reciprocal_rank_fusion() -> None:
     assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
 
 
+def test_hybrid_combines_min_max_normalized_scores_by_the_bm25_weight() -> None:
+    sparse, dense = [(1, 10.0), (2, 5.0), (3, 0.0)], [(3, 0.9), (1, 0.5)]
+    even = combine(sparse, dense, 0.5)  # 1: (1 + 0) / 2, 2: 0.5 / 2, 3: (0 + 1) / 2
+    assert [i for i, _ in even] == [1, 3, 2] and even[0][1] == pytest.approx(0.5)
+    assert [i for i, _ in even] == [i for i, _ in combine(dense, sparse, 0.5)]
+    assert [i for i, _ in combine(sparse, dense, 1.0)] == [1, 2, 3]  # BM25 alone
+    assert [i for i, _ in combine(sparse, dense, 0.0)][0] == 3  # dense alone
+    assert combine([], [], 0.5) == [] and combine([(4, 2.0)], [], 0.5) == [(4, 0.5)]
+
+
 def test_ndcg_and_recall_follow_trec_eval(tmp_path: Path) -> None:
     relevant = {"a": 2, "b": 1, "z": 0}
     assert ndcg_at(["a", "b", "c"], relevant) == pytest.approx(1.0)
@@ -293,3 +303,25 @@ def test_a_squad_file_asked_of_an_index_of_its_passages(
     assert main(["evaluate-ask", str(index), "--eval", str(mini), *sample]) == 0
     drawn = json.loads(capsys.readouterr().out)
     assert drawn["questions"] == 3 and drawn["sample"] == {"questions": 3, "seed": 1}
+
+
+def test_fit_fusion_saves_the_weight_that_hybrid_search_uses(
+    shared_data: Path, tmp_path: Path, capsys
+) -> None:
+    mini = shared_data / "fixtures/squad-v1.1-mini.json"
+    index = tmp_path / "index"
+    assert main(["index", str(mini), "--out", str(index), "--no-progress"]) == 0
+    assert DocumentIndex.open(index).bm25_weight == 0.5  # the default, nothing fitted
+    capsys.readouterr()
+    assert main(["fit-fusion", str(index), "--questions", str(mini), "--test", str(mini)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    recall = out["fit"]["recall_at_5"]
+    assert len(recall) == 21 and out["fit"]["questions"] == 5
+    best = max(recall.values())
+    # the best weight, and among equals the one nearest the default
+    tied = [float(w) for w, r in recall.items() if r == best]
+    assert out["fit"]["bm25_weight"] == min(tied, key=lambda w: abs(w - 0.5))
+    assert DocumentIndex.open(index).bm25_weight == out["fit"]["bm25_weight"]
+    assert {"bm25 recall@5", "dense recall@5", "hybrid recall@5", "rrf recall@5"} <= set(
+        out["test"]
+    )

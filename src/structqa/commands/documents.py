@@ -24,7 +24,10 @@ READER_HELP = (
     f"the reader: a checkpoint or a built reader directory (default: ${READER_ENV}, else the "
     "general reader `structqa reader build` made)"
 )
-RETRIEVER_HELP = "bm25, dense (the sentence encoder), or hybrid: both, by reciprocal rank fusion"
+RETRIEVER_HELP = (
+    "bm25, dense (the sentence encoder), hybrid (both scores combined, BM25 weighted as the "
+    "index says: 0.5 unless `structqa fit-fusion` fitted it) or rrf (reciprocal rank fusion)"
+)
 
 
 def _reader(checkpoint: str | None) -> str:
@@ -280,6 +283,40 @@ whole index (--retriever), beside the same reader given the gold passage.
 """
 
 
+def cmd_fit_fusion(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
+    from structqa.data.readers import read_extractive
+    from structqa.documents import DocumentIndex, fusion
+    from structqa.documents.evaluate import evaluate_open
+
+    examples = list(read_extractive(args.questions).examples)
+    with DocumentIndex.open(args.index) as index:
+        fit = fusion.fit_weight(index, examples, str(args.questions))
+        path = fusion.save(args.index, fit)
+        print(f"{fit.summary()}; saved in {path}", file=sys.stderr)
+        out: dict = {"fit": vars(fit), "saved": str(path)}
+        if args.test:
+            index.bm25_weight = fit.bm25_weight
+            test = list(read_extractive(args.test).examples)
+            scores = evaluate_open(index, None, test, read=False)
+            out["test"] = {"file": str(args.test), "questions": scores.questions}
+            out["test"].update({k: v for k, v in scores.to_json().items() if "recall" in k})
+    print(json.dumps(out, indent=2))
+    if args.out:
+        write_json(Path(args.out), out)
+    return 0
+
+
+_FIT_FUSION_TEXT = """fit BM25's weight in the hybrid retriever on labelled questions of the
+collection
+
+For a SQuAD/MRQA file whose passages are documents of INDEX (a few hundred questions are
+enough): tries BM25 weights 0, 0.05, .., 1 and keeps the one whose hybrid ranking puts the most
+gold passages among the first 5 documents (ties: the one nearest the default 0.5). It is saved
+in INDEX (fusion.json) and every hybrid search uses it from then on. --test reports recall@1/5/10
+of every retriever on another such file.
+"""
+
+
 _FIT_NO_ANSWER_TEXT = """fit the index's one no-answer decision per question on labelled questions
 
 Asks every question of a SQuAD 2.0 file (answerable and unanswerable questions over documents of
@@ -343,6 +380,13 @@ def add_parser(sub) -> None:
     fn.add_argument("--out", help="also write the fit and scores as JSON")
     _add_reader_arguments(fn)
     fn.set_defaults(func=cmd_fit_no_answer, whole_words=None)
+
+    ff = command(sub, "fit-fusion", _FIT_FUSION_TEXT)
+    ff.add_argument("index")
+    ff.add_argument("--questions", required=True, help="SQuAD/MRQA file of labelled questions")
+    ff.add_argument("--test", help="another labelled file: recall of every retriever on it")
+    ff.add_argument("--out", help="also write the fit (and test recall) as JSON")
+    ff.set_defaults(func=cmd_fit_fusion)
 
     ev = sub.add_parser(
         "evaluate-retrieval",

@@ -3,6 +3,6 @@
 or both (:mod:`~structqa.documents.index`), and retrieval scored as BEIR scores it
 (:mod:`~structqa.documents.metrics`)."""
 
-from structqa.documents.index import RETRIEVERS, DocumentIndex, Hit, fuse
+from structqa.documents.index import RETRIEVERS, DocumentIndex, Hit, combine, fuse
 
-__all__ = ["RETRIEVERS", "DocumentIndex", "Hit", "fuse"]
+__all__ = ["RETRIEVERS", "DocumentIndex", "Hit", "combine", "fuse"]

@@ -1,5 +1,11 @@
 """A document index on disk: chunks in SQLite, their BM25 index (bm25s) and their sentence
-embeddings (faiss), searched by BM25, by embedding or by both fused (reciprocal rank fusion).
+embeddings (faiss), searched by BM25, by embedding or by both fused: ``hybrid`` is a convex
+combination of the two scores, each min-max normalized over its top 100 (Bruch et al. 2023,
+"An Analysis of Fusion Functions for Hybrid Retrieval", found it above reciprocal rank fusion,
+``rrf``, and it is here on SciFact, SQuAD-open and COVID-QA: docs/results/documents/). BM25's
+weight is 0.5 (best recall@5 on SQuAD training-pool questions against the SQuAD-open index, a
+validation set), or the weight `structqa fit-fusion` fitted on an index's labelled questions
+(``fusion.json``).
 
 The folder holds ``chunks.sqlite`` (files with their content hash, documents, chunks with
 their text, page and character offsets), the chunks' unit vectors keyed by chunk id (in
@@ -36,8 +42,10 @@ from structqa.documents.vectors import VectorStore, open_store
 
 log = logging.getLogger(__name__)
 
-RETRIEVERS = ("bm25", "dense", "hybrid")
+RETRIEVERS = ("bm25", "dense", "hybrid", "rrf")
 RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al. 2009)
+BM25_WEIGHT = 0.5  # hybrid: BM25's share of the combined score, unless the index has a fit
+FUSION_FILE = "fusion.json"  # {"bm25_weight": w, ...}: written by `structqa fit-fusion`
 ENCODER_TOKENS = 256  # all-MiniLM-L6-v2's limit; chunks are cut to fit it
 CHUNK_TOKENS = ENCODER_TOKENS - 2  # [CLS] and [SEP]
 INDEX_FILE = "index.json"
@@ -109,6 +117,12 @@ class DocumentIndex:
         self._encoder = encoder
         self._dense: VectorStore | None = None
         self._bm25 = None
+        fusion = self.directory / FUSION_FILE
+        self.bm25_weight = (
+            float(json.loads(fusion.read_text())["bm25_weight"])
+            if fusion.is_file()
+            else BM25_WEIGHT
+        )
 
     @property
     def encoder(self):
@@ -263,16 +277,26 @@ class DocumentIndex:
             raise ValueError(f"retriever {retriever!r}: one of {', '.join(RETRIEVERS)}")
         if not len(self):
             return [[] for _ in queries]
-        deep = max(k, 100) if retriever == "hybrid" else k
         ranked: list[list[tuple[int, float]]]
         if retriever == "bm25":
-            ranked = self._bm25_ranked(queries, deep)
+            ranked = self._bm25_ranked(queries, k)
         elif retriever == "dense":
-            ranked = self._dense_ranked(queries, deep)
+            ranked = self._dense_ranked(queries, k)
         else:
-            sparse, dense = self._bm25_ranked(queries, deep), self._dense_ranked(queries, deep)
-            ranked = [fuse([s, d])[:k] for s, d in zip(sparse, dense, strict=True)]
+            both = self.ranked_both(queries, max(k, 100))
+            if retriever == "hybrid":
+                ranked = [combine(s, d, self.bm25_weight) for s, d in both]
+            else:
+                ranked = [fuse([s, d]) for s, d in both]
         return [self._hits(r[:k]) for r in ranked]
+
+    def ranked_both(
+        self, queries: Sequence[str], depth: int = 100
+    ) -> list[tuple[list[tuple[int, float]], list[tuple[int, float]]]]:
+        """Each query's (BM25, dense) rankings of ``depth`` chunks: (chunk id, score), best
+        first."""
+        sparse, dense = self._bm25_ranked(queries, depth), self._dense_ranked(queries, depth)
+        return list(zip(sparse, dense, strict=True))
 
     def _bm25_ranked(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
         bm25s = _bm25s()
@@ -308,12 +332,43 @@ class DocumentIndex:
         }
         return [Hit(*rows[i][:7], rows[i][7], score) for i, score in ranked if i in rows]
 
+    def doc_ids(self, chunk_ids: Sequence[int]) -> dict[int, str]:
+        """The document id of each chunk id (those in the index)."""
+        out: dict[int, str] = {}
+        ids = list(dict.fromkeys(chunk_ids))
+        for start in range(0, len(ids), 900):  # SQLite's limit on bound parameters
+            part = ids[start : start + 900]
+            marks = ",".join("?" * len(part))
+            out.update(
+                self.db.execute(f"select id, doc_id from chunks where id in ({marks})", part)
+            )
+        return out
+
     def chunks_of(self, doc_id: str) -> list[Chunk]:
         rows = self.db.execute(
             "select doc_id, start, end, text, page from chunks where doc_id = ? order by start",
             (doc_id,),
         )
         return [Chunk(*r) for r in rows]
+
+
+def _min_max(ranking: Sequence[tuple[int, float]]) -> dict[int, float]:
+    if not ranking:
+        return {}
+    scores = [s for _, s in ranking]
+    low, span = min(scores), max(scores) - min(scores)
+    return {item: (s - low) / span if span > 0 else 1.0 for item, s in ranking}
+
+
+def combine(
+    sparse: Sequence[tuple[int, float]], dense: Sequence[tuple[int, float]], bm25_weight: float
+) -> list[tuple[int, float]]:
+    """Convex combination: ``bm25_weight`` x BM25's score + (1 - it) x the dense score, each
+    min-max normalized over its ranking (an item a ranking lacks scores 0 there); best first,
+    ties by id."""
+    a, b = _min_max(sparse), _min_max(dense)
+    score = {i: bm25_weight * a.get(i, 0.0) + (1 - bm25_weight) * b.get(i, 0.0) for i in a | b}
+    return sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def fuse(

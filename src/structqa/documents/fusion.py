@@ -1,0 +1,80 @@
+"""BM25's weight in the hybrid retriever, fitted on a collection's own labelled questions.
+
+The default weight (0.5: :data:`structqa.documents.index.BM25_WEIGHT`) was chosen on SQuAD
+questions; a collection whose language the sentence encoder knows less well (clinical or
+legal text, say) does better leaning on BM25, and one with paraphrased questions on the
+encoder. With a few hundred labelled questions whose passages are documents of the index (SQuAD
+or MRQA format, as ``evaluate-ask`` reads), :func:`fit_weight` tries every weight of a grid
+and keeps the one whose hybrid ranking finds the most gold passages among the first
+:data:`RECALL_K` documents (ties: the weight nearest the default); it is saved in the index
+(``fusion.json``) and used by every hybrid search from then on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from structqa.data.records import Example
+from structqa.documents.evaluate import passage_key
+from structqa.documents.index import BM25_WEIGHT, FUSION_FILE, DocumentIndex, combine
+from structqa.io import write_json
+
+GRID = tuple(round(0.05 * i, 2) for i in range(21))  # 0.0 (dense alone) .. 1.0 (BM25 alone)
+RECALL_K = 5  # documents
+DEPTH = 10  # chunks ranked, as `ask` reads them
+
+
+@dataclass(frozen=True)
+class FusionFit:
+    bm25_weight: float
+    fitted_on: str
+    questions: int
+    recall_at_5: dict[str, float]  # by weight (the grid), on the fitting questions
+
+    def summary(self) -> str:
+        at = self.recall_at_5
+        return (
+            f"BM25 weight {self.bm25_weight} (recall@{RECALL_K} {at[str(self.bm25_weight)]:.3f} "
+            f"on {self.questions} questions of {self.fitted_on}; default {BM25_WEIGHT}: "
+            f"{at[str(BM25_WEIGHT)]:.3f}, BM25 alone {at['1.0']:.3f}, dense alone {at['0.0']:.3f})"
+        )
+
+
+def fit_weight(
+    index: DocumentIndex,
+    examples: Sequence[Example],
+    fitted_on: str,
+    grid: Sequence[float] = GRID,
+    progress: Callable[[int, int], None] | None = None,
+) -> FusionFit:
+    """The grid weight with the best recall@5 of the gold passage over ``examples`` (questions
+    whose passages are documents of ``index``)."""
+    examples = [ex for ex in examples if ex.gold_texts]
+    if not examples:
+        raise ValueError(f"{fitted_on}: no answerable questions to fit the fusion weight on")
+    both = []
+    for start in range(0, len(examples), 64):
+        part = examples[start : start + 64]
+        both += index.ranked_both([ex.question for ex in part], 100)
+        if progress is not None:
+            progress(min(start + 64, len(examples)), len(examples))
+    doc_of = index.doc_ids([c for s, d in both for c, _ in (*s, *d)])
+    keys = ["#" + passage_key(ex.context) for ex in examples]
+    recall: dict[str, float] = {}
+    for w in grid:
+        found = 0
+        for (sparse, dense), key in zip(both, keys, strict=True):
+            ranked = combine(sparse, dense, w)[:DEPTH]
+            docs = list(dict.fromkeys(doc_of[c] for c, _ in ranked if c in doc_of))
+            found += any(d.endswith(key) for d in docs[:RECALL_K])
+        recall[str(w)] = found / len(examples)
+    best = max(grid, key=lambda w: (recall[str(w)], -abs(w - BM25_WEIGHT)))
+    return FusionFit(best, fitted_on, len(examples), recall)
+
+
+def save(index_dir: str | Path, fit: FusionFit) -> Path:
+    path = Path(index_dir) / FUSION_FILE
+    write_json(path, asdict(fit))
+    return path
