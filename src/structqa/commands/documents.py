@@ -327,6 +327,14 @@ another such file at that threshold, beside the passage threshold and always ans
 """
 
 
+def _fit_arguments(p: argparse.ArgumentParser, kind: str, test: str, written: str) -> None:
+    """INDEX, the labelled questions a fit is made on, a --test file and --out."""
+    p.add_argument("index")
+    p.add_argument("--questions", required=True, help=f"{kind} of labelled questions")
+    p.add_argument("--test", help=f"another labelled file, {test}")
+    p.add_argument("--out", help=f"also write {written} as JSON")
+
+
 def add_parser(sub) -> None:
     ix = command(sub, "index", _INDEX_TEXT)
     ix.add_argument("paths", nargs="+", metavar="PATH")
@@ -373,19 +381,13 @@ def add_parser(sub) -> None:
     ea.set_defaults(func=cmd_evaluate_ask, whole_words=None)
 
     fn = command(sub, "fit-no-answer", _FIT_NO_ANSWER_TEXT)
-    fn.add_argument("index")
-    fn.add_argument("--questions", required=True, help="SQuAD 2.0 JSON of labelled questions")
-    fn.add_argument("--test", help="another labelled file, scored at the fitted threshold")
+    _fit_arguments(fn, "SQuAD 2.0 JSON", "scored at the fitted threshold", "the fit and scores")
     fn.add_argument("--max-questions", type=int, help="the first N questions of each file")
-    fn.add_argument("--out", help="also write the fit and scores as JSON")
     _add_reader_arguments(fn)
     fn.set_defaults(func=cmd_fit_no_answer, whole_words=None)
 
     ff = command(sub, "fit-fusion", _FIT_FUSION_TEXT)
-    ff.add_argument("index")
-    ff.add_argument("--questions", required=True, help="SQuAD/MRQA file of labelled questions")
-    ff.add_argument("--test", help="another labelled file: recall of every retriever on it")
-    ff.add_argument("--out", help="also write the fit (and test recall) as JSON")
+    _fit_arguments(ff, "SQuAD/MRQA file", "recall of every retriever on it", "the fit (and recall)")
     ff.set_defaults(func=cmd_fit_fusion)
 
     ev = sub.add_parser(

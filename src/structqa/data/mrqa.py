@@ -14,6 +14,7 @@ from typing import Any
 from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
 from structqa.data.squad import (
     QuestionIds,
+    answer_text,
     check_clean_text,
     check_type,
     finish,
@@ -107,8 +108,7 @@ def _located_answers(
     spans: dict[tuple[int, int, str], str] = {}
     for m, item in enumerate(detected):
         field = f"detected_answers[{m}]"
-        check_type(item, dict, path=name, record=rec, field_name=field)
-        text = get_field(item, "text", str, path=name, record=rec, field_name=f"{field}.text")
+        text = answer_text(item, field, name, rec)
         char_spans = get_field(
             item, "char_spans", list, path=name, record=rec, field_name=f"{field}.char_spans"
         )

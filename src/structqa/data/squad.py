@@ -180,6 +180,13 @@ def note_warning(
         logger.log(level, "%s: %s [%s]", report.path, detail, reason)
 
 
+def answer_text(item: Any, field: str, path: str, record: str) -> str:
+    """The text of one gold-answer object ``field`` (e.g. ``answers[0]``) of a record; a
+    :class:`DataError` naming the file, record and field when it is not one."""
+    check_type(item, dict, path=path, record=record, field_name=field)
+    return get_field(item, "text", str, path=path, record=record, field_name=f"{field}.text")
+
+
 def make_example(
     report: ReadReport,
     qid: str,
@@ -352,8 +359,7 @@ def _read_question(
     located: list[Answer] = []
     for m, answer in enumerate(answers):
         field = f"answers[{m}]"
-        check_type(answer, dict, path=name, record=qid, field_name=field)
-        text = get_field(answer, "text", str, path=name, record=qid, field_name=f"{field}.text")
+        text = answer_text(answer, field, name, qid)
         start = get_field(
             answer, "answer_start", int, path=name, record=qid, field_name=f"{field}.answer_start"
         )
