@@ -201,3 +201,35 @@ def test_stride_that_the_tokenizer_cannot_use_is_refused_up_front():
     with pytest.raises(ConfigError, match=r"data\.doc_stride \(128\) must be below .* = 93"):
         validate(load_config(overrides=["data.max_seq_len=160"]))
     validate(load_config(overrides=["data.max_seq_len=160", "data.doc_stride=64"]))
+
+
+def test_choice_settings_are_the_names_their_registries_build() -> None:
+    """The Literal choices of the config are exactly what the code behind them accepts."""
+    import typing
+
+    from structqa.attention.query_masks import PAIR_MASKS
+    from structqa.config import HeadName, JointMode, NullHead, QueryMask
+    from structqa.heads import HEADS
+    from structqa.heads.answerability import NULL_SOURCES
+    from structqa.heads.joint import JOINT_MODES
+
+    def names(tp):
+        return set(typing.get_args(tp))
+
+    assert names(HeadName) == set(HEADS)
+    assert names(QueryMask) == set(PAIR_MASKS) | {"full"}  # full: DyReF's queries see all
+    assert names(JointMode) == set(JOINT_MODES)
+    assert names(NullHead) == {"span", *NULL_SOURCES}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.head=dyrx", "did you mean 'dyrex'"),
+        ("model.query_mask=casual", "did you mean 'causal'"),
+        ("model.null_head=classifier", "is not one of span | cls | queries"),
+    ],
+)
+def test_a_choice_outside_its_names_fails_when_the_config_is_read(override, message) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, [override])

@@ -13,13 +13,21 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 
 from structqa.text.annotate import DEFAULT_MODEL
 
 _T = TypeVar("_T")
+
+# The choices of the settings that name one of a few things, checked when a config is read (a
+# typo fails with the closest name before anything loads); tests/test_config.py holds them equal
+# to the registries that build them (heads.HEADS, attention.query_masks, heads.joint, ...).
+HeadName = Literal["independent", "joint", "dyrex", "dyref", "dyrex+joint", "dyref+joint"]
+QueryMask = Literal["bidirectional", "causal", "independent", "full"]
+JointMode = Literal["band", "full"]
+NullHead = Literal["span", "cls", "queries"]
 
 
 def setting(
@@ -42,7 +50,7 @@ class ModelConfig:
     encoder: str = setting(
         "default", "encoder: 'default' (all-MiniLM-L6-v2 from PyPI) or a local HF BERT directory"
     )
-    head: str = setting(
+    head: HeadName = setting(
         "independent",
         "span head: independent | joint | dyrex | dyref | dyrex+joint | dyref+joint",
     )
@@ -55,13 +63,13 @@ class ModelConfig:
     # (DyREx: bidirectional | causal | independent; DyReF also full), DyREx decoder layers,
     # and how the joint scorers score spans (band: up to decode.max_answer_length tokens,
     # linear memory; full: every span, quadratic memory)
-    query_mask: str = setting(
+    query_mask: QueryMask = setting(
         "bidirectional",
         "how the start/end queries see each other: bidirectional | causal | independent | "
         "full (DyReF only)",
     )
     dyrex_layers: int = setting(3, "DyREx: transformer decoder layers that update the queries")
-    joint_mode: str = setting(
+    joint_mode: JointMode = setting(
         "band",
         "joint heads: band (spans up to decode.max_answer_length, linear memory) | full",
     )
@@ -72,7 +80,7 @@ class ModelConfig:
     query_init_std: float | None = setting(
         None, "std of the learned queries' normal init; null: the head's own (0.02, DyReF 1.0)"
     )
-    null_head: str = setting(
+    null_head: NullHead = setting(
         "span",
         "how 'no answer' is scored: span (the [CLS] span in the start/end softmaxes, as BERT) "
         "| cls (a binary answerability classifier on [CLS]) | queries ([CLS] and the queries)",
@@ -156,7 +164,22 @@ class DataConfig:
 
 
 @dataclass
-class TrainConfig:
+class Optimisation:
+    """The training settings every task reads the same way (span QA, masked-LM pre-training,
+    DROP): each task's train section is one, and the Trainer takes them from it
+    (:meth:`structqa.training.trainer.Settings.from_config`)."""
+
+    weight_decay: float = setting(0.01, "AdamW weight decay")
+    grad_accum: int = setting(1, "micro-batches accumulated per optimizer step")
+    max_grad_norm: float = setting(1.0, "gradient-norm clipping (0: off)")
+    bf16: str = setting(
+        "auto", "bf16 autocast: auto (where the hardware runs it natively) | on | off"
+    )
+    log_every_steps: int = setting(10, "steps between lines of metrics.jsonl")
+
+
+@dataclass
+class TrainConfig(Optimisation):
     output_dir: str = setting("runs/default", "run directory: best/, last/, metrics.jsonl")
     seed: int = setting(0, "seed of the initialisation, batch order and training subset")
     lr: float = setting(1e-4, "peak learning rate (AdamW, linear warm-up then decay)")
@@ -177,26 +200,19 @@ class TrainConfig:
         "(command line: GLOB:LR,GLOB:LR)",
         factory=dict,
     )
-    weight_decay: float = setting(0.01, "AdamW weight decay")
     batch_size: int = setting(12, "training windows per step (per process)")
     # CPU inference is fastest in small batches (cache): 16 gave 48-54 windows/s, 64 gave 36-41
     # (bf16, all-MiniLM-L6-v2, 2 cores); raise it on a GPU
     eval_batch_size: int = setting(16, "windows per forward pass when scoring (raise on a GPU)")
-    grad_accum: int = setting(1, "micro-batches accumulated per optimizer step")
     epochs: float = setting(10.0, "passes over the training questions (fractions allowed)")
     max_steps: int | None = setting(None, "optimizer steps; overrides epochs when set")
     warmup_ratio: float = setting(0.1, "share of the steps with a linearly rising learning rate")
-    max_grad_norm: float = setting(1.0, "gradient-norm clipping (0: off)")
-    bf16: str = setting(
-        "auto", "bf16 autocast: auto (where the hardware runs it natively) | on | off"
-    )
     eval_every_epoch: bool = setting(
         True, "score the validation set after every epoch (false: after the last one only)"
     )
     save_every_steps: int | None = setting(
         None, "also save the resumable last/ checkpoint every N steps inside an epoch"
     )
-    log_every_steps: int = setting(10, "steps between lines of metrics.jsonl")
     dropout: float | None = setting(None, "hidden dropout; null: the encoder's own")
     # Attention-probability dropout forces PyTorch's unfused attention on CPU and halves
     # training throughput there (measured: 6.2 -> 12.0 features/s); fine-tuning default off.
@@ -257,6 +273,13 @@ def _closest(name: str, options: list[str]) -> str:
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is Literal:
+        if value in args:
+            return value
+        names = [str(a) for a in args]
+        close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.4)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{where}: {value!r} is not one of {' | '.join(names)}{hint}")
     if origin in (typing.Union, types.UnionType):
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             if type(None) in args:

@@ -204,54 +204,56 @@ def _result(f1: float) -> dict[str, Any]:
 def test_noisy_cells_get_extra_seeds_after_their_grid_seeds_finish():
     exp = experiment_from_dict(
         spec(
-            grid={"model.head": ["a", "b", "c"], "train.seed": [0, 1, 2]},
-            table={"rows": ["model.head"]},
+            grid={"model.encoder": ["a", "b", "c"], "train.seed": [0, 1, 2]},
+            table={"rows": ["model.encoder"]},
             seeds_if_noisy={"std_above": 2.0, "seeds": [3, 4]},
         )
     )
     finished = {
         # a: std 1.0 (quiet); b: std 5.0 (noisy); c: noisy but seed 2 is missing
-        "head=a,seed=0": _result(50),
-        "head=a,seed=1": _result(51),
-        "head=a,seed=2": _result(52),
-        "head=b,seed=0": _result(40),
-        "head=b,seed=1": _result(45),
-        "head=b,seed=2": _result(50),
-        "head=c,seed=0": _result(10),
-        "head=c,seed=1": _result(60),
+        "encoder=a,seed=0": _result(50),
+        "encoder=a,seed=1": _result(51),
+        "encoder=a,seed=2": _result(52),
+        "encoder=b,seed=0": _result(40),
+        "encoder=b,seed=1": _result(45),
+        "encoder=b,seed=2": _result(50),
+        "encoder=c,seed=0": _result(10),
+        "encoder=c,seed=1": _result(60),
     }
     runs = plan(exp, finished)
     assert [r.name for r in runs[:9]] == [r.name for r in exp.runs()]
-    assert [r.name for r in runs[9:]] == ["head=b,seed=3", "head=b,seed=4"]
+    assert [r.name for r in runs[9:]] == ["encoder=b,seed=3", "encoder=b,seed=4"]
     assert all(r.extra for r in runs[9:]) and [r.seed for r in runs[9:]] == [3, 4]
     assert exp.config_for(runs[-1]).train.seed == 4
     # the rule looks at the grid seeds only: quiet extra seeds do not withdraw the decision
-    finished.update({"head=b,seed=3": _result(45), "head=b,seed=4": _result(45)})
-    assert [r.name for r in plan(exp, finished)[9:]] == ["head=b,seed=3", "head=b,seed=4"]
+    finished.update({"encoder=b,seed=3": _result(45), "encoder=b,seed=4": _result(45)})
+    assert [r.name for r in plan(exp, finished)[9:]] == ["encoder=b,seed=3", "encoder=b,seed=4"]
     # exactly at the threshold is not above it
-    finished.update({"head=c,seed=2": _result(10), "head=c,seed=1": _result(10 + 2 * 2**0.5)})
+    finished.update({"encoder=c,seed=2": _result(10), "encoder=c,seed=1": _result(10 + 2 * 2**0.5)})
     assert len(plan(exp, finished)) == 11
 
 
 def test_cells_named_in_also_get_the_extra_seeds_whatever_their_std():
     raw = spec(
-        grid={"model.head": ["a", "b"], "data.train_size": [256, 512], "train.seed": [0, 1]},
-        table={"rows": ["model.head"], "columns": "data.train_size"},
+        grid={"model.encoder": ["a", "b"], "data.train_size": [256, 512], "train.seed": [0, 1]},
+        table={"rows": ["model.encoder"], "columns": "data.train_size"},
         seeds_if_noisy={
             "std_above": 2.0,
             "seeds": [3],
-            "also": [{"model.head": "a", "data.train_size": "256"}],
+            "also": [{"model.encoder": "a", "data.train_size": "256"}],
         },
     )
     exp = experiment_from_dict(raw)
     quiet = {r.name: _result(50) for r in exp.runs()}  # std 0 everywhere
-    assert [r.name for r in plan(exp, quiet)[len(exp.runs()) :]] == ["head=a,train_size=256,seed=3"]
+    assert [r.name for r in plan(exp, quiet)[len(exp.runs()) :]] == [
+        "encoder=a,train_size=256,seed=3"
+    ]
     # not before the cell's grid seeds are in
-    del quiet["head=a,train_size=256,seed=1"]
+    del quiet["encoder=a,train_size=256,seed=1"]
     assert len(plan(exp, quiet)) == len(exp.runs())
     for bad, match in (
-        ({"model.head": "a"}, "exactly"),
-        ({"model.head": "z", "data.train_size": 256}, "not one of the grid"),
+        ({"model.encoder": "a"}, "exactly"),
+        ({"model.encoder": "z", "data.train_size": 256}, "not one of the grid"),
     ):
         raw["seeds_if_noisy"]["also"] = [bad]
         with pytest.raises(ConfigError, match=match):
@@ -260,36 +262,40 @@ def test_cells_named_in_also_get_the_extra_seeds_whatever_their_std():
 
 def test_pair_baseline_gives_the_baseline_row_the_extra_seeds_of_its_column():
     raw = spec(
-        grid={"model.head": ["a", "b", "c"], "data.train_size": [256, 512], "train.seed": [0, 1]},
-        table={"rows": ["model.head"], "columns": "data.train_size", "baseline": "a"},
+        grid={
+            "model.encoder": ["a", "b", "c"],
+            "data.train_size": [256, 512],
+            "train.seed": [0, 1],
+        },
+        table={"rows": ["model.encoder"], "columns": "data.train_size", "baseline": "a"},
         seeds_if_noisy={"std_above": 2.0, "seeds": [3, 4], "pair_baseline": True},
     )
     exp = experiment_from_dict(raw)
     finished = {r.name: _result(50) for r in exp.runs()}  # quiet everywhere
-    finished["head=b,train_size=512,seed=1"] = _result(40)  # b at 512 is noisy
+    finished["encoder=b,train_size=512,seed=1"] = _result(40)  # b at 512 is noisy
     extra = [r.name for r in plan(exp, finished)[len(exp.runs()) :]]
     assert extra == [
-        "head=b,train_size=512,seed=3",
-        "head=b,train_size=512,seed=4",
-        "head=a,train_size=512,seed=3",
-        "head=a,train_size=512,seed=4",
+        "encoder=b,train_size=512,seed=3",
+        "encoder=b,train_size=512,seed=4",
+        "encoder=a,train_size=512,seed=3",
+        "encoder=a,train_size=512,seed=4",
     ]
     # both b and c noisy at 512: the baseline's extra seeds are planned once
-    finished["head=c,train_size=512,seed=1"] = _result(40)
+    finished["encoder=c,train_size=512,seed=1"] = _result(40)
     extra = [r.name for r in plan(exp, finished)[len(exp.runs()) :]]
     assert len(extra) == len(set(extra)) == 6
     # a noisy baseline cell pairs with nothing more
     finished = {r.name: _result(50) for r in exp.runs()}
-    finished["head=a,train_size=256,seed=1"] = _result(40)
+    finished["encoder=a,train_size=256,seed=1"] = _result(40)
     assert [r.name for r in plan(exp, finished)[len(exp.runs()) :]] == [
-        "head=a,train_size=256,seed=3",
-        "head=a,train_size=256,seed=4",
+        "encoder=a,train_size=256,seed=3",
+        "encoder=a,train_size=256,seed=4",
     ]
     # without the flag only the noisy cell gets them
     raw["seeds_if_noisy"]["pair_baseline"] = False
     exp = experiment_from_dict(raw)
-    finished["head=a,train_size=256,seed=1"] = _result(50)
-    finished["head=b,train_size=512,seed=1"] = _result(40)
+    finished["encoder=a,train_size=256,seed=1"] = _result(50)
+    finished["encoder=b,train_size=512,seed=1"] = _result(40)
     assert len(plan(exp, finished)) == len(exp.runs()) + 2
     raw["seeds_if_noisy"]["pair_baseline"] = "yes"
     with pytest.raises(ConfigError, match="true or false"):

@@ -296,3 +296,12 @@ def test_configuration_errors(corpus: Corpus) -> None:
         corpus.masker("anna")(item.id, item.input_ids, item.offsets)
     only_special = corpus.masker("token")("empty", [101, 102], [(0, 0), (0, 0)])
     assert not only_special.selected.any()
+
+
+def test_the_scheme_setting_names_exactly_the_schemes() -> None:
+    import typing
+
+    from structqa.pretrain.config import MaskingScheme
+    from structqa.pretrain.masking import SCHEMES
+
+    assert set(typing.get_args(MaskingScheme)) == set(SCHEMES)

@@ -250,7 +250,7 @@ def test_unknown_key_names_the_nearest(capsys):
     assert "train.max_step" in err and "'max_steps'" in err
     with pytest.raises(ConfigError, match="did you mean 'scheme'"):
         load_pretrain_config(overrides=["masking.schema=anna"])
-    with pytest.raises(ConfigError, match="unknown masking scheme"):
+    with pytest.raises(ConfigError, match="'nouns' is not one of .*did you mean 'noun_phrase'"):
         load_pretrain_config(overrides=["masking.scheme=nouns"])
 
 

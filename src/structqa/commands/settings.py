@@ -48,12 +48,15 @@ def config_class(command: str) -> type:
 
 
 def type_name(tp: Any) -> str:
-    """``int | None`` -> ``int | null``; ``list[str]``, ``dict[str, float]`` as written."""
+    """``int | None`` -> ``int | null``; ``list[str]``, ``dict[str, float]`` as written; a
+    ``Literal`` as its choices."""
     if tp is type(None):
         return "null"
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         return " | ".join(type_name(a) for a in args)
+    if origin is typing.Literal:  # a choice: its names
+        return "one of " + " | ".join(str(a) for a in args)
     if origin is not None:
         return f"{origin.__name__}[{', '.join(type_name(a) for a in args)}]"
     return getattr(tp, "__name__", str(tp))

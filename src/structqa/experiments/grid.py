@@ -274,10 +274,19 @@ def _baseline_label(raw: Any, rows: Sequence[str], where: str, cls: type) -> str
     if len(values) != len(rows):
         raise ConfigError(f"{where}: give one value per row key {list(rows)}, got {raw!r}")
     parts = [
-        str(value) if key == VARIANT else format_value(_resolve_value(key, value, where, cls))
+        str(value) if key == VARIANT else _row_value(key, value, where, cls)
         for key, value in zip(rows, values, strict=True)
     ]
     return ",".join(parts)
+
+
+def _row_value(key: str, value: Any, where: str, cls: type) -> str:
+    """A row key's value as its row label writes it; one the key cannot take at all (a choice
+    outside its names) is kept as given, so that the row check names the rows it could be."""
+    try:
+        return format_value(_resolve_value(key, value, where, cls))
+    except ConfigError:
+        return str(value)
 
 
 def _parse_noisy(

@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from structqa.attention.nc_masks import NCMaskConfig
-from structqa.config import ConfigError, from_attributes, load_config, setting
+from structqa.config import ConfigError, Optimisation, from_attributes, load_config, setting
 from structqa.features.drop_features import DropFeatureConfig
 from structqa.models.genbert import GenBERTConfig
 from structqa.runtime import use_bf16
@@ -34,7 +34,9 @@ class DropModelConfig:
     init: str | None = setting(
         None, "a drop-train checkpoint (e.g. RUN/best) to start from instead of encoder"
     )
-    xa_init: str = setting("random", "decoder cross-attention init: random | zero")
+    xa_init: Literal["random", "zero"] = setting(
+        "random", "decoder cross-attention init: random | zero"
+    )
     nc_layer: bool = setting(False, "add an encoder layer with the NC-Mask (NC-BERT Sec. 3.3.1)")
     nc_heads: list[int] = setting(help="heads of that layer that get the NC-Mask", factory=list)
     # or the NC-Mask on heads of the pretrained layers (Table 4): all_layers | last_all |
@@ -106,7 +108,7 @@ class DropDataConfig:
 
 
 @dataclass
-class DropTrainConfig:
+class DropTrainConfig(Optimisation):
     output_dir: str = setting("runs/ncbert", "run directory: best/, last/, metrics.jsonl")
     seed: int = setting(0, "seed of the initialisation, DICE pairs and batch order")
     lr: float = setting(5e-5, "peak learning rate (AdamW, linear warm-up then decay)")
@@ -116,16 +118,11 @@ class DropTrainConfig:
     param_lr: dict[str, float] = setting(
         help="{glob: lr} per-parameter learning rates, first match wins, 0 freezes", factory=dict
     )
-    weight_decay: float = setting(0.01, "AdamW weight decay")
     batch_size: int = setting(8, "examples per step (per process)")
     eval_batch_size: int = setting(32, "examples per forward pass when scoring")
-    grad_accum: int = setting(1, "micro-batches accumulated per optimizer step")
     epochs: float = setting(10.0, "passes over the training data")
     max_steps: int | None = setting(None, "optimizer steps; overrides epochs when set")
     warmup_ratio: float = setting(0.1, "share of the steps with a linearly rising learning rate")
-    max_grad_norm: float = setting(1.0, "gradient-norm clipping (0: off)")
-    bf16: str = setting("auto", "bf16 autocast: auto | on | off")
-    log_every_steps: int = setting(10, "steps between lines of metrics.jsonl")
     save_every_steps: int | None = setting(
         None, "also save the resumable last/ checkpoint every N steps inside an epoch"
     )

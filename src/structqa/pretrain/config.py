@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from structqa.config import ConfigError, load_config, setting
+from structqa.config import ConfigError, Optimisation, load_config, setting
 from structqa.encoders import AttentionOptions, parse_stacking
 from structqa.pretrain.masking import MaskingConfig, get_scheme
 from structqa.runtime import use_bf16
@@ -102,11 +102,17 @@ class PretrainDataConfig:
     annotation_cache: str | None = setting(None, "JSONL cache of on-the-fly annotations")
 
 
+# masking.SCHEMES' names (tests/pretrain hold them equal)
+MaskingScheme = Literal["token", "whole_word", "word_pos", "entity", "noun_phrase", "anna"]
+
+
 @dataclass
 class PretrainMaskingConfig:
     # token | whole_word | word_pos | entity | noun_phrase | anna (masking.SCHEMES); word_pos
     # masks whole words and gives the encoder a POS-tag input embedding (zero-initialized)
-    scheme: str = setting("anna", "token | whole_word | word_pos | entity | noun_phrase | anna")
+    scheme: MaskingScheme = setting(
+        "anna", "token | whole_word | word_pos | entity | noun_phrase | anna"
+    )
     probability: float = setting(0.15, "share of the tokens chosen for prediction")
     mask_fraction: float = setting(0.8, "of the chosen tokens, the share replaced by [MASK]")
     random_fraction: float = setting(
@@ -124,7 +130,7 @@ class PretrainMaskingConfig:
 
 
 @dataclass
-class PretrainTrainConfig:
+class PretrainTrainConfig(Optimisation):
     output_dir: str = setting("runs/pretrain", "run directory: last/, final/, metrics.jsonl")
     seed: int = setting(0, "seed of the initialisation, masking and batch order")
     lr: float = setting(5e-5, "peak learning rate (AdamW, linear warm-up then decay)")
@@ -144,23 +150,16 @@ class PretrainTrainConfig:
     freeze: list[str] = setting(
         help="globs of the parameters held fixed during freeze_steps", factory=lambda: ["encoder.*"]
     )
-    weight_decay: float = setting(0.01, "AdamW weight decay")
     batch_size: int = setting(32, "windows per step (per process)")
     eval_batch_size: int = setting(64, "windows per forward pass on the held-out chunks")
-    grad_accum: int = setting(1, "micro-batches accumulated per optimizer step")
     max_steps: int = setting(10_000, "optimizer steps")
     warmup_ratio: float = setting(0.06, "share of the steps with a linearly rising learning rate")
-    max_grad_norm: float = setting(1.0, "gradient-norm clipping (0: off)")
-    bf16: str = setting(
-        "auto", "bf16 autocast: auto (where the hardware runs it natively) | on | off"
-    )
     eval_every_steps: int | None = setting(
         1000, "held-out MLM loss/accuracy every N steps (also at step 0 and the end)"
     )
     save_every_steps: int | None = setting(
         1000, "save the resumable last/ checkpoint every N steps"
     )
-    log_every_steps: int = setting(10, "steps between lines of metrics.jsonl")
 
 
 @dataclass

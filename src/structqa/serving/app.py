@@ -29,7 +29,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -44,14 +44,19 @@ from structqa.serving.edge import EdgeGuard, HttpMetrics, disconnect_watch, erro
 from structqa.serving.metrics import ServeMetrics
 from structqa.serving.parsing import (
     ApiError,
-    answer_items,
-    check_context_sizes,
-    explain_item,
-    legacy_items,
-    parse_json,
+    Questions,
+    explain_body,
+    questions_body,
     validation_fields,
 )
-from structqa.serving.schemas import AnswerOut, ErrorOut, Health, Readiness, check_text
+from structqa.serving.schemas import (
+    AnswerOut,
+    ErrorOut,
+    ExplainItem,
+    Health,
+    Readiness,
+    check_text,
+)
 from structqa.serving.settings import ServeSettings
 
 log = logging.getLogger(__name__)
@@ -300,6 +305,13 @@ def create_app(
     _add_error_handlers(app)
     _add_docs(app)
 
+    # typed bodies: each route gets its parsed, validated request from a dependency
+    answer_body = Depends(questions_body(settings.max_questions, settings.max_context_chars))
+    legacy_body = Depends(
+        questions_body(settings.max_questions, settings.max_context_chars, legacy=True)
+    )
+    explain_request = Depends(explain_body(min(settings.max_context_chars, EXPLAIN_MAX_CHARS)))
+
     @app.post(
         "/v1/answer",
         response_model=AnswerOut | list[AnswerOut],
@@ -307,22 +319,20 @@ def create_app(
         openapi_extra=_body_schema("AnswerRequest"),
         summary="Answer one question, or a list of them, about a passage",
     )
-    async def answer(request: Request) -> Response:
-        items, single = answer_items(parse_json(await request.body()), settings.max_questions)
-        check_context_sizes(items, settings.max_context_chars)
+    async def answer(request: Request, body: Questions = answer_body) -> Any:
         async with disconnect_watch(request) as gone:
-            answers = await service.answer([(i.question, i.context) for i in items], gone)
-        out = [answer_json(a, i.top_k, service.info) for a, i in zip(answers, items, strict=True)]
-        return JSONResponse(out[0] if single else out)
+            answers = await service.answer(body.pairs, gone)
+        out = [
+            answer_json(a, i.top_k, service.info) for a, i in zip(answers, body.items, strict=True)
+        ]
+        return out[0] if body.single else out  # validated and written by response_model
 
     @app.post("/predict", responses=errors, deprecated=True, summary="Old shape of /v1/answer")
-    async def predict(request: Request) -> Response:
-        items, single = legacy_items(parse_json(await request.body()), settings.max_questions)
-        check_context_sizes(items, settings.max_context_chars)
+    async def predict(request: Request, body: Questions = legacy_body) -> Any:
         async with disconnect_watch(request) as gone:
-            answers = await service.answer([(i.question, i.context) for i in items], gone)
+            answers = await service.answer(body.pairs, gone)
         out = [legacy_json(a) for a in answers]
-        return JSONResponse(out[0] if single else out)
+        return out[0] if body.single else out
 
     @app.post(
         "/v1/explain",
@@ -331,11 +341,9 @@ def create_app(
         summary="Where the start/end queries attend (DyREx, DyReF; static heads: the "
         "start/end distributions)",
     )
-    async def explain(request: Request) -> Response:
-        item = explain_item(parse_json(await request.body()))
-        check_context_sizes([item], min(settings.max_context_chars, EXPLAIN_MAX_CHARS))
+    async def explain(request: Request, item: ExplainItem = explain_request) -> Any:
         async with disconnect_watch(request) as gone:
-            return JSONResponse(await service.explain(item.question, item.context, gone))
+            return await service.explain(item.question, item.context, gone)
 
     if documents is not None:
         add_document_routes(app, documents, errors)

@@ -9,9 +9,11 @@ the field) and within the context limit (413). The old ``/predict`` shapes
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from fastapi import Request
 from pydantic import TypeAdapter, ValidationError
 
 from structqa.serving.schemas import AnswerBody, ExplainItem, QAItem
@@ -152,3 +154,41 @@ def check_context_sizes(items: Sequence[QAItem | ExplainItem], max_chars: int) -
                 f"{where}the context has {n:,} characters; this server accepts at most "
                 f"{max_chars:,} (--max-context-chars): send a shorter passage",
             )
+
+
+@dataclass(frozen=True)
+class Questions:
+    """A POST body's validated questions, and whether it held one (not a list)."""
+
+    items: list[QAItem]
+    single: bool
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(i.question, i.context) for i in self.items]
+
+
+def questions_body(
+    max_items: int, max_chars: int, legacy: bool = False
+) -> Callable[[Request], Awaitable[Questions]]:
+    """The FastAPI dependency that turns a POST /v1/answer (``legacy``: /predict) body into
+    :class:`Questions`, or refuses it with the 4xx the module docstring lists."""
+
+    async def questions(request: Request) -> Questions:
+        value = parse_json(await request.body())
+        items, single = (legacy_items if legacy else answer_items)(value, max_items)
+        check_context_sizes(items, max_chars)
+        return Questions(items, single)
+
+    return questions
+
+
+def explain_body(max_chars: int) -> Callable[[Request], Awaitable[ExplainItem]]:
+    """The FastAPI dependency that turns a POST /v1/explain body into an :class:`ExplainItem`."""
+
+    async def explain(request: Request) -> ExplainItem:
+        item = explain_item(parse_json(await request.body()))
+        check_context_sizes([item], max_chars)
+        return item
+
+    return explain

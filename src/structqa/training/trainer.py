@@ -46,6 +46,7 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 
+from structqa.config import Optimisation
 from structqa.features.batching import length_grouped_batches
 from structqa.io import append_jsonl, write_json
 from structqa.runtime import autocast, use_bf16
@@ -95,7 +96,9 @@ class Settings:
     reports: Mapping[str, Any] = field(default_factory=dict)  # more files of the run dir
 
     @classmethod
-    def from_config(cls, train: Any, config: dict[str, Any], **choices: Any) -> Settings:
+    def from_config(cls, train: Optimisation, config: dict[str, Any], **choices: Any) -> Settings:
+        """A task's settings from its train section (an :class:`Optimisation`, with the
+        fields of these settings that the task shares by name) and the task's own ``choices``."""
         names = {f.name for f in dataclasses.fields(cls)}
         shared = {k: v for k, v in vars(train).items() if k in names}
         return cls(config=config, **{**shared, **choices})
