@@ -278,8 +278,8 @@ _EVALUATE_ASK_TEXT = """ask every question of a SQuAD/MRQA file of the whole ind
 to end
 
 For a file whose passages are documents of INDEX: retrieval recall@1/5/10 of each question's
-gold passage by bm25, dense and hybrid retrieval, and EM/F1 of the best answer found in the
-whole index (--retriever), beside the same reader given the gold passage.
+gold passage by every retriever (bm25, dense, hybrid, rrf), and EM/F1 of the best answer found
+in the whole index (--retriever), beside the same reader given the gold passage.
 """
 
 
@@ -291,11 +291,10 @@ def cmd_fit_fusion(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: 
     examples = list(read_extractive(args.questions).examples)
     with DocumentIndex.open(args.index) as index:
         fit = fusion.fit_weight(index, examples, str(args.questions))
-        path = fusion.save(args.index, fit)
+        path = fusion.save(index, fit)
         print(f"{fit.summary()}; saved in {path}", file=sys.stderr)
         out: dict = {"fit": vars(fit), "saved": str(path)}
         if args.test:
-            index.bm25_weight = fit.bm25_weight
             test = list(read_extractive(args.test).examples)
             scores = evaluate_open(index, None, test, read=False)
             out["test"] = {"file": str(args.test), "questions": scores.questions}

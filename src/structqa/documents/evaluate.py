@@ -26,6 +26,13 @@ def passage_key(context: str) -> str:
     return hashlib.sha1(context.encode()).hexdigest()[:12]
 
 
+def gold_found(ranked_doc_ids: Sequence[str], example: Example, k: int) -> bool:
+    """Whether the example's passage is among the first ``k`` documents of a ranking of
+    chunks' document ids (best first; a document counts once, at its best chunk)."""
+    key = "#" + passage_key(example.context)
+    return any(d.endswith(key) for d in list(dict.fromkeys(ranked_doc_ids))[:k])
+
+
 @dataclass
 class OpenScores:
     questions: int
@@ -75,10 +82,9 @@ def evaluate_open(
         for name in RETRIEVERS:
             deep = index.search_many(questions, depth, name)
             for ex, hits in zip(part, deep, strict=True):
-                docs = list(dict.fromkeys(h.doc_id for h in hits))
-                key = "#" + passage_key(ex.context)
+                docs = [h.doc_id for h in hits]
                 for k in RECALL_AT:
-                    found[name][k] += any(d.endswith(key) for d in docs[:k])
+                    found[name][k] += gold_found(docs, ex, k)
         if not read:
             continue
         results = ask(index, reader, questions, top_k_chunks, retriever, forced=True)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from structqa.data.records import Example
-from structqa.documents.evaluate import passage_key
+from structqa.documents.evaluate import gold_found
 from structqa.documents.index import BM25_WEIGHT, FUSION_FILE, DocumentIndex, combine
 from structqa.io import write_json
 
@@ -61,20 +61,21 @@ def fit_weight(
         if progress is not None:
             progress(min(start + 64, len(examples)), len(examples))
     doc_of = index.doc_ids([c for s, d in both for c, _ in (*s, *d)])
-    keys = ["#" + passage_key(ex.context) for ex in examples]
     recall: dict[str, float] = {}
     for w in grid:
         found = 0
-        for (sparse, dense), key in zip(both, keys, strict=True):
+        for (sparse, dense), ex in zip(both, examples, strict=True):
             ranked = combine(sparse, dense, w)[:DEPTH]
-            docs = list(dict.fromkeys(doc_of[c] for c, _ in ranked if c in doc_of))
-            found += any(d.endswith(key) for d in docs[:RECALL_K])
+            found += gold_found([doc_of[c] for c, _ in ranked if c in doc_of], ex, RECALL_K)
         recall[str(w)] = found / len(examples)
     best = max(grid, key=lambda w: (recall[str(w)], -abs(w - BM25_WEIGHT)))
     return FusionFit(best, fitted_on, len(examples), recall)
 
 
-def save(index_dir: str | Path, fit: FusionFit) -> Path:
-    path = Path(index_dir) / FUSION_FILE
+def save(index: DocumentIndex, fit: FusionFit) -> Path:
+    """Write the fit into the index folder and use it for this index's searches from now on
+    (a reopened index reads it)."""
+    path = index.directory / FUSION_FILE
     write_json(path, asdict(fit))
+    index.bm25_weight = fit.bm25_weight
     return path
