@@ -1,4 +1,4 @@
-"""Does a fine-tune's held-out F1 follow how well it fitted its training data? (issue 4)
+"""Does a fine-tune's held-out F1 follow how well it fitted its training data?
 
     python scripts/fit_vs_f1.py runs/anna docs/results/anna --only variant=
 

@@ -1,4 +1,4 @@
-"""How well SQuAD 2.0 runs find the answer span, apart from whether they abstain (issue 4).
+"""How well SQuAD 2.0 runs find the answer span, apart from whether they abstain.
 
     python scripts/forced_answers.py ../shared/data/splits/squad2-heldout.v2.0.json \\
         runs/anna-squad2/variant=no-pretrain,seed=0 [RUN_DIR ...]

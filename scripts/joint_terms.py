@@ -1,4 +1,4 @@
-"""How much of a Joint span score is the question-blind bilinear term (issue 3, Joint study).
+"""How much of a Joint span score is the question-blind bilinear term (the Joint study).
 
     python scripts/joint_terms.py runs/lowdata/head=joint,train_size=256,seed=0/best \\
         --data runs/lowdata-recipe-joint-w2/_validation/squad1-train-val0.2-seed1234/val.json

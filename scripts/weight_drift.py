@@ -1,4 +1,4 @@
-"""How far continued pre-training moved an encoder's pretrained weights (issue 4, ANNA study).
+"""How far continued pre-training moved an encoder's pretrained weights (the ANNA study).
 
     python scripts/weight_drift.py runs/anna/pretrain/combined/final \\
         runs/anna/pretrain/sa-sa-ffn/final [--base DIR]

@@ -103,6 +103,30 @@ def test_evaluate_scores_at_the_saved_threshold_and_reports_ece(checkpoint, v2_f
     assert metrics["null_threshold_source"] == "this file" and metrics["calibrated"] is False
 
 
+def test_calibrating_on_saved_answers_fits_what_answering_again_fits(checkpoint, v2_file, tmp_path):
+    """--predictions: the answers `evaluate` saved stand in for a second pass of the model."""
+    (checkpoint / CALIBRATION_FILE).unlink(missing_ok=True)
+    write_manifest(checkpoint)
+    out = tmp_path / "answers"
+    evaluate = ["evaluate", str(checkpoint), "--eval", str(v2_file), "--out", str(out)]
+    assert main([*evaluate, "--bf16", "off"]) == 0
+    again = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off", verifier=False)
+    saved = calibrate_checkpoint(checkpoint, on=str(v2_file), verifier=False, predictions_dir=out)
+    assert saved.method == again.method
+    assert saved.null_threshold == pytest.approx(again.null_threshold, abs=1e-4)
+    assert saved.t_span == pytest.approx(again.t_span, rel=1e-3)
+    assert saved.fit["ece"] == pytest.approx(again.fit["ece"], abs=1e-4)
+    # a question the directory never answered is named
+    data = json.loads(v2_file.read_text())
+    data["data"][0]["paragraphs"][0]["qas"][0]["id"] = "never-asked"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="no answer to question 'never-asked'"):
+        calibrate_checkpoint(checkpoint, on=str(other), predictions_dir=out)
+    with pytest.raises(FileNotFoundError, match="nbest_predictions.json is missing"):
+        calibrate_checkpoint(checkpoint, on=str(v2_file), predictions_dir=tmp_path)
+
+
 def test_pool_slice_leaves_out_every_trained_paragraph(shared_data):
     from structqa.data import train_subset
 

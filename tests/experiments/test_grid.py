@@ -27,6 +27,7 @@ from structqa.experiments.run_config import resolve_config, validation_files
 from structqa.experiments.runner import run_experiment
 from structqa.experiments.spec import ValidationSpec, plan
 from structqa.experiments.store import Paths, run_status
+from structqa.prediction.scoring import evaluate_checkpoint
 from structqa.training import loop
 
 MINI = "fixtures/squad-v1.1-mini.json"
@@ -362,9 +363,9 @@ def test_runner_skips_done_runs_and_resumes_an_interrupted_one(
     monkeypatch.setattr(loop, "collate", real_collate)
     real_run, seen = loop.run, []
 
-    def spy(cfg, resume=False, progress=True):
+    def spy(cfg, resume=False, progress=True, calibrate=None):
         seen.append((Path(cfg.train.output_dir).name, resume))
-        return real_run(cfg, resume=resume, progress=progress)
+        return real_run(cfg, resume=resume, progress=progress, calibrate=calibrate)
 
     monkeypatch.setattr(loop, "run", spy)
     assert run_experiment(exp, paths, command="structqa experiment x", progress=False) == 0
@@ -520,9 +521,9 @@ def test_runs_identical_to_another_experiments_finished_runs_reuse_their_results
     assert out.count("will reuse") == 2  # same/seed 0 and 1; other-lr and seed 2 differ
     real_run, trained = loop.run, []
 
-    def spy(cfg, resume=False, progress=True):
+    def spy(cfg, resume=False, progress=True, calibrate=None):
         trained.append(Path(cfg.train.output_dir).name)
-        return real_run(cfg, resume=resume, progress=progress)
+        return real_run(cfg, resume=resume, progress=progress, calibrate=calibrate)
 
     monkeypatch.setattr(loop, "run", spy)
     assert run_experiment(exp, paths, command="x", progress=False) == 0
@@ -826,7 +827,9 @@ def test_a_run_choosing_on_a_slice_of_its_training_file_reports_its_test_file(
 ):
     """data.validation in the training settings (the 5-fold configs): best/ is chosen on a
     slice of data.train, then data.eval is scored once into best/eval/. The run's metrics and
-    kept answers are that test's, and the slice's scores are its "dev"."""
+    kept answers are that test's, and the slice's scores are its "dev". best/ is calibrated on
+    the slice before the test, as `structqa train` does, and the test's calibration error is
+    the one `structqa evaluate` reports for the same checkpoint and file."""
     base = tiny_finetune_base(tiny_checkpoint, shared_data)
     base["data"]["validation"] = 0.5  # one of the fixture's two passages
     exp = experiment_from_dict({"name": "sliced", "base": base, "grid": {"train.seed": [0]}})
@@ -835,8 +838,17 @@ def test_a_run_choosing_on_a_slice_of_its_training_file_reports_its_test_file(
     (run,) = exp.runs()
     result = json.loads(paths.result(run).read_text())
     best = paths.output(run) / "best"
-    assert result["metrics"] == json.loads((best / "eval" / "metrics.json").read_text())
+    tested = json.loads((best / "eval" / "metrics.json").read_text())
+    assert {k: result["metrics"][k] for k in tested} == tested
     assert result["dev"] == json.loads((best / "metrics.json").read_text())
+    assert result["calibration"]["fit"]["source"].startswith("validation questions")
+    assert (best / "calibration.json").is_file() and (best / "eval" / "reliability.png").is_file()
+    again = evaluate_checkpoint(best, None, tmp_path / "evaluated", runtime="torch", bf16="off")
+    assert again["f1"] == pytest.approx(result["metrics"]["f1"])
+    assert again["ece"] == pytest.approx(result["metrics"]["ece"], abs=1e-6)
+    assert again["ece_uncalibrated"] == pytest.approx(
+        result["metrics"]["ece_uncalibrated"], abs=1e-6
+    )
     answers = json.loads(gzip.decompress(paths.answers(run).read_bytes()))
     assert answers == json.loads((best / "eval" / "predictions.json").read_text())
     assert len(answers) == 5  # every question of the test file, not the slice's

@@ -347,6 +347,19 @@ def calibrate_after_training(cfg: Any) -> Calibrator | None:
     return calibrate_evaluated(best, examples, v2, source=source, verifier=cfg.decode.verifier)
 
 
+def calibration_on_test(cfg: Any, cal: Calibrator) -> dict[str, Any]:
+    """``ece`` and ``ece_uncalibrated`` (see :func:`calibration_metrics`) of best/'s answers to
+    the test file, as the trainer scored it once into best/eval/ at ``cal``'s threshold, from
+    the files it wrote there (no model run); the reliability diagram is written beside them."""
+    from structqa.training.data import load_eval_examples
+    from structqa.training.heldout import TEST_DIR
+
+    test = Path(cfg.train.output_dir) / "best" / TEST_DIR
+    examples, v2 = load_eval_examples(cfg)
+    predictions = with_null_answers(examples, predictions_from_files(test))
+    return calibration_metrics(examples, predictions, v2, cal.null_threshold, cal, test)
+
+
 class CalibrateOnce:
     """``calibrate_after_training`` as the training commands call it: passed to
     ``training.loop.run`` (which fits before it scores a test file), then ``done(cfg)`` once the

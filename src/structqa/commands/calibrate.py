@@ -6,6 +6,11 @@ run trained on) or a slice of the checkpoint's own training pool that it did not
 (``--pool-slice N``: N questions from paragraphs none of whose questions were in the training
 subset that ``data.train_size`` and ``train.seed`` draw, so neither the questions nor their
 passages were seen). The checkpoint's evaluation file is never used for this.
+
+The checkpoint answers them itself, unless ``--predictions DIR`` names what it already
+answered (``structqa evaluate CKPT --eval FILE --out DIR`` writes nbest_predictions.json and
+null_odds.json there; DIR may answer more questions than the file holds): then fitting takes
+seconds, not a pass over every window.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from structqa.calibration.fit import METHODS
-from structqa.calibration.report import calibrate, save_calibration
+from structqa.calibration.report import calibrate, predictions_from_files, save_calibration
 from structqa.commands.common import add_sample_arguments
 from structqa.config import VERIFIER_AUTO, VERIFIER_KINDS
 from structqa.data import parse_train_size, train_subset
@@ -60,6 +65,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         seed=1,
         group=where,
     )
+    c.add_argument(
+        "--predictions",
+        metavar="DIR",
+        help="fit on this checkpoint's saved answers to the --on file (a `structqa evaluate "
+        "--out DIR` directory) instead of answering the questions again",
+    )
     c.add_argument("--method", choices=METHODS, default="auto")
     c.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
     c.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
@@ -92,6 +103,7 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         args.data,
         args.bf16,
         args.verifier,
+        args.predictions,
     )
     print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "isotonic"}, indent=2))
     return 0
@@ -106,14 +118,21 @@ def calibrate_checkpoint(
     data_dir: str | None = None,
     bf16: str = "auto",
     verifier: bool | str | None = None,
+    predictions_dir: str | Path | None = None,
 ):
     """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
-    None follows the checkpoint's ``decode.verifier``."""
+    None follows the checkpoint's ``decode.verifier``; ``predictions_dir`` holds the
+    checkpoint's saved answers to the questions (else it answers them now)."""
+    from structqa.models.build import checkpoint_config
     from structqa.prediction.predictor import Predictor
     from structqa.training.data import data_path
 
-    predictor = Predictor.from_checkpoint(checkpoint, bf16=bf16)
-    cfg = predictor.config
+    predictor = None
+    if predictions_dir is None:
+        predictor = Predictor.from_checkpoint(checkpoint, bf16=bf16)
+        cfg = predictor.config
+    else:
+        cfg = checkpoint_config(checkpoint)
     if data_dir:
         cfg.data.dir = data_dir
     if on is not None:
@@ -137,8 +156,38 @@ def calibrate_checkpoint(
         version_2 = any(ex.is_impossible for ex in examples)
     if verifier is None:
         verifier = cfg.decode.verifier
-    predictions = predictor.predict_examples(examples, verify=False)  # the model's own odds
+    if predictor is not None:
+        predictions = predictor.predict_examples(examples, verify=False)  # the model's own odds
+    else:
+        predictions = saved_predictions(Path(predictions_dir), examples, source)
     cal = calibrate(examples, predictions, version_2, method, source, verifier)
     path = save_calibration(checkpoint, cal)
     log.info("wrote %s", path)
     return cal
+
+
+def saved_predictions(directory: Path, examples: Sequence[Example], source: str):
+    """The saved answers in ``directory`` to ``examples`` (each must have one)."""
+    for name in ("nbest_predictions.json", "null_odds.json"):
+        if not (directory / name).is_file():
+            raise FileNotFoundError(
+                f"{directory / name} is missing: --predictions takes the directory that "
+                f"`structqa evaluate CHECKPOINT --eval FILE --out DIR` wrote"
+            )
+    evaluated = directory / "metrics.json"
+    if evaluated.is_file() and json.loads(evaluated.read_text()).get("null_odds_verified"):
+        raise ValueError(
+            f"{directory}: its null odds were re-scored by the checkpoint's verifier "
+            f"(metrics.json: null_odds_verified), and a calibration is fitted on the model's "
+            f"own; leave out --predictions, or evaluate with a copy of the checkpoint without "
+            f"calibration.json"
+        )
+    saved = predictions_from_files(directory)
+    missing = [ex.id for ex in examples if ex.id not in saved]
+    if missing:
+        raise ValueError(
+            f"{directory / 'nbest_predictions.json'} has no answer to question {missing[0]!r} "
+            f"of {source} ({len(missing)} of {len(examples)} missing): evaluate that file with "
+            f"this checkpoint into DIR first, or leave out --predictions"
+        )
+    return {ex.id: saved[ex.id] for ex in examples}

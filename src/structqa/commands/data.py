@@ -79,10 +79,9 @@ def cmd_mwp(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_split(args: argparse.Namespace, extra: list[str]) -> int:
-    import random
-
     from structqa.data.overlap import passage_key
     from structqa.data.readers import read_extractive
+    from structqa.data.sampling import passage_folds
     from structqa.data.squad_json import write_squad_json
 
     if extra:
@@ -90,9 +89,7 @@ def cmd_split(args: argparse.Namespace, extra: list[str]) -> int:
     if args.folds < 2:
         raise ValueError(f"--folds {args.folds}: give at least 2")
     examples = list(read_extractive(args.source).examples)
-    passages = list(dict.fromkeys(passage_key(ex.context) for ex in examples))
-    random.Random(args.seed).shuffle(passages)
-    fold_of = {key: i % args.folds for i, key in enumerate(passages)}
+    fold_of = passage_folds(examples, args.folds, args.seed)
     out = Path(args.out)
     v2 = any(ex.is_impossible for ex in examples)
     for i in range(args.folds):
@@ -101,7 +98,7 @@ def cmd_split(args: argparse.Namespace, extra: list[str]) -> int:
             write_squad_json(out / f"fold{i}-{kind}.json", chosen, version_2=v2)
         n = sum(1 for ex in examples if fold_of[passage_key(ex.context)] == i)
         print(f"fold {i}: {n} test questions")
-    print(f"{len(examples)} questions over {len(passages)} passages -> {out}")
+    print(f"{len(examples)} questions over {len(fold_of)} passages -> {out}")
     return 0
 
 

@@ -8,9 +8,11 @@ only on the seed and the data: not on Python's hash randomization, the Python ve
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Sequence
 from typing import Literal
 
+from structqa.data.overlap import passage_key
 from structqa.data.records import Example
 
 TrainSize = int | Literal["all"]
@@ -84,3 +86,11 @@ def validation_split(
     train = tuple(e for i, e in enumerate(examples) if i not in val_indices)
     val = tuple(e for i, e in enumerate(examples) if i in val_indices)
     return train, val
+
+
+def passage_folds(examples: Sequence[Example], folds: int, seed: int) -> dict[str, int]:
+    """The fold (0..folds-1) of each passage of ``examples`` (by ``passage_key``): passages in
+    first-seen order, shuffled by ``seed``, dealt round-robin (``structqa split``'s folds)."""
+    passages = list(dict.fromkeys(passage_key(ex.context) for ex in examples))
+    random.Random(seed).shuffle(passages)
+    return {key: i % folds for i, key in enumerate(passages)}

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from structqa.calibration.report import CalibrateOnce, calibration_on_test
 from structqa.config import ConfigError
 from structqa.experiments.arms import ensure_pretrained
 from structqa.experiments.results import drop_table_metrics, metric_value
@@ -64,8 +65,16 @@ def execute_run(
             f"{out} to train this run afresh with the YAML's values"
         )
     before = read_json(out / "last" / "train_state.json")
-    trainer = drop_loop.run if isinstance(cfg, DropConfig) else loop.run
-    timing = timed_training(out, lambda: trainer(cfg, resume=resume, progress=launch.progress))
+    # an extractive run is calibrated on its validation questions before its test, as
+    # `structqa train` does (the test then uses that threshold and map)
+    calibrate = None if isinstance(cfg, DropConfig) else CalibrateOnce()
+
+    def train() -> Any:
+        if calibrate is None:
+            return drop_loop.run(cfg, resume=resume, progress=launch.progress)
+        return loop.run(cfg, resume=resume, progress=launch.progress, calibrate=calibrate)
+
+    timing = timed_training(out, train)
     state = read_json(out / "last" / "train_state.json")
     if not state.get("finished"):
         if resume and state.get("global_step") == before.get("global_step"):
@@ -100,6 +109,9 @@ def execute_run(
             raise FileNotFoundError(f"{run.name}: training finished but {test_file} is missing")
         scores = {"dev": metrics}
         metrics = json.loads(test_file.read_text())
+        if calibrate is not None and (cal := calibrate.done(cfg)) is not None:
+            scores["calibration"] = fitted(cal)
+            metrics.update(calibration_on_test(cfg, cal))
     source = answers_source(experiment.kind, out, data)
     if not save_answers(source, paths.answers(run)):
         raise FileNotFoundError(f"{run.name}: training finished but {source} is missing")
@@ -147,5 +159,9 @@ def calibrate_on_validation(best: Path, cfg: Any) -> dict[str, Any]:
     from structqa.training.data import load_eval_examples
 
     examples, v2 = load_eval_examples(cfg)
-    cal = calibrate_evaluated(best, examples, v2, source=cfg.data.eval)
+    return fitted(calibrate_evaluated(best, examples, v2, source=cfg.data.eval))
+
+
+def fitted(cal: Any) -> dict[str, Any]:
+    """What a result records of a calibration: everything but the isotonic map's knots."""
     return {k: v for k, v in cal.to_dict().items() if k != "isotonic"}

@@ -225,16 +225,25 @@ def not_a_checkpoint(path: Path) -> str:
     return f"{path}: not a structqa checkpoint (no model.safetensors){hint}"
 
 
+def checkpoint_config(path: str | Path) -> Config:
+    """The settings a checkpoint was trained with (its structqa_config.json), without loading
+    its weights."""
+    from structqa.config import config_from_dict
+
+    path = Path(path)
+    if not (path / "structqa_config.json").is_file():
+        raise FileNotFoundError(not_a_checkpoint(path))
+    return config_from_dict(read_json(path / "structqa_config.json"))
+
+
 def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, Config]:
     """Rebuild the exact model saved by the trainer (weights, config, tokenizer), after checking
     its files against its manifest (:func:`structqa.manifest.verify_manifest`)."""
-    from structqa.config import config_from_dict
-
     path = Path(path)
     if not (path / "model.safetensors").exists() and not (path / MANIFEST).exists():
         raise FileNotFoundError(not_a_checkpoint(path))
     verify_manifest(path)
-    cfg = config_from_dict(read_json(path / "structqa_config.json"))
+    cfg = checkpoint_config(path)
     encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
     resolve_token_tags(cfg, encoder)  # null in checkpoints from before token tags
     head = head_from_config(cfg, encoder)

@@ -342,7 +342,7 @@ class DropTask(CheckpointedTask):
 
 def run(cfg: DropConfig, resume: bool = False, progress: bool = True) -> dict[str, Any] | None:
     """Seed, build the model, read and featurize the data, train, then answer the test file
-    with ``best/``. Returns the best eval metrics of this session (None if it trained none)."""
+    with ``best/``. Returns the best eval metrics of this stint (None if it trained none)."""
     validate(cfg)
     set_seed(cfg.train.seed)
     model, tokenizer = build_genbert(cfg)
@@ -372,7 +372,7 @@ def train(
     resume: bool = False,
     progress: bool = True,
 ) -> dict[str, Any] | None:
-    """Train; the best eval metrics of this session (None if it made none better)."""
+    """Train; the best eval metrics of this stint (None if it made none better)."""
     config = cfg.to_dict()
     task = DropTask(tokenizer, config, data, cfg.train.seed, cfg.train.eval_batch_size)
     settings = Settings.from_config(cfg.train, config, unit="questions")

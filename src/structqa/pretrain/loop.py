@@ -145,7 +145,7 @@ def add_np_vocabulary(
     """ANNA's tokenizer: the ``model.np_vocab`` most frequent noun-phrase words of the training
     chunks that ``tokenizer`` splits, added whole (tokenizer and embeddings, in place on the
     model). Returns the extended tokenizer and the words added, in id order. ``words`` skips
-    the collection (a resumed run passes the ones its first session added)."""
+    the collection (a resumed run passes the ones its first stint added)."""
     if words is None:
         texts = [c.text for c in train_chunks]
         annotations = [c.annotation for c in train_chunks]
@@ -294,7 +294,7 @@ def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLM
     saved_words = Path(cfg.train.output_dir) / "np_vocab.json"
 
     def np_vocabulary(train_chunks: list[Chunk]) -> Any:
-        # a resumed run takes the words its first session added: its checkpoint's embedding
+        # a resumed run takes the words its first stint added: its checkpoint's embedding
         # rows are in that order, whatever a re-annotated corpus would give now
         nonlocal tokenizer
         words = json.loads(saved_words.read_text()) if resume and saved_words.exists() else None
@@ -326,7 +326,7 @@ def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLM
             "global_step": state.get("global_step"),
             "finished": bool(state.get("finished")),
         }
-        if out.is_dir() and int(os.environ.get("RANK", "0")) == 0:  # one line per session
+        if out.is_dir() and int(os.environ.get("RANK", "0")) == 0:  # one line per stint
             append_jsonl(out / "sessions.jsonl", record)
     return result
 

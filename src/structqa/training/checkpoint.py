@@ -234,7 +234,7 @@ def resume_from(
     :func:`resumable`), its state with weights, optimizer, scheduler and RNG restored;
     otherwise a fresh state. Callers stop when the returned state is ``finished``.
 
-    ``config`` (this session's, as a dict) is checked against the one the checkpoint saved
+    ``config`` (this stint's, as a dict) is checked against the one the checkpoint saved
     in ``config_file``: a resume with other data, seed, batch size, schedule or model is
     refused (ValueError), since it would not continue the run it names. A fresh start into
     a directory that already holds a checkpoint is refused too: it would overwrite it."""
@@ -278,7 +278,7 @@ def check_same_config(last_dir: Path, saved: dict[str, Any], current: dict[str, 
 def start_log(path: Path, global_step: int) -> None:
     """Make the run's JSONL log agree with where training starts (``global_step``, 0 for a
     fresh run): a fresh run begins a new log; a resumed one drops the entries past its
-    checkpoint's step (written after the last save by a session that was killed), which the
+    checkpoint's step (written after the last save by a stint that was killed), which the
     resumed steps log again."""
     if not path.exists():
         return

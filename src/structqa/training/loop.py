@@ -114,7 +114,7 @@ def run(
 def train(
     cfg: Config, model, tokenizer, data: TrainData, resume: bool = False, progress: bool = True
 ) -> EvalResult | None:
-    """Train; the best evaluation of this session (None if it made none better)."""
+    """Train; the best evaluation of this stint (None if it made none better)."""
     config = cfg.to_dict()
     decode = DecodeConfig.from_settings(cfg.decode)
     task = SpanTask(tokenizer, config, data, decode, cfg.train.eval_batch_size)

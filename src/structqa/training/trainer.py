@@ -302,7 +302,7 @@ def fit(
     progress: bool = True,
 ) -> Any:
     """Train ``model`` on ``task`` as ``s`` says (resuming from ``<output_dir>/last`` with
-    ``resume``). Returns, on the main process, the ``value`` of this session's best evaluation
+    ``resume``). Returns, on the main process, the ``value`` of this stint's best evaluation
     by the task's score, or for a task without a score of the final one; None when there is
     none (another process, a run already finished, stopped, or no improvement)."""
     out = Path(s.output_dir)
@@ -455,7 +455,7 @@ def fit(
         for name in ("best", s.final_dir):
             if name and (out / name / "metrics.json").exists():
                 kept = json.loads((out / name / "metrics.json").read_text())
-                log.info("%s/ from an earlier session: %s", name, kept)
+                log.info("%s/ from an earlier stint: %s", name, kept)
     return best.value if best is not None else None
 
 

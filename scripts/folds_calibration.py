@@ -1,0 +1,155 @@
+"""Calibration error out of domain, before and after fitting on the user's own labels, pooled
+over the held-out folds of a k-fold split (the document-collection COVID-QA study).
+
+    python scripts/folds_calibration.py runs/reader/run/best --folds runs/covidqa-folds \\
+        --answers 'runs/covid-reader-fold{k}' --out docs/results/documents/covidqa-calibration
+
+For each fold k (``FOLDS/fold{k}-test.json`` and ``fold{k}-train.json``, as `structqa split`
+writes them), the answers that CHECKPOINT gave to that fold's test questions are read from
+``--answers`` (the directory `structqa evaluate CHECKPOINT --eval FOLDS/fold{k}-test.json --out
+DIR` wrote; the training questions of fold k are the other folds' test questions, so their
+answers are there too). The probabilities returned for fold k's test questions are then scored:
+
+- ``as shipped``: with the checkpoint's own calibration (fitted on SQuAD);
+- ``a fifth of the articles``: calibrated as `structqa calibrate CHECKPOINT --on SLICE
+  --predictions DIR` does, SLICE being one fifth of fold k's training passages (whole
+  passages: `structqa split FOLDS/fold{k}-train.json --folds 5`'s fold0-test.json);
+- ``N labels, spread``: on N questions drawn at random from all of fold k's training passages;
+- ``every training question``: on all of fold k's training questions.
+
+The expected calibration error (15 bins; correct = token F1 >= 0.5) of each, per fold and
+pooled over every fold's test questions, goes to OUT/calibration.json and a reliability
+diagram of the pooled probabilities to OUT/reliability.png. Only saved answers are read: no
+model runs here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from structqa.calibration.fit import (
+    CORRECT_F1,
+    ECE_BINS,
+    expected_calibration_error,
+    outcomes,
+    returned_correct,
+    scores_from_predictions,
+)
+from structqa.calibration.report import (
+    calibrate,
+    load_calibration,
+    plot_reliability,
+    predictions_from_files,
+    with_null_answers,
+)
+from structqa.data.overlap import passage_key
+from structqa.data.readers import read_extractive
+from structqa.data.records import Example
+from structqa.data.sampling import passage_folds
+from structqa.decoding import Prediction
+from structqa.io import write_json
+
+
+def fold_files(folds: Path) -> list[tuple[Path, Path]]:
+    """``(train, test)`` files of every fold under ``folds``, in fold order."""
+    pairs = []
+    k = 0
+    while (folds / f"fold{k}-test.json").is_file():
+        pairs.append((folds / f"fold{k}-train.json", folds / f"fold{k}-test.json"))
+        k += 1
+    if not pairs:
+        raise SystemExit(f"{folds}: no fold0-test.json (write the folds with `structqa split`)")
+    return pairs
+
+
+def probabilities(
+    cal, examples: list[Example], predictions: dict[str, Prediction]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(returned probability, returned answer correct) per question of ``examples``."""
+    gold = {ex.id: list(ex.gold_texts) for ex in examples}
+    ids = list(gold)
+    predictions = with_null_answers(examples, predictions)
+    scores = scores_from_predictions(predictions, ids, version_2=False)
+    correct = returned_correct(scores, outcomes(gold, predictions, ids), None)
+    return cal.probability(scores), correct
+
+
+def label_sets(train: list[Example], labels: int, seed: int) -> dict[str, list[Example]]:
+    """The user's labelled questions of one fold's training passages, three ways."""
+    fifth = passage_folds(train, 5, 0)  # `structqa split TRAIN --folds 5`, its fold 0
+    return {
+        "a fifth of the articles": [ex for ex in train if fifth[passage_key(ex.context)] == 0],
+        f"{labels} labels, spread": random.Random(seed).sample(train, min(labels, len(train))),
+        "every training question": train,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoint", type=Path)
+    ap.add_argument("--folds", type=Path, required=True)
+    ap.add_argument("--answers", required=True, help="answer directory per fold, with {k}")
+    ap.add_argument("--labels", type=int, default=300, help="size of the spread label set")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+
+    shipped = load_calibration(args.checkpoint)
+    if shipped is None:
+        raise SystemExit(f"{args.checkpoint}: no calibration.json to compare with")
+    pairs = fold_files(args.folds)
+    answers: dict[str, Prediction] = {}
+    for k in range(len(pairs)):
+        answers.update(predictions_from_files(args.answers.format(k=k)))
+    curves: dict[str, list[np.ndarray]] = {}
+    correct_all: list[np.ndarray] = []
+    per_fold = []
+    for k, (train_file, test_file) in enumerate(pairs):
+        test = list(read_extractive(test_file).examples)
+        train = list(read_extractive(train_file).examples)
+        fold = {"fold": k, "test_questions": len(test)}
+        p, correct = probabilities(shipped, test, answers)
+        correct_all.append(correct)
+        fold["accuracy"] = float(correct.mean())
+        results = {"as shipped": (p, None)}
+        for name, labelled in label_sets(train, args.labels, args.seed + k).items():
+            cal = calibrate(labelled, answers, False, source=f"{name} of {train_file}")
+            results[name] = (probabilities(cal, test, answers)[0], cal)
+        for name, (q, cal) in results.items():
+            curves.setdefault(name, []).append(q)
+            fold[name] = {"ece": expected_calibration_error(q, correct)}
+            if cal is not None:
+                fold[name].update(method=cal.method, t_span=cal.t_span, fit=cal.fit)
+        per_fold.append(fold)
+        print(
+            f"fold {k}: {len(test)} test questions, "
+            + ", ".join(f"{n} {fold[n]['ece']:.3f}" for n in results),
+            file=sys.stderr,
+        )
+    correct = np.concatenate(correct_all)
+    pooled = {n: np.concatenate(qs) for n, qs in curves.items()}
+    summary = {
+        "definition": f"ECE, {ECE_BINS} bins; correct: token F1 >= {CORRECT_F1}",
+        "checkpoint": str(args.checkpoint),
+        "questions": len(correct),
+        "accuracy": float(correct.mean()),
+        "pooled_ece": {n: expected_calibration_error(q, correct) for n, q in pooled.items()},
+        "folds": per_fold,
+        "labels": args.labels,
+        "seed": args.seed,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "calibration.json", summary)
+    plot_reliability(args.out / "reliability.png", pooled, correct)
+    print(json.dumps(summary["pooled_ece"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
