@@ -11,16 +11,17 @@ DIR` wrote; the training questions of fold k are the other folds' test questions
 answers are there too). The probabilities returned for fold k's test questions are then scored:
 
 - ``as shipped``: with the checkpoint's own calibration (fitted on SQuAD);
-- ``a fifth of the articles``: calibrated as `structqa calibrate CHECKPOINT --on SLICE
-  --predictions DIR` does, SLICE being one fifth of fold k's training passages (whole
-  passages: `structqa split FOLDS/fold{k}-train.json --folds 5`'s fold0-test.json);
+- ``a fifth of the articles``: calibrated on one fifth of fold k's training passages (whole
+  passages: `structqa split FOLDS/fold{k}-train.json --folds 5`'s fold0-test.json), the fit
+  `structqa calibrate CHECKPOINT --on SLICE --predictions DIR` makes from the same answers;
 - ``N labels, spread``: on N questions drawn at random from all of fold k's training passages;
 - ``every training question``: on all of fold k's training questions.
 
 The expected calibration error (15 bins; correct = token F1 >= 0.5) of each, per fold and
 pooled over every fold's test questions, goes to OUT/calibration.json and a reliability
 diagram of the pooled probabilities to OUT/reliability.png. Only saved answers are read: no
-model runs here.
+model runs here. SQuAD 1.1-style files only (every question answerable): a fold file with an
+unanswerable question is refused.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import numpy as np
 from structqa.calibration.fit import (
     CORRECT_F1,
     ECE_BINS,
+    Calibrator,
     expected_calibration_error,
     outcomes,
     returned_correct,
@@ -46,7 +48,6 @@ from structqa.calibration.report import (
     load_calibration,
     plot_reliability,
     predictions_from_files,
-    with_null_answers,
 )
 from structqa.data.overlap import passage_key
 from structqa.data.readers import read_extractive
@@ -68,13 +69,26 @@ def fold_files(folds: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
+def read_fold(path: Path, answers: dict[str, Prediction], pattern: str) -> list[Example]:
+    """The questions of one fold file, each answered in ``answers`` and answerable."""
+    examples = list(read_extractive(path).examples)
+    if any(ex.is_impossible for ex in examples):
+        raise SystemExit(f"{path}: has unanswerable questions; this script reads SQuAD 1.1 only")
+    missing = [ex.id for ex in examples if ex.id not in answers]
+    if missing:
+        raise SystemExit(
+            f"{path}: question {missing[0]!r} ({len(missing)} of {len(examples)}) has no answer "
+            f"under {pattern}: evaluate every fold's test file into it first"
+        )
+    return examples
+
+
 def probabilities(
-    cal, examples: list[Example], predictions: dict[str, Prediction]
+    cal: Calibrator, examples: list[Example], predictions: dict[str, Prediction]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(returned probability, returned answer correct) per question of ``examples``."""
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     ids = list(gold)
-    predictions = with_null_answers(examples, predictions)
     scores = scores_from_predictions(predictions, ids, version_2=False)
     correct = returned_correct(scores, outcomes(gold, predictions, ids), None)
     return cal.probability(scores), correct
@@ -111,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     correct_all: list[np.ndarray] = []
     per_fold = []
     for k, (train_file, test_file) in enumerate(pairs):
-        test = list(read_extractive(test_file).examples)
-        train = list(read_extractive(train_file).examples)
+        test = read_fold(test_file, answers, args.answers)
+        train = read_fold(train_file, answers, args.answers)
         fold = {"fold": k, "test_questions": len(test)}
         p, correct = probabilities(shipped, test, answers)
         correct_all.append(correct)

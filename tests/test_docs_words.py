@@ -20,7 +20,7 @@ PROSE = [re.compile(r"(?:^|\s)#\d{1,4}(?=[\s,.;:)]|$)", re.MULTILINE)]
 
 def files() -> list[Path]:
     found = [ROOT / "README.md"]
-    for folder in ("docs", "src", "configs"):
+    for folder in ("docs", "src", "configs", "scripts", "benchmarks"):
         found += [p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in TEXT]
     return found
 

@@ -125,6 +125,12 @@ def test_calibrating_on_saved_answers_fits_what_answering_again_fits(checkpoint,
         calibrate_checkpoint(checkpoint, on=str(other), predictions_dir=out)
     with pytest.raises(FileNotFoundError, match="nbest_predictions.json is missing"):
         calibrate_checkpoint(checkpoint, on=str(v2_file), predictions_dir=tmp_path)
+    # null odds a verifier re-scored are not the model's own: refused
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["null_odds_verified"] is False
+    (out / "metrics.json").write_text(json.dumps({**metrics, "null_odds_verified": True}))
+    with pytest.raises(ValueError, match="null odds may be the verifier's"):
+        calibrate_checkpoint(checkpoint, on=str(v2_file), predictions_dir=out)
 
 
 def test_pool_slice_leaves_out_every_trained_paragraph(shared_data):

@@ -349,15 +349,63 @@ def calibrate_after_training(cfg: Any) -> Calibrator | None:
 
 def calibration_on_test(cfg: Any, cal: Calibrator) -> dict[str, Any]:
     """``ece`` and ``ece_uncalibrated`` (see :func:`calibration_metrics`) of best/'s answers to
-    the test file, as the trainer scored it once into best/eval/ at ``cal``'s threshold, from
-    the files it wrote there (no model run); the reliability diagram is written beside them."""
+    the test file, as the trainer scored it once into best/eval/ (at the threshold recorded
+    there), from the files it wrote there (no model run); the reliability diagram is written
+    beside them. A SQuAD 2.0 test scored without ``cal`` (its threshold or its verifier's
+    odds: a run tested before it calibrated) is an error saying how to score it again."""
     from structqa.training.data import load_eval_examples
-    from structqa.training.heldout import TEST_DIR
+    from structqa.training.heldout import NULL_ODDS_VERIFIED, TEST_DIR
 
     test = Path(cfg.train.output_dir) / "best" / TEST_DIR
     examples, v2 = load_eval_examples(cfg)
-    predictions = with_null_answers(examples, predictions_from_files(test))
-    return calibration_metrics(examples, predictions, v2, cal.null_threshold, cal, test)
+    recorded = json.loads((test / "metrics.json").read_text(encoding="utf-8"))
+    threshold = recorded.get("null_threshold")
+    if v2 and cal.null_threshold is not None:
+        verified = bool(recorded.get(NULL_ODDS_VERIFIED)) == (cal.verifier is not None)
+        if threshold is None or abs(threshold - cal.null_threshold) > 1e-9 or not verified:
+            raise ValueError(
+                f"{test}: the test was scored without best/'s calibration (null threshold "
+                f"{threshold} against the calibration's {cal.null_threshold}, verifier odds "
+                f"{recorded.get(NULL_ODDS_VERIFIED)}); delete {test} and run again to score it "
+                f"with the calibration"
+            )
+    predictions = saved_predictions(test, examples, str(cfg.data.eval))
+    return calibration_metrics(examples, predictions, v2, threshold, cal, test)
+
+
+def saved_predictions(
+    directory: Path, examples: Sequence[Example], source: str, verifier: bool = False
+) -> dict[str, Prediction]:
+    """The answers saved in ``directory`` (an evaluation's output) to ``examples``, each of
+    which must have one. ``verifier``: the checkpoint's calibration has an answerability
+    verifier, so SQuAD 2.0 null odds saved without saying whose they are are refused."""
+    from structqa.training.heldout import NULL_ODDS_VERIFIED
+
+    for name in ("nbest_predictions.json", "null_odds.json"):
+        if not (directory / name).is_file():
+            raise FileNotFoundError(
+                f"{directory / name} is missing: give the directory that `structqa evaluate "
+                f"CHECKPOINT --eval FILE --out DIR` wrote"
+            )
+    metrics = directory / "metrics.json"
+    recorded = json.loads(metrics.read_text(encoding="utf-8")) if metrics.is_file() else {}
+    v2 = any(ex.is_impossible for ex in examples)
+    if v2 and recorded.get(NULL_ODDS_VERIFIED, verifier):
+        raise ValueError(
+            f"{directory}: its null odds may be the verifier's (metrics.json: "
+            f"{NULL_ODDS_VERIFIED} is {recorded.get(NULL_ODDS_VERIFIED, 'not recorded')}), and "
+            f"a calibration is fitted on the model's own; evaluate again with a copy of the "
+            f"checkpoint without calibration.json, or answer the questions anew"
+        )
+    saved = predictions_from_files(directory)
+    missing = [ex.id for ex in examples if ex.id not in saved]
+    if missing:
+        raise ValueError(
+            f"{directory / 'nbest_predictions.json'} has no answer to question {missing[0]!r} "
+            f"of {source} ({len(missing)} of {len(examples)} missing): evaluate those "
+            f"questions with this checkpoint into that directory first"
+        )
+    return {ex.id: saved[ex.id] for ex in examples}
 
 
 class CalibrateOnce:

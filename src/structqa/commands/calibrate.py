@@ -22,7 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from structqa.calibration.fit import METHODS
-from structqa.calibration.report import calibrate, predictions_from_files, save_calibration
+from structqa.calibration.report import (
+    calibrate,
+    load_calibration,
+    save_calibration,
+    saved_predictions,
+)
 from structqa.commands.common import add_sample_arguments
 from structqa.config import VERIFIER_AUTO, VERIFIER_KINDS
 from structqa.data import parse_train_size, train_subset
@@ -68,8 +73,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--predictions",
         metavar="DIR",
-        help="fit on this checkpoint's saved answers to the --on file (a `structqa evaluate "
-        "--out DIR` directory) instead of answering the questions again",
+        help="fit on this checkpoint's saved answers to the questions (a `structqa evaluate "
+        "--out DIR` directory; it may hold more) instead of answering them again (--bf16 "
+        "then has nothing to do)",
     )
     c.add_argument("--method", choices=METHODS, default="auto")
     c.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
@@ -159,35 +165,10 @@ def calibrate_checkpoint(
     if predictor is not None:
         predictions = predictor.predict_examples(examples, verify=False)  # the model's own odds
     else:
-        predictions = saved_predictions(Path(predictions_dir), examples, source)
+        earlier = load_calibration(checkpoint)
+        verifies = earlier is not None and earlier.verifier is not None
+        predictions = saved_predictions(Path(predictions_dir), examples, source, verifies)
     cal = calibrate(examples, predictions, version_2, method, source, verifier)
     path = save_calibration(checkpoint, cal)
     log.info("wrote %s", path)
     return cal
-
-
-def saved_predictions(directory: Path, examples: Sequence[Example], source: str):
-    """The saved answers in ``directory`` to ``examples`` (each must have one)."""
-    for name in ("nbest_predictions.json", "null_odds.json"):
-        if not (directory / name).is_file():
-            raise FileNotFoundError(
-                f"{directory / name} is missing: --predictions takes the directory that "
-                f"`structqa evaluate CHECKPOINT --eval FILE --out DIR` wrote"
-            )
-    evaluated = directory / "metrics.json"
-    if evaluated.is_file() and json.loads(evaluated.read_text()).get("null_odds_verified"):
-        raise ValueError(
-            f"{directory}: its null odds were re-scored by the checkpoint's verifier "
-            f"(metrics.json: null_odds_verified), and a calibration is fitted on the model's "
-            f"own; leave out --predictions, or evaluate with a copy of the checkpoint without "
-            f"calibration.json"
-        )
-    saved = predictions_from_files(directory)
-    missing = [ex.id for ex in examples if ex.id not in saved]
-    if missing:
-        raise ValueError(
-            f"{directory / 'nbest_predictions.json'} has no answer to question {missing[0]!r} "
-            f"of {source} ({len(missing)} of {len(examples)} missing): evaluate that file with "
-            f"this checkpoint into DIR first, or leave out --predictions"
-        )
-    return {ex.id: saved[ex.id] for ex in examples}

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from structqa.calibration.fit import Calibrator
 from structqa.calibration.report import CalibrateOnce, calibration_on_test
 from structqa.config import ConfigError
 from structqa.experiments.arms import ensure_pretrained
@@ -159,9 +160,12 @@ def calibrate_on_validation(best: Path, cfg: Any) -> dict[str, Any]:
     from structqa.training.data import load_eval_examples
 
     examples, v2 = load_eval_examples(cfg)
-    return fitted(calibrate_evaluated(best, examples, v2, source=cfg.data.eval))
+    cal = calibrate_evaluated(
+        best, examples, v2, source=cfg.data.eval, verifier=cfg.decode.verifier
+    )
+    return fitted(cal)
 
 
-def fitted(cal: Any) -> dict[str, Any]:
+def fitted(cal: Calibrator) -> dict[str, Any]:
     """What a result records of a calibration: everything but the isotonic map's knots."""
     return {k: v for k, v in cal.to_dict().items() if k != "isotonic"}

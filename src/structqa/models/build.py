@@ -218,11 +218,12 @@ def set_dropout(module: nn.Module, hidden: float | None, attention: float | None
             m.dropout = attention
 
 
-def not_a_checkpoint(path: Path) -> str:
-    """The error for a directory without a checkpoint, pointing into a run directory's."""
-    held = [d for d in ("best", "last", "final") if (path / d / "model.safetensors").exists()]
+def not_a_checkpoint(path: Path, missing: str = "model.safetensors") -> str:
+    """The error for a directory without a checkpoint (``missing`` is the file it lacks),
+    pointing into a run directory's."""
+    held = [d for d in ("best", "last", "final") if (path / d / missing).exists()]
     hint = f"; it is a run directory: give {path / held[0]}" if held else ""
-    return f"{path}: not a structqa checkpoint (no model.safetensors){hint}"
+    return f"{path}: not a structqa checkpoint (no {missing}){hint}"
 
 
 def checkpoint_config(path: str | Path) -> Config:
@@ -232,7 +233,7 @@ def checkpoint_config(path: str | Path) -> Config:
 
     path = Path(path)
     if not (path / "structqa_config.json").is_file():
-        raise FileNotFoundError(not_a_checkpoint(path))
+        raise FileNotFoundError(not_a_checkpoint(path, "structqa_config.json"))
     return config_from_dict(read_json(path / "structqa_config.json"))
 
 

@@ -77,7 +77,5 @@ def evaluate_checkpoint(
     log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
     result.metrics.update(calibration_report(result, examples, v2, calibrator, out))
     result.metrics["runtime"] = loaded.choice.runtime
-    # the null odds written are the verifier's where it re-scored them (calibrate reads this)
-    result.metrics["null_odds_verified"] = rescore is not None
     write_outputs(result, Path(out))
     return result.metrics

@@ -276,7 +276,7 @@ def run(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> MLM
     """Seed, build the model, read, annotate and tokenize the corpus, pre-train.
 
     Each call appends its provenance to ``<output_dir>/sessions.jsonl`` (command, commit,
-    machine, start, wall seconds, the step reached): a run resumed over several sessions
+    machine, start, wall seconds, the step reached): a run resumed over several stints
     lists each of them."""
     started, t0 = time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
     record: dict[str, Any] = {
