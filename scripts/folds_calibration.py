@@ -17,9 +17,17 @@ answers are there too). The probabilities returned for fold k's test questions a
 - ``N labels, spread``: on N questions drawn at random from all of fold k's training passages;
 - ``every training question``: on all of fold k's training questions.
 
+With ``--runs PATTERN`` (a fine-tuned run per fold, ``{k}`` in its directory, as
+``configs/documents/covidqa-5fold.yaml`` writes them), also each finished run's own test
+answers (best/eval/): uncalibrated, and calibrated on the validation slice of its training
+articles that chose best/ (the fit `structqa train` and the experiment runner make; written
+into best/calibration.json where it is missing).
+
 The expected calibration error (15 bins; correct = token F1 >= 0.5) of each, per fold and
 pooled over every fold's test questions, goes to OUT/calibration.json and a reliability
-diagram of the pooled probabilities to OUT/reliability.png. Only saved answers are read: no
+diagram of the pooled probabilities to OUT/reliability.png; beside each error, its floor: the
+mean error of the same probabilities against outcomes drawn from them (what a perfectly
+calibrated model would score on that many questions). Only saved answers are read: no
 model runs here. SQuAD 1.1-style files only (every question answerable): a fold file with an
 unanswerable question is refused.
 """
@@ -31,6 +39,7 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,9 +54,11 @@ from structqa.calibration.fit import (
 )
 from structqa.calibration.report import (
     calibrate,
+    calibrate_after_training,
     load_calibration,
     plot_reliability,
     predictions_from_files,
+    saved_predictions,
 )
 from structqa.data.overlap import passage_key
 from structqa.data.readers import read_extractive
@@ -55,6 +66,9 @@ from structqa.data.records import Example
 from structqa.data.sampling import passage_folds
 from structqa.decoding import Prediction
 from structqa.io import write_json
+from structqa.models.build import checkpoint_config
+from structqa.training.data import load_eval_examples
+from structqa.training.heldout import TEST_DIR
 
 
 def fold_files(folds: Path) -> list[tuple[Path, Path]]:
@@ -94,6 +108,15 @@ def probabilities(
     return cal.probability(scores), correct
 
 
+def ece_floor(p: np.ndarray, draws: int = 200, seed: int = 0) -> float:
+    """The mean ECE of ``p`` against outcomes drawn from ``p`` itself: what a perfectly
+    calibrated model scores on this many questions (the error's sampling floor)."""
+    rng = np.random.default_rng(seed)
+    return float(
+        np.mean([expected_calibration_error(p, rng.random(len(p)) < p) for _ in range(draws)])
+    )
+
+
 def label_sets(train: list[Example], labels: int, seed: int) -> dict[str, list[Example]]:
     """The user's labelled questions of one fold's training passages, three ways."""
     fifth = passage_folds(train, 5, 0)  # `structqa split TRAIN --folds 5`, its fold 0
@@ -104,6 +127,49 @@ def label_sets(train: list[Example], labels: int, seed: int) -> dict[str, list[E
     }
 
 
+def fine_tuned(pattern: str, folds: int) -> dict[str, Any]:
+    """Test-answer calibration of the finished fine-tuned runs ``pattern`` (with ``{k}``):
+    per fold and pooled, uncalibrated and calibrated on each run's validation slice."""
+    pooled: dict[str, list[np.ndarray]] = {"uncalibrated": [], "validation slice": []}
+    correct_all, per_fold = [], []
+    for k in range(folds):
+        best = Path(pattern.format(k=k)) / "best"
+        if not (best / TEST_DIR / "metrics.json").is_file():
+            continue
+        cfg = checkpoint_config(best)
+        cal = load_calibration(best) or calibrate_after_training(cfg)
+        test, _ = load_eval_examples(cfg)
+        answers = saved_predictions(best / TEST_DIR, test, str(cfg.data.eval))
+        p, correct = probabilities(cal, test, answers)
+        raw, _ = probabilities(Calibrator("temperature", None), test, answers)
+        correct_all.append(correct)
+        pooled["uncalibrated"].append(raw)
+        pooled["validation slice"].append(p)
+        per_fold.append(
+            {
+                "fold": k,
+                "run": str(best.parent),
+                "test_questions": len(test),
+                "accuracy": float(correct.mean()),
+                "ece_uncalibrated": expected_calibration_error(raw, correct),
+                "ece": expected_calibration_error(p, correct),
+                "method": cal.method,
+                "validation_questions": cal.fit.get("questions"),
+            }
+        )
+    if not per_fold:
+        return {"folds": []}
+    correct = np.concatenate(correct_all)
+    return {
+        "questions": len(correct),
+        "accuracy": float(correct.mean()),
+        "pooled_ece": {
+            n: expected_calibration_error(np.concatenate(q), correct) for n, q in pooled.items()
+        },
+        "folds": per_fold,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint", type=Path)
@@ -111,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--answers", required=True, help="answer directory per fold, with {k}")
     ap.add_argument("--labels", type=int, default=300, help="size of the spread label set")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs", action="append", default=[], help="fine-tuned runs, with {k}")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -137,13 +204,15 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = (probabilities(cal, test, answers)[0], cal)
         for name, (q, cal) in results.items():
             curves.setdefault(name, []).append(q)
-            fold[name] = {"ece": expected_calibration_error(q, correct)}
+            fold[name] = {"ece": expected_calibration_error(q, correct), "floor": ece_floor(q)}
             if cal is not None:
                 fold[name].update(method=cal.method, t_span=cal.t_span, fit=cal.fit)
         per_fold.append(fold)
         print(
             f"fold {k}: {len(test)} test questions, "
-            + ", ".join(f"{n} {fold[n]['ece']:.3f}" for n in results),
+            + ", ".join(
+                f"{n} {fold[n]['ece']:.3f} (floor {fold[n]['floor']:.3f})" for n in results
+            ),
             file=sys.stderr,
         )
     correct = np.concatenate(correct_all)
@@ -154,14 +223,18 @@ def main(argv: list[str] | None = None) -> int:
         "questions": len(correct),
         "accuracy": float(correct.mean()),
         "pooled_ece": {n: expected_calibration_error(q, correct) for n, q in pooled.items()},
+        "pooled_floor": {n: ece_floor(q) for n, q in pooled.items()},
         "folds": per_fold,
         "labels": args.labels,
         "seed": args.seed,
+        "fine_tuned": {pattern: fine_tuned(pattern, len(pairs)) for pattern in args.runs},
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "calibration.json", summary)
     plot_reliability(args.out / "reliability.png", pooled, correct)
-    print(json.dumps(summary["pooled_ece"], indent=2))
+    print(json.dumps({"ece": summary["pooled_ece"], "floor": summary["pooled_floor"]}, indent=2))
+    for pattern, found in summary["fine_tuned"].items():
+        print(pattern, json.dumps({k: v for k, v in found.items() if k != "folds"}))
     return 0
 
 
