@@ -593,6 +593,16 @@ def test_v1_matches_reference_on_xquad(
     _assert_same(squad_v1(gold, preds), _reference_v1(ref, dataset, preds))
 
 
+def test_integer_question_ids_are_read_as_their_text():
+    """COVID-QA numbers its questions; the readers and predictions.json use the decimal text."""
+    obj = {"data": [{"paragraphs": [{"qas": [{"id": 917, "answers": [{"text": "x"}]}]}]}]}
+    gold, _ = gold_from_squad_json(obj)
+    assert gold == {"917": ["x"]}
+    assert squad_v1(gold, {"917": "x"})["f1"] == 100.0
+    with pytest.raises(ValueError, match="field 'id': expected a string, got bool"):
+        gold_from_squad_json({"data": [{"paragraphs": [{"qas": [{"id": True, "answers": []}]}]}]})
+
+
 @pytest.mark.parametrize(
     ("obj", "needle"),
     [

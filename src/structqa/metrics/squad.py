@@ -373,7 +373,13 @@ def gold_from_squad_json(
             qas = _field(paragraph, "qas", f"data[{a}].paragraphs[{p}]", list)
             for q, qa in enumerate(qas):
                 where = f"data[{a}].paragraphs[{p}].qas[{q}]"
-                qid = _field(qa, "id", where, str)
+                # integer ids (COVID-QA and other SQuAD-like releases) are their decimal
+                # text, as the readers take them and structqa's predictions.json keys them
+                raw = qa.get("id") if isinstance(qa, Mapping) else None
+                if isinstance(raw, int) and not isinstance(raw, bool):
+                    qid = str(raw)
+                else:
+                    qid = _field(qa, "id", where, str)
                 if qid in gold:
                     repeated.append(qid)
                 answers = _field(qa, "answers", where, list)
