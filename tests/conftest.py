@@ -40,21 +40,6 @@ _TESTS = Path(__file__).resolve().parent
 if str(_TESTS) not in sys.path:  # so test modules can `from tiny import make_tiny_checkpoint`
     sys.path.insert(0, str(_TESTS))
 
-MINI_SQUAD = "fixtures/squad-v1.1-mini.json"
-
-
-def mini_squad_texts(data_dir: Path) -> list[str]:
-    """Every context and question of the mini SQuAD fixture, in file order (read as raw JSON,
-    independent of structqa's readers)."""
-    import json
-
-    texts: list[str] = []
-    for article in json.loads((data_dir / MINI_SQUAD).read_text(encoding="utf-8"))["data"]:
-        for paragraph in article["paragraphs"]:
-            texts.append(paragraph["context"])
-            texts.extend(qa["question"] for qa in paragraph["qas"])
-    return texts
-
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
@@ -68,7 +53,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, shared_data: Path)
     ``BertEncoder.from_pretrained``, ``load_tokenizer`` and ``transformers.BertModel`` all
     load it. Copy it (``shutil.copytree``) before changing anything inside.
     """
-    from tiny import make_tiny_checkpoint
+    from tiny import make_tiny_checkpoint, mini_squad_texts
 
     out = tmp_path_factory.mktemp("tiny-bert")
     return make_tiny_checkpoint(out, mini_squad_texts(shared_data))

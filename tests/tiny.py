@@ -194,3 +194,16 @@ def weights_sha256(directory: Path) -> str:
     recorded = records["model.safetensors"].sha256
     assert recorded == file_sha256(directory / "model.safetensors")
     return recorded
+
+
+def mini_squad_texts(data_dir: Path) -> list[str]:
+    """Every context and question of the mini SQuAD fixture, in file order (read as raw JSON,
+    independent of structqa's readers)."""
+    import json
+
+    texts: list[str] = []
+    for article in json.loads((data_dir / MINI_SQUAD).read_text(encoding="utf-8"))["data"]:
+        for paragraph in article["paragraphs"]:
+            texts.append(paragraph["context"])
+            texts.extend(qa["question"] for qa in paragraph["qas"])
+    return texts

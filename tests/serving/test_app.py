@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 import pytest
-from conftest import CONTEXT, QUESTION, client_for
+from serving_support import CONTEXT, QUESTION, client_for
 
 from structqa.prediction.predictor import Predictor
 

@@ -7,7 +7,7 @@ import threading
 from dataclasses import replace
 
 import pytest
-from conftest import CONTEXT
+from serving_support import CONTEXT
 
 from structqa.prediction.predictor import Predictor
 from structqa.serving.batcher import (

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import serve_command
+from serving_support import serve_command
 
 pytestmark = pytest.mark.browser
 

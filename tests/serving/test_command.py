@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from conftest import CONTEXT, QUESTION, serve_command
+from serving_support import CONTEXT, QUESTION, serve_command
 
 from structqa.cli import build_parser
 

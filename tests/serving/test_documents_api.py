@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import client_for
+from serving_support import client_for
 
 from structqa.cli import main
 from structqa.documents import DocumentIndex

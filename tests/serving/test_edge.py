@@ -9,7 +9,7 @@ import time
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import CONTEXT, QUESTION, served
+from serving_support import CONTEXT, QUESTION, served
 
 from structqa.prediction.predictor import Predictor
 

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from conftest import CONTEXT, client_for
+from serving_support import CONTEXT, client_for
 
 from structqa.prediction.predictor import Answer, Predictor
 

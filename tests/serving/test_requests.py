@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from conftest import CONTEXT, QUESTION, client_for
+from serving_support import CONTEXT, QUESTION, client_for
 
 from structqa.prediction.predictor import Predictor
 

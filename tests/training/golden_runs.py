@@ -252,8 +252,7 @@ def main(names: list[str]) -> None:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from conftest import mini_squad_texts
-    from tiny import make_tiny_checkpoint
+    from tiny import make_tiny_checkpoint, mini_squad_texts
 
     from structqa.paths import resolve_data_dir
 
