@@ -54,6 +54,14 @@ def test_calibrate_saves_what_the_predictor_then_uses(checkpoint, v2_file):
     assert ans.calibrated and 0.0 <= ans.probability <= 1.0
 
 
+def test_a_calibration_on_few_passages_says_so(checkpoint, v2_file, caplog):
+    """The mini file's questions share two passages: the fit records it and warns."""
+    with caplog.at_level("WARNING", logger="structqa.calibration.report"):
+        cal = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off", verifier=False)
+    assert cal.fit["passages"] == 2
+    assert "only 2 passage(s)" in caplog.text and "spread over 15 or more" in caplog.text
+
+
 def test_a_checkpoint_trained_without_an_evaluation_file_calibrates_on_a_file(checkpoint, v2_file):
     """A run that only had a validation slice (the general reader's) has no data.eval."""
     config = checkpoint / "structqa_config.json"
