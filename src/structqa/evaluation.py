@@ -22,11 +22,16 @@ Rescore = Callable[[Sequence[Example], Mapping[str, Prediction]], Mapping[str, P
 log = logging.getLogger(__name__)
 
 
+#: metrics.json key: whether the null odds saved beside it are a verifier's, not the model's
+NULL_ODDS_VERIFIED = "null_odds_verified"
+
+
 @dataclass
 class EvalResult:
     metrics: dict[str, float]
     predictions: dict[str, Prediction]
     null_threshold: float | None  # None for SQuAD 1.1-style (always answer)
+    null_odds_verified: bool = False  # the predictions' null odds are a verifier's
 
     @property
     def f1(self) -> float:
@@ -36,8 +41,11 @@ class EvalResult:
         return {k: p.answer(self.null_threshold) for k, p in self.predictions.items()}
 
     def metrics_with_threshold(self) -> dict[str, Any]:
-        """metrics.json's content: the metrics and the null threshold a Predictor applies."""
-        return {**self.metrics, "null_threshold": self.null_threshold}
+        """metrics.json's content: the metrics, the null threshold a Predictor applies and,
+        where a verifier re-scored the null odds saved beside them, ``null_odds_verified``
+        (calibrate reads it; absent, the odds are the model's own)."""
+        verified = {NULL_ODDS_VERIFIED: True} if self.null_odds_verified else {}
+        return {**self.metrics, "null_threshold": self.null_threshold, **verified}
 
 
 def best_null_threshold(gold: dict[str, list[str]], predictions: dict[str, Prediction]) -> float:

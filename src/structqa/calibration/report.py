@@ -36,7 +36,7 @@ from structqa.config import VERIFIER_AUTO
 from structqa.data.overlap import passage_key
 from structqa.data.records import Example
 from structqa.decoding import Candidate, Prediction
-from structqa.evaluation import EvalResult, best_null_threshold
+from structqa.evaluation import NULL_ODDS_VERIFIED, EvalResult, best_null_threshold
 from structqa.io import write_json
 
 log = logging.getLogger(__name__)
@@ -369,7 +369,7 @@ def calibration_on_test(cfg: Any, cal: Calibrator) -> dict[str, Any]:
     beside them. A SQuAD 2.0 test scored without ``cal`` (its threshold or its verifier's
     odds: a run tested before it calibrated) is an error saying how to score it again."""
     from structqa.training.data import load_eval_examples
-    from structqa.training.heldout import NULL_ODDS_VERIFIED, TEST_DIR
+    from structqa.training.heldout import TEST_DIR
 
     test = Path(cfg.train.output_dir) / "best" / TEST_DIR
     examples, v2 = load_eval_examples(cfg)
@@ -393,9 +393,8 @@ def saved_predictions(
 ) -> dict[str, Prediction]:
     """The answers saved in ``directory`` (an evaluation's output) to ``examples``, each of
     which must have one. ``verifier``: the checkpoint's calibration has an answerability
-    verifier, so SQuAD 2.0 null odds saved without saying whose they are are refused."""
-    from structqa.training.heldout import NULL_ODDS_VERIFIED
-
+    verifier, so SQuAD 2.0 null odds saved without the flag (written before it existed: they
+    may be the verifier's) are refused too."""
     for name in ("nbest_predictions.json", "null_odds.json"):
         if not (directory / name).is_file():
             raise FileNotFoundError(

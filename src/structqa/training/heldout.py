@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 
 #: where the end-of-training test writes, inside best/ (as ``structqa evaluate`` does)
 TEST_DIR = "eval"
-#: metrics.json key: whether the null odds saved beside it are a verifier's, not the model's
-NULL_ODDS_VERIFIED = "null_odds_verified"
 
 
 def score_file(
@@ -68,7 +66,7 @@ def score_file(
     # questions longer than data.max_query_len were cut to it (warned above): counted here
     result.metrics["questions_truncated"] = rep.truncated_questions
     # the null odds written are the verifier's where it re-scored them (calibrate reads this)
-    result.metrics[NULL_ODDS_VERIFIED] = bool(v2 and rescore is not None)
+    result.null_odds_verified = bool(v2 and rescore is not None)
     return result, examples, v2
 
 
