@@ -46,9 +46,10 @@ import numpy as np
 from structqa.calibration.fit import (
     CORRECT_F1,
     ECE_BINS,
-    Calibrator,
+    Scores,
     expected_calibration_error,
     outcomes,
+    raw_probability,
     returned_correct,
     scores_from_predictions,
 )
@@ -97,15 +98,14 @@ def read_fold(path: Path, answers: dict[str, Prediction], pattern: str) -> list[
     return examples
 
 
-def probabilities(
-    cal: Calibrator, examples: list[Example], predictions: dict[str, Prediction]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(returned probability, returned answer correct) per question of ``examples``."""
+def answered(
+    examples: list[Example], predictions: dict[str, Prediction]
+) -> tuple[Scores, np.ndarray]:
+    """What each question's probability is computed from, and whether its answer is right."""
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     ids = list(gold)
     scores = scores_from_predictions(predictions, ids, version_2=False)
-    correct = returned_correct(scores, outcomes(gold, predictions, ids), None)
-    return cal.probability(scores), correct
+    return scores, returned_correct(scores, outcomes(gold, predictions, ids), None)
 
 
 def ece_floor(p: np.ndarray, draws: int = 200, seed: int = 0) -> float:
@@ -140,8 +140,8 @@ def fine_tuned(pattern: str, folds: int) -> dict[str, Any]:
         cal = load_calibration(best) or calibrate_after_training(cfg)
         test, _ = load_eval_examples(cfg)
         answers = saved_predictions(best / TEST_DIR, test, str(cfg.data.eval))
-        p, correct = probabilities(cal, test, answers)
-        raw, _ = probabilities(Calibrator("temperature", None), test, answers)
+        scores, correct = answered(test, answers)
+        p, raw = cal.probability(scores), raw_probability(scores, None)
         correct_all.append(correct)
         pooled["uncalibrated"].append(raw)
         pooled["validation slice"].append(p)
@@ -195,13 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         test = read_fold(test_file, answers, args.answers)
         train = read_fold(train_file, answers, args.answers)
         fold = {"fold": k, "test_questions": len(test)}
-        p, correct = probabilities(shipped, test, answers)
+        scores, correct = answered(test, answers)
         correct_all.append(correct)
         fold["accuracy"] = float(correct.mean())
-        results = {"as shipped": (p, None)}
+        results = {"as shipped": (shipped.probability(scores), None)}
         for name, labelled in label_sets(train, args.labels, args.seed + k).items():
             cal = calibrate(labelled, answers, False, source=f"{name} of {train_file}")
-            results[name] = (probabilities(cal, test, answers)[0], cal)
+            results[name] = (cal.probability(scores), cal)
         for name, (q, cal) in results.items():
             curves.setdefault(name, []).append(q)
             fold[name] = {"ece": expected_calibration_error(q, correct), "floor": ece_floor(q)}

@@ -389,28 +389,16 @@ def calibration_on_test(cfg: Any, cal: Calibrator) -> dict[str, Any]:
 
 
 def saved_predictions(
-    directory: Path, examples: Sequence[Example], source: str, verifier: bool = False
+    directory: Path, examples: Sequence[Example], source: str
 ) -> dict[str, Prediction]:
     """The answers saved in ``directory`` (an evaluation's output) to ``examples``, each of
-    which must have one. ``verifier``: the checkpoint's calibration has an answerability
-    verifier, so SQuAD 2.0 null odds saved without the flag (written before it existed: they
-    may be the verifier's) are refused too."""
+    which must have one."""
     for name in ("nbest_predictions.json", "null_odds.json"):
         if not (directory / name).is_file():
             raise FileNotFoundError(
                 f"{directory / name} is missing: give the directory that `structqa evaluate "
                 f"CHECKPOINT --eval FILE --out DIR` wrote"
             )
-    metrics = directory / "metrics.json"
-    recorded = json.loads(metrics.read_text(encoding="utf-8")) if metrics.is_file() else {}
-    v2 = any(ex.is_impossible for ex in examples)
-    if v2 and recorded.get(NULL_ODDS_VERIFIED, verifier):
-        raise ValueError(
-            f"{directory}: its null odds may be the verifier's (metrics.json: "
-            f"{NULL_ODDS_VERIFIED} is {recorded.get(NULL_ODDS_VERIFIED, 'not recorded')}), and "
-            f"a calibration is fitted on the model's own; evaluate again with a copy of the "
-            f"checkpoint without calibration.json, or answer the questions anew"
-        )
     saved = predictions_from_files(directory)
     missing = [ex.id for ex in examples if ex.id not in saved]
     if missing:
@@ -420,6 +408,22 @@ def saved_predictions(
             f"questions with this checkpoint into that directory first"
         )
     return {ex.id: saved[ex.id] for ex in examples}
+
+
+def require_models_own_odds(directory: Path, version_2: bool, verifier: bool) -> None:
+    """A calibration is fitted on the model's own null odds: refuse the SQuAD 2.0 answers in
+    ``directory`` whose odds a verifier re-scored (its metrics.json says so), or, where the
+    checkpoint's calibration has a verifier (``verifier``), that do not say whose they are
+    (written before the flag existed)."""
+    metrics = directory / "metrics.json"
+    recorded = json.loads(metrics.read_text(encoding="utf-8")) if metrics.is_file() else {}
+    if version_2 and recorded.get(NULL_ODDS_VERIFIED, verifier):
+        raise ValueError(
+            f"{directory}: its null odds may be the verifier's (metrics.json: "
+            f"{NULL_ODDS_VERIFIED} is {recorded.get(NULL_ODDS_VERIFIED, 'not recorded')}), and "
+            f"a calibration is fitted on the model's own; evaluate again with a copy of the "
+            f"checkpoint without calibration.json, or answer the questions anew"
+        )
 
 
 class CalibrateOnce:

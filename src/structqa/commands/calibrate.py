@@ -25,6 +25,7 @@ from structqa.calibration.fit import METHODS
 from structqa.calibration.report import (
     calibrate,
     load_calibration,
+    require_models_own_odds,
     save_calibration,
     saved_predictions,
 )
@@ -167,7 +168,9 @@ def calibrate_checkpoint(
     else:
         earlier = load_calibration(checkpoint)
         verifies = earlier is not None and earlier.verifier is not None
-        predictions = saved_predictions(Path(predictions_dir), examples, source, verifies)
+        any_unanswerable = any(ex.is_impossible for ex in examples)
+        require_models_own_odds(Path(predictions_dir), any_unanswerable, verifies)
+        predictions = saved_predictions(Path(predictions_dir), examples, source)
     cal = calibrate(examples, predictions, version_2, method, source, verifier)
     path = save_calibration(checkpoint, cal)
     log.info("wrote %s", path)
