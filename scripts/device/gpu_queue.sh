@@ -126,6 +126,7 @@ except metadata.PackageNotFoundError:  # only the NC layer's annotation caches n
     spacy_model = "none"
 print("encoder", encoder, "spacy model", spacy_model)
 print("git", git_info(), "cuda", torch.cuda.is_available() and torch.cuda.get_device_name(0))
+print("tokenizers", metadata.version("tokenizers"), "transformers", metadata.version("transformers"))
 PY
     ;;
   run)

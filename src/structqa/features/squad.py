@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from structqa.data.records import Example
+from structqa.features.coverage import check_covered
 from structqa.text.annotate import (
     DEFAULT_MODEL,
     Annotation,
@@ -208,6 +209,7 @@ def featurize(
         parsed = annotator.annotate(full_questions + [examples[i].context for i in keep])
         annotations = list(zip(parsed[: len(keep)], parsed[len(keep) :], strict=True))
     features: list[Feature] = []
+    ends = [-1] * len(keep)  # the furthest context character each example's windows reach
     for f, sample in enumerate(enc["overflow_to_sample_mapping"]):
         ex_index = keep[sample]
         ex = examples[ex_index]
@@ -219,6 +221,7 @@ def featurize(
             else {}
         )
         offsets[seq_ids != 1] = -1
+        ends[sample] = max(ends[sample], int(offsets[:, 1].max()))
         start = end = 0
         if ex.answers:
             start, end = _locate(offsets, ex.answers[0].start, ex.answers[0].end)
@@ -235,6 +238,9 @@ def featurize(
                 **tags,
             )
         )
+    check_covered(
+        [examples[i].context for i in keep], ends, [f"example {examples[i].id!r}" for i in keep]
+    )
     report.features = len(features)
     return features, report
 

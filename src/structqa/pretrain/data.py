@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from structqa.features.coverage import check_covered, covered_ends
 from structqa.pretrain.config import PretrainConfig, PretrainMaskingConfig
 from structqa.pretrain.masking import IGNORE_INDEX, Masker, get_scheme
 from structqa.text.annotate import Annotation, Annotator, entity_token_mask, pos_tag_ids
@@ -229,10 +230,15 @@ def tokenize_chunks(
             return_attention_mask=False,
             return_token_type_ids=False,
         )
+        offsets = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for o in enc["offset_mapping"]]
+        samples = list(enc["overflow_to_sample_mapping"])
+        check_covered(
+            [c.text for c in part],
+            covered_ends(samples, offsets, len(part)),
+            [f"chunk {c.id!r}" for c in part],
+        )
         window_of: dict[int, int] = {}
-        for ids, offs, j in zip(
-            enc["input_ids"], enc["offset_mapping"], enc["overflow_to_sample_mapping"], strict=True
-        ):
+        for ids, offs, j in zip(enc["input_ids"], offsets, samples, strict=True):
             k = window_of.get(j, 0)
             window_of[j] = k + 1
             chunk = part[j]
@@ -242,7 +248,7 @@ def tokenize_chunks(
                 TokenizedChunk(
                     id=chunk.id if k == 0 else f"{chunk.id}#{k}",
                     input_ids=np.asarray(ids, dtype=np.int64),
-                    offsets=np.asarray(offs, dtype=np.int64).reshape(-1, 2),
+                    offsets=offs,
                     annotation=chunk.annotation,
                 )
             )
