@@ -27,9 +27,7 @@ def _lost(text: str, covered_end: int) -> bool:
     return any(ch.isalnum() for ch in text[max(covered_end, 0) :])
 
 
-def covered_ends(
-    samples: Sequence[int], offsets: Sequence[np.ndarray], count: int
-) -> list[int]:
+def covered_ends(samples: Sequence[int], offsets: Sequence[np.ndarray], count: int) -> list[int]:
     """The furthest character each of ``count`` texts' windows reach: ``samples[f]`` is window
     f's text, ``offsets[f]`` its (N, 2) character offsets with -1 where a token is not of it."""
     ends = [-1] * count
