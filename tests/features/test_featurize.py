@@ -14,6 +14,7 @@ import pytest
 
 from structqa.data import read_examples
 from structqa.data.records import Answer, Example
+from structqa.features.coverage import WindowsLoseText, check_covered
 from structqa.features.squad import Feature, FeatureConfig, answer_text, featurize
 from structqa.models.build import load_tokenizer
 from structqa.text.annotate import POS_IDS, Annotation
@@ -429,3 +430,56 @@ def test_negative_windows_are_subsampled_but_the_answer_stays(long_features) -> 
     assert 0 < len(kept_negatives) < len(negatives)
     every = subsample_negative_windows(list(features), list(examples), 1.0, 0)
     assert [id(f) for f in every] == [id(f) for f in features]
+
+
+class FirstWindowsOnly:
+    """The tokenizer with each text's windows after the first ``keep`` dropped: what
+    tokenizers 0.23.1 and 0.23.2 return for a long text."""
+
+    def __init__(self, tokenizer, keep: int = 2) -> None:
+        self.tokenizer, self.keep = tokenizer, keep
+
+    def __getattr__(self, name: str):
+        return getattr(self.tokenizer, name)
+
+    def __call__(self, *args, **kwargs):
+        enc = self.tokenizer(*args, **kwargs)
+        if not kwargs.get("return_overflowing_tokens"):
+            return enc
+        seen: dict[int, int] = defaultdict(int)
+        rows = []
+        for f, sample in enumerate(enc["overflow_to_sample_mapping"]):
+            seen[sample] += 1
+            if seen[sample] <= self.keep:
+                rows.append(f)
+        return _Rows(enc, rows)
+
+
+class _Rows:
+    def __init__(self, enc, rows: list[int]) -> None:
+        self.enc, self.rows = enc, rows
+
+    def __getitem__(self, key: str) -> list:
+        return [self.enc[key][r] for r in self.rows]
+
+    def sequence_ids(self, f: int):
+        return self.enc.sequence_ids(self.rows[f])
+
+
+def test_windows_that_stop_before_the_text_ends_are_an_error(mini, tokenizer, long_cfg) -> None:
+    examples = long_examples(mini)
+    featurize(examples, FirstWindowsOnly(tokenizer, keep=100), long_cfg)  # all windows: fine
+    with pytest.raises(WindowsLoseText, match=r"example 'long-0' \(to character [\d,]+ of") as err:
+        featurize(examples, FirstWindowsOnly(tokenizer, keep=2), long_cfg)
+    assert "tokenizers" in str(err.value)
+
+
+def test_a_tail_without_letters_or_digits_is_no_loss(monkeypatch) -> None:
+    check_covered(["words and more.  \n", "x" * 10], [14, 10], ["a", "b"])
+    with pytest.raises(WindowsLoseText, match=r"1 of 2 texts: b \(to character 4 of 10\)"):
+        check_covered(["ab.", "x" * 10], [2, 4], ["a", "b"])
+    import tokenizers
+
+    monkeypatch.setattr(tokenizers, "__version__", "0.23.2")
+    with pytest.raises(WindowsLoseText, match=r"pip install 'tokenizers!=0.23.1,!=0.23.2'"):
+        check_covered(["x" * 10], [4], ["c"])
