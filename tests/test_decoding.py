@@ -353,3 +353,18 @@ def test_whole_words_widens_the_answer_and_the_nbest(whole_words: bool) -> None:
         assert (pred.text, pred.start_char, pred.end_char) == ("1990", 4, 8)
         assert texts == ["1990", "1990s", "1990s band"]
     assert pred.score == pytest.approx(12.0)  # the span's own score either way
+
+
+def test_a_span_without_a_letter_or_digit_is_never_an_answer() -> None:
+    words = ["Denver", ".", "Broncos", "—", "24–10"]
+    ex = make_example(0, words)
+    (f,) = windows(0, words, size=8, overlap=3)
+    # tokens: [CLS] q q [SEP] Denver . Broncos — 24–10 [SEP]; "." and "—" score best alone
+    start = torch.tensor([[0.0, 0, 0, 0, 3, 9, 5, 8, 4, 0]])
+    end = torch.zeros_like(start)
+    collector = SpanCollector(DecodeConfig(n_best=5, max_answer_length=1, candidates="all"))
+    batch = collate([f], [0])
+    collector.add(HeadOutput(start, end), batch.feature_index, batch.answer_mask)
+    pred = collector.predictions([ex], [f])["q0"]
+    assert pred.text == "Broncos"
+    assert [c.text for c in pred.nbest] == ["Broncos", "24–10", "Denver"]

@@ -90,6 +90,33 @@ def word_span(context: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _holds_a_word(
+    examples: Sequence[Example], cand_ex: np.ndarray, char_start: np.ndarray, char_end: np.ndarray
+) -> np.ndarray:
+    """True where ``examples[cand_ex].context[char_start:char_end]`` holds a letter or digit:
+    from one prefix count of such characters per distinct context (questions share them)."""
+    first_of: dict[str, int] = {}
+    counts: list[np.ndarray] = []
+    at = np.empty(len(examples), dtype=np.int64)
+    size = 0
+    for i in np.unique(cand_ex).tolist():
+        ctx = examples[i].context
+        if ctx not in first_of:
+            prefix = np.zeros(len(ctx) + 1, dtype=np.int32)
+            np.cumsum(np.fromiter(map(str.isalnum, ctx), bool, len(ctx)), out=prefix[1:])
+            first_of[ctx] = size
+            counts.append(prefix)
+            size += len(prefix)
+        at[i] = first_of[ctx]
+    if not counts:
+        return np.ones(len(cand_ex), dtype=bool)
+    flat = np.concatenate(counts)
+    base = at[cand_ex]
+    inside = char_start >= 0  # a span without character offsets is left to the caller
+    start = np.where(inside, char_start, 0)
+    return ~inside | (flat[base + np.maximum(char_end, start)] > flat[base + start])
+
+
 class Candidate(NamedTuple):
     """One n-best entry (a tuple: decoding creates tens of thousands of them)."""
 
@@ -383,6 +410,10 @@ class SpanCollector:
         char_start = flat[base[feat] + starts, 0]
         char_end = flat[base[feat] + ends, 1]
         cand_ex = example_of[feat]
+        worded = _holds_a_word(examples, cand_ex, char_start, char_end)
+        if not worded.all():  # "." or "," is no answer to anything
+            char_start, char_end = char_start[worded], char_end[worded]
+            cand_ex, scores = cand_ex[worded], scores[worded]
         # grouped by example (a stable radix sort on int16 ids); within an example the rows
         # stay in window order: LazyNBest sorts its own rows by score when it is read, and
         # each example's best row is found here by a segmented max. (Sorting every
