@@ -295,6 +295,22 @@ def test_a_squad_file_asked_of_an_index_of_its_passages(
     assert scores["questions"] == 5
     assert scores["hybrid recall@10"] == scores["bm25 recall@10"] == 1.0
     assert 0.0 <= scores["open_f1"] <= 100.0 and 0.0 <= scores["gold_passage_f1"] <= 100.0
+    # the gold-passage answers saved by `evaluate` stand in for reading the passages again
+    saved = tmp_path / "gold-answers"
+    ckpt = str(tiny_trained_run / "best")
+    evaluate = ["evaluate", ckpt, "--eval", str(mini), "--out", str(saved), "--bf16", "off"]
+    assert main([*evaluate, "--runtime", "torch"]) == 0
+    capsys.readouterr()
+    gold = ["--gold-answers", str(saved / "predictions.json")]
+    assert main(["evaluate-ask", str(index), "--eval", str(mini), *reader, *gold]) == 0
+    reused = json.loads(capsys.readouterr().out)
+    assert reused["gold_passage_f1"] == pytest.approx(scores["gold_passage_f1"])
+    assert reused["open_f1"] == pytest.approx(scores["open_f1"])
+    answers = json.loads((saved / "predictions.json").read_text())
+    (tmp_path / "partial.json").write_text(json.dumps(dict(list(answers.items())[:2])))
+    partial = ["--gold-answers", str(tmp_path / "partial.json")]
+    assert main(["evaluate-ask", str(index), "--eval", str(mini), *reader, *partial]) == 2
+    assert "has no saved gold-passage answer" in capsys.readouterr().err
     only = ["--retrieval-only", "--no-progress"]
     assert main(["evaluate-ask", str(index), "--eval", str(mini), *only]) == 0
     recall = json.loads(capsys.readouterr().out)

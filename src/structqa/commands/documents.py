@@ -121,6 +121,11 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
     if not args.retrieval_only:
         args.checkpoint = _reader(args.checkpoint)
     reader = None if args.retrieval_only else answering_predictor(args)
+    gold_answers = None
+    if args.gold_answers:
+        from structqa.scoring import merged_predictions
+
+        gold_answers = {k: str(v) for k, v in merged_predictions(args.gold_answers).items()}
     with (
         DocumentIndex.open(args.index) as index,
         Progress(disable=args.no_progress, transient=True) as bar,
@@ -134,8 +139,11 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
             args.retriever,
             progress=lambda n, t: bar.update(task, completed=n, total=t),
             read=reader is not None,
+            gold_answers=gold_answers,
         )
     out: dict = {"retriever": args.retriever, "top_k_chunks": args.top_k_chunks}
+    if gold_answers is not None:
+        out["gold_answers"] = [str(p) for p in args.gold_answers]
     if args.sample is not None:
         out["sample"] = {"questions": len(examples), "seed": args.sample_seed}
     if reader is None:  # recall only
@@ -376,6 +384,14 @@ def add_parser(sub) -> None:
         "--retrieval-only", action="store_true", help="only the gold passages' recall@k"
     )
     ea.add_argument("--out", help="also write the scores as JSON")
+    ea.add_argument(
+        "--gold-answers",
+        nargs="+",
+        metavar="PRED",
+        help="the same reader's answers on the gold passages, saved by `structqa evaluate` "
+        "(predictions.json; several answering disjoint questions are read as one): used in "
+        "place of reading every gold passage again, most of the time on long documents",
+    )
     _add_reader_arguments(ea)
     ea.set_defaults(func=cmd_evaluate_ask, whole_words=None)
 

@@ -9,7 +9,7 @@ span of the retrieved chunks), beside the same reader given the gold passage its
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from structqa.data.records import Example
@@ -67,11 +67,13 @@ def evaluate_open(
     batch: int = 64,
     progress: Callable[[int, int], None] | None = None,
     read: bool = True,
+    gold_answers: Mapping[str, str] | None = None,
 ) -> OpenScores:
     """Recall@k of the gold passage by every retriever, and end-to-end EM/F1 with
     ``retriever`` (the best answer over the retrieved chunks, no abstention), beside the
     reader on the gold passage alone. ``read`` False: retrieval only (``reader`` may be
-    None; the EM/F1 are then 0)."""
+    None; the EM/F1 are then 0). ``gold_answers`` (question id -> text): the same reader's
+    answers on the gold passages, saved before, in place of reading them again."""
     examples = [ex for ex in examples if ex.gold_texts]
     depth = max(top_k_chunks, *RECALL_AT)
     found = {r: {k: 0 for k in RECALL_AT} for r in RETRIEVERS}
@@ -88,13 +90,16 @@ def evaluate_open(
         if not read:
             continue
         results = ask(index, reader, questions, top_k_chunks, retriever, forced=True)
-        gold = reader.predict_batch([(ex.question, ex.context) for ex in part])
-        for ex, result, g in zip(part, results, gold, strict=True):
+        if gold_answers is None:
+            read_gold = reader.predict_batch([(ex.question, ex.context) for ex in part])
+            gold = [g.text or (g.nbest[0].text if g.nbest else "") for g in read_gold]
+        else:
+            gold = [_saved_answer(gold_answers, ex) for ex in part]
+        for ex, result, gold_text in zip(part, results, gold, strict=True):
             best = result.answers[0].text if result.answers else ""
             golds = list(ex.gold_texts)
             open_em += max(exact_match(best, t) for t in golds)
             open_f1 += max(f1_v1(best, t) for t in golds)
-            gold_text = g.text or (g.nbest[0].text if g.nbest else "")
             gold_em += max(exact_match(gold_text, t) for t in golds)
             gold_f1 += max(f1_v1(gold_text, t) for t in golds)
         if progress is not None:
@@ -108,3 +113,12 @@ def evaluate_open(
         100 * gold_em / n,
         100 * gold_f1 / n,
     )
+
+
+def _saved_answer(answers: Mapping[str, str], example: Example) -> str:
+    if example.id not in answers:
+        raise ValueError(
+            f"question {example.id!r} has no saved gold-passage answer: pass the predictions "
+            "of every question asked (e.g. each test fold's), or leave --gold-answers out"
+        )
+    return answers[example.id]
