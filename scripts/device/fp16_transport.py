@@ -23,7 +23,7 @@ import tarfile
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save, save_file
 
 LISTING = "fp16-transport.json"
 WEIGHTS = "model.safetensors"
@@ -44,14 +44,7 @@ def _half_if_faithful(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _halved(path: Path) -> bytes:
-    tensors = load_file(str(path))
-    half = {k: _half_if_faithful(v).contiguous() for k, v in tensors.items()}
-    tmp = path.parent / (path.name + ".fp16.tmp")
-    try:
-        save_file(half, str(tmp))
-        return tmp.read_bytes()
-    finally:
-        tmp.unlink(missing_ok=True)
+    return save({k: _half_if_faithful(v).contiguous() for k, v in load_file(str(path)).items()})
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -66,7 +59,7 @@ def pack(out: Path, dirs: list[Path], site: list[Path]) -> None:
         raise SystemExit(f"nothing to pack at: {', '.join(missing)}")
     halved: list[str] = []
     with lzma.open(out, "wb", preset=6) as xz, tarfile.open(fileobj=xz, mode="w") as tar:
-        roots = [(d, Path(d.as_posix())) for d in dirs]
+        roots = [(d, d) for d in dirs]
         roots += [(d, Path("site") / d.name) for d in site]
         for source, arcroot in roots:
             paths = sorted(source.rglob("*")) if source.is_dir() else [source]

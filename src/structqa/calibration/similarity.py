@@ -18,15 +18,13 @@ far less than what separates answerable from unanswerable questions.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
 from structqa.data.records import Example
 from structqa.decoding import Prediction
-
-T = TypeVar("T")
 
 SIMILARITY_FEATURES = (
     "sentence_similarity",  # the question's largest cosine similarity to a passage sentence
@@ -38,15 +36,16 @@ MAX_TOKENS = 128  # a sentence (or question) longer than this is embedded by its
 CACHE_TEXTS = 50_000  # embeddings kept per process (a served model sees unbounded text)
 
 
-def _quietly(load: Callable[[], T]) -> T:
-    """``load()`` without transformers' "Loading weights" bar: a local encoder loads in a
-    blink, and the bar cluttered every `ask` and `index` answer printed below it."""
+@contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """Without transformers' "Loading weights" bar: a local encoder loads in a blink, and the
+    bar cluttered every `ask` and `index` answer printed below it."""
     from transformers.utils import logging as hf_logging
 
     shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        return load()
+        yield
     finally:
         if shown:
             hf_logging.enable_progress_bar()
@@ -71,7 +70,8 @@ class SentenceEncoder:
         self.path = path
         self.bf16 = use_bf16(bf16, torch.device("cpu"))
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        model = _quietly(lambda: AutoModel.from_pretrained(path)).eval()
+        with _no_progress_bar():
+            model = AutoModel.from_pretrained(path).eval()
         # whole-bf16 weights, as the reader's inference (structqa.inference.bf16_weights)
         self.model = model.to(torch.bfloat16) if self.bf16 else model
         self.batch_size = batch_size

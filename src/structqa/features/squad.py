@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from structqa.data.records import Example
-from structqa.features.coverage import check_covered
+from structqa.features.coverage import check_covered, covered_ends
 from structqa.text.annotate import (
     DEFAULT_MODEL,
     Annotation,
@@ -209,7 +209,6 @@ def featurize(
         parsed = annotator.annotate(full_questions + [examples[i].context for i in keep])
         annotations = list(zip(parsed[: len(keep)], parsed[len(keep) :], strict=True))
     features: list[Feature] = []
-    ends = [-1] * len(keep)  # the furthest context character each example's windows reach
     for f, sample in enumerate(enc["overflow_to_sample_mapping"]):
         ex_index = keep[sample]
         ex = examples[ex_index]
@@ -221,7 +220,6 @@ def featurize(
             else {}
         )
         offsets[seq_ids != 1] = -1
-        ends[sample] = max(ends[sample], int(offsets[:, 1].max()))
         start = end = 0
         if ex.answers:
             start, end = _locate(offsets, ex.answers[0].start, ex.answers[0].end)
@@ -238,6 +236,7 @@ def featurize(
                 **tags,
             )
         )
+    ends = covered_ends(enc["overflow_to_sample_mapping"], [f.offsets for f in features], len(keep))
     check_covered(
         [examples[i].context for i in keep], ends, [f"example {examples[i].id!r}" for i in keep]
     )
