@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from importlib import metadata
@@ -99,11 +100,13 @@ def default_reader_dir() -> Path:
 
 
 def reader_checkpoint_of(directory: str | Path) -> Path:
-    """The checkpoint of a built reader directory (its ``run/best``), or ``directory`` itself
-    when it is a checkpoint."""
+    """The checkpoint of a built reader directory (the one its card names, ``squad2/best``;
+    ``run/best`` for a card made before that stage), or ``directory`` itself when it is a
+    checkpoint."""
     path = Path(directory).expanduser()
-    if (path / READER_CARD).is_file():
-        return path / "run" / "best"
+    card = path / READER_CARD
+    if card.is_file():
+        return path / json.loads(card.read_text()).get("checkpoint_dir", "run/best")
     return path
 
 
