@@ -400,7 +400,8 @@ def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, A
         # SQuAD 2.0's training questions less the held-out passages (the validation slice's
         # share is not known yet)
         (
-            counts["squad2_answerable"] + counts["squad2_unanswerable"] + counts["squad2_repeated"],
+            sum(counts.get(k, 0) for k in ("squad2_answerable", "squad2_unanswerable"))
+            + counts.get("squad2_repeated", 0),  # not counted by builds before its dedupe
             s2_cfg,
             done(opts.out, "squad2") is None and not _trained(s2_cfg),
         ),
