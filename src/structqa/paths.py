@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from importlib import metadata
@@ -100,13 +99,11 @@ def default_reader_dir() -> Path:
 
 
 def reader_checkpoint_of(directory: str | Path) -> Path:
-    """The checkpoint of a built reader directory (the one its card names, ``squad2/best``;
-    ``run/best`` for a card made before that stage), or ``directory`` itself when it is a
-    checkpoint."""
+    """The checkpoint of a built reader directory (its ``run/best``), or ``directory`` itself
+    when it is a checkpoint."""
     path = Path(directory).expanduser()
-    card = path / READER_CARD
-    if card.is_file():
-        return path / json.loads(card.read_text()).get("checkpoint_dir", "run/best")
+    if (path / READER_CARD).is_file():
+        return path / "run" / "best"
     return path
 
 

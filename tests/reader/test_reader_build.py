@@ -133,42 +133,30 @@ def test_build_stops_resumes_and_is_found(
     assert "training will take about" in said
     state = json.loads((out / "run" / "last" / "train_state.json").read_text())
     assert state["finished"] and state["global_step"] == 3 > steps_before
-    for stage in ("data", "train", "squad2", "export", "heldout", "baseline"):
+    for stage in ("data", "train", "export", "heldout", "baseline"):
         assert (out / "stages" / f"{stage}.json").is_file(), stage
-    # the second stage started from the first's best/ and chose on the slice's people's questions
-    reader = out / "squad2" / "best"
-    s2_config = json.loads((out / "squad2" / "config.json").read_text())
-    assert s2_config["model"]["init_from"] == str((out / "run" / "best").resolve())
-    assert s2_config["data"]["validation"].endswith("run/validation-human.v2.json")
-    human = read_extractive(out / "run" / "validation-human.v2.json").examples
-    assert human and not any("-neg-" in ex.id for ex in human)
-    s2_train = read_extractive(s2_config["data"]["train"]).examples
-    assert s2_train  # what the stage read: SQuAD 2.0's training split of the cut
     heldout = json.loads((out / "stages" / "heldout.json").read_text())
-    assert heldout["checkpoint"] == str(reader)
     assert set(heldout) >= {"squad1/torch", "squad1/onnx-int8", "squad2/torch", "squad2/onnx-int8"}
     assert "NoAns_f1" in heldout["squad2/torch"] and "ece" in heldout["squad2/torch"]
     assert "NoAns_f1" not in heldout["squad1/torch"]  # answers forced on SQuAD 1.1
     assert (out / "run" / "best" / "calibration.json").is_file()
-    assert (reader / "calibration.json").is_file()
     assert read_extractive(out / "run" / "validation.v2.json").examples
-    assert (reader / "onnx" / "model.int8.onnx").is_file()
+    assert (out / "run" / "best" / "onnx" / "model.int8.onnx").is_file()
     card = json.loads((out / "card.json").read_text())
-    assert card["checkpoint_dir"] == "squad2/best" and set(card["recipe"]) == {"first", "squad2"}
     assert card["data"]["counts"]["pool"] > 0 and card["baseline"]["squad1/torch"]["f1"] >= 0
     assert "| reader, onnx-int8 |" in (out / "MODEL_CARD.md").read_text()
 
     # run again: every stage is done, nothing trains
-    mtime = (reader / "model.safetensors").stat().st_mtime_ns
+    mtime = (out / "run" / "best" / "model.safetensors").stat().st_mtime_ns
     assert main(args) == 0
     assert "training will take" not in capsys.readouterr().out
-    assert (reader / "model.safetensors").stat().st_mtime_ns == mtime
+    assert (out / "run" / "best" / "model.safetensors").stat().st_mtime_ns == mtime
 
     # the built reader is the default reader
     monkeypatch.setenv("STRUCTQA_HOME", str(tmp_path))
-    assert find_reader() == reader
+    assert find_reader() == out / "run" / "best"
     monkeypatch.setenv("STRUCTQA_READER", str(out))
-    assert find_reader() == reader
+    assert find_reader() == out / "run" / "best"
     from structqa.config import load_config
     from structqa.models.build import build_model
 
@@ -184,54 +172,3 @@ def test_no_reader_is_a_clear_error(monkeypatch, tmp_path: Path, capsys):
     monkeypatch.setenv("STRUCTQA_READER", str(tmp_path / "nothing"))
     with pytest.raises(FileNotFoundError, match="neither a checkpoint"):
         find_reader()
-
-
-def test_a_build_from_before_the_squad2_stage_goes_on_with_it(tmp_path: Path):
-    """A card without checkpoint_dir names run/best; stage records without a checkpoint were
-    made for run/best, so the export and held-out stages run again for squad2/best."""
-    from structqa.reader.build import BuildOptions, _run_stage
-
-    out = tmp_path / "reader"
-    (out / "stages").mkdir(parents=True)
-    (out / "card.json").write_text(json.dumps({"checkpoint": "x"}))
-    (out / "stages" / "export.json").write_text(json.dumps({"dir": "run/best/onnx"}))
-    from structqa.paths import reader_checkpoint_of
-
-    assert reader_checkpoint_of(out) == out / "run" / "best"
-    opts = BuildOptions(out=out)
-    calls = []
-    old = _run_stage(opts, "export", lambda: calls.append("old") or {"dir": "d"})
-    assert calls == [] and old["dir"] == "run/best/onnx"  # no checkpoint asked: kept
-    new = _run_stage(
-        opts, "export", lambda: calls.append("new") or {"dir": "d"}, out / "squad2" / "best"
-    )
-    assert calls == ["new"] and new["checkpoint"] == str(out / "squad2" / "best")
-    again = _run_stage(opts, "export", lambda: calls.append("again") or {}, out / "squad2" / "best")
-    assert calls == ["new"] and again["dir"] == "d"
-
-
-def test_the_people_s_questions_of_a_slice(tmp_path: Path):
-    from structqa.data.records import Answer, Example
-    from structqa.data.squad_json import write_squad_json
-    from structqa.reader.build import write_human_validation
-
-    context = "Paris is the capital of France."
-    asked = Example(
-        id="q1",
-        question="What is the capital of France?",
-        context=context,
-        answers=(Answer("Paris", 0),),
-        gold_texts=("Paris",),
-    )
-    rewrite = Example(
-        id="q1-neg-entity",
-        question="What is the capital of Spain?",
-        context=context,
-        is_impossible=True,
-    )
-    write_squad_json(tmp_path / "v.json", [asked, rewrite])
-    assert write_human_validation(tmp_path / "v.json", tmp_path / "h.json") == 1
-    assert [ex.id for ex in read_extractive(tmp_path / "h.json").examples] == ["q1"]
-    # a slice of rewrites only is kept whole rather than left empty
-    write_squad_json(tmp_path / "r.json", [rewrite])
-    assert write_human_validation(tmp_path / "r.json", tmp_path / "h2.json") == 1

@@ -5,19 +5,14 @@ the same command run again goes on from where it stopped.
 2. **train**: the recipe (:data:`RECIPE`) on them, ``best/`` chosen on a 5 % validation slice
    (by passage), then calibrated there: answer probabilities, the no-answer threshold and the
    answerability verifier (the training run resumes from its last checkpoint);
-3. **squad2**: from that ``best/``, SQuAD 2.0's own training questions again
-   (:data:`SQUAD2_RECIPE`), none on a passage of the validation slice or a held-out split;
-   ``best/`` chosen, and calibrated, on the validation slice's human-written questions only
-   (``run/validation-human.v2.json``); this run's ``best/`` (``squad2/best``) is the reader;
-4. **export**: the int8 ONNX graph beside the checkpoint (``squad2/best/onnx``);
-5. **heldout**: SQuAD 1.1 held-out EM/F1 with answers forced and SQuAD 2.0 held-out
+3. **export**: the int8 ONNX graph beside the checkpoint (``run/best/onnx``);
+4. **heldout**: SQuAD 1.1 held-out EM/F1 with answers forced and SQuAD 2.0 held-out
    F1/HasAns/AUC/ECE, for the checkpoint and its int8 graph;
-6. **baseline** (``--baseline``): the plain recipe (:data:`BASELINE`: Independent head, the whole
+5. **baseline** (``--baseline``): the plain recipe (:data:`BASELINE`: Independent head, the whole
    pool, no additions) on exactly the SQuAD 1.1 questions the reader starts from, scored the same;
-7. **card**: ``card.json`` and ``MODEL_CARD.md`` (data, recipe, commit, scores, CPU, times).
+6. **card**: ``card.json`` and ``MODEL_CARD.md`` (data, recipe, commit, scores, CPU, times).
 
-A stage's record is ``stages/NAME.json``; a stage with a record is not run again (export and
-heldout: unless their record names another checkpoint than the reader's).
+A stage's record is ``stages/NAME.json``; a stage with a record is not run again.
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +32,7 @@ import torch
 from structqa.config import Config, load_config, validate
 from structqa.io import write_json
 from structqa.paths import resolve_data_dir, resolve_data_file
-from structqa.reader.data import (
-    HELDOUT,
-    HELDOUT_SQUAD1,
-    HELDOUT_SQUAD2,
-    POOL_FILE,
-    SQUAD2_TRAIN,
-    TRAIN_FILE,
-)
+from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL_FILE, TRAIN_FILE
 from structqa.runtime import cpu_kind, default_device, use_bf16
 
 log = logging.getLogger(__name__)
@@ -70,27 +58,6 @@ RECIPE: tuple[str, ...] = (
     "decode.verifier=auto",
 )
 
-#: the second stage, on SQuAD 2.0's own questions (a third of them unanswerable, all written by
-#: people) from the first stage's best/: the transfer recipe of docs/results/squad2 (the
-#: grid's rates), which lifted no-answer AUC and F1 there; 3 epochs of ~2,600 questions
-SQUAD2_RECIPE: tuple[str, ...] = (
-    "model.encoder=default",
-    "model.head=independent",
-    "model.null_head=span",
-    "data.train_size=all",
-    "train.lr=1e-4",
-    "train.head_lr=1e-3",
-    "train.epochs=3",
-    "train.batch_size=12",
-    "train.warmup_ratio=0.1",
-    "train.eval_every_epoch=true",
-    "train.save_every_steps=200",
-    "decode.verifier=auto",
-)
-
-#: settings of the second stage that the build's own overrides do not change
-SQUAD2_FIXED = ("data.validation=", "data.exclude=", "data.train_size=", "model.init_from=")
-
 #: the plain baseline: configs/combos/full-pool.yaml's Independent recipe (whole pool, no
 #: validation slice, scored after the last epoch)
 BASELINE: tuple[str, ...] = (
@@ -107,15 +74,10 @@ BASELINE: tuple[str, ...] = (
     "train.save_every_steps=200",
 )
 
-#: the validation slice, written beside the run (run/validation.v2.json), and its questions
-#: that people wrote (the rewrites left out): what the second stage is chosen and calibrated on
+#: the validation slice, written beside the run (run/validation.v2.json)
 VALIDATION_FILE = "validation.v2.json"
-HUMAN_VALIDATION_FILE = "validation-human.v2.json"
 
-STAGES = ("data", "train", "squad2", "export", "heldout", "baseline", "card")
-
-#: the reader's checkpoint inside the build directory (what the card names)
-READER_CHECKPOINT = Path("squad2") / "best"
+STAGES = ("data", "train", "export", "heldout", "baseline", "card")
 
 #: windows per question (SQuAD passages rarely need a second window at 384 tokens)
 WINDOWS_PER_QUESTION = 1.05
@@ -148,27 +110,15 @@ def done(out: Path, stage: str) -> dict[str, Any] | None:
 
 
 def _run_stage(
-    opts: BuildOptions,
-    stage: str,
-    body: Callable[[], dict[str, Any]],
-    checkpoint: Path | None = None,
+    opts: BuildOptions, stage: str, body: Callable[[], dict[str, Any]]
 ) -> dict[str, Any]:
-    """Run ``body`` unless ``stage`` has a record (for a stage of ``checkpoint``: a record of
-    that checkpoint; one made before the squad2 stage was of ``run/best``)."""
     record = done(opts.out, stage)
-    if record is not None and checkpoint is not None:
-        made_for = record.get("checkpoint", str(opts.out / "run" / "best"))
-        if Path(made_for).resolve() != checkpoint.resolve():
-            log.info("reader build: %s was made for %s: again for %s", stage, made_for, checkpoint)
-            record = None
     if record is not None:
         log.info("reader build: %s already done (%s)", stage, _record_path(opts.out, stage))
         return record
     log.info("reader build: %s", stage)
     t0 = time.perf_counter()
     record = body()
-    if checkpoint is not None:
-        record["checkpoint"] = str(checkpoint)
     record["seconds"] = round(time.perf_counter() - t0, 1)
     write_json(_record_path(opts.out, stage), record)
     return record
@@ -303,42 +253,6 @@ def _write_validation(cfg: Config, path: Path) -> Path:
     return path
 
 
-def write_human_validation(validation: Path, path: Path) -> int:
-    """The questions of the validation slice at ``validation`` that people wrote (every one
-    but the unanswerable rewrites), as SQuAD 2.0 JSON at ``path``; return how many. A slice
-    with no such question keeps all of it (a rewrite still asks of a real passage)."""
-    from structqa.data.readers import read_extractive
-    from structqa.data.squad_json import write_squad_json
-    from structqa.training.negatives import is_rewrite
-
-    examples = read_extractive(validation).examples
-    human = [ex for ex in examples if not is_rewrite(ex.id)] or examples
-    write_squad_json(path, human)
-    return len(human)
-
-
-def squad2_config(opts: BuildOptions, data_dir: Path, first: Path) -> Config:
-    """The second stage's training config: SQuAD 2.0's training split from the first stage's
-    ``best/``, without the held-out splits' passages or the validation slice's, chosen on
-    the slice's human-written questions (``run/validation-human.v2.json``)."""
-    run = opts.out / "run"
-    exclude = [str(resolve_data_file(name, data_dir).resolve()) for name in HELDOUT]
-    exclude.append(str((run / VALIDATION_FILE).resolve()))
-    # the user's settings apply to both stages, but for what this stage's design fixes
-    kept = tuple(o for o in opts.overrides if not o.startswith(SQUAD2_FIXED))
-    return train_config(
-        replace(opts, overrides=kept),
-        SQUAD2_RECIPE,
-        resolve_data_file(SQUAD2_TRAIN, data_dir),
-        "squad2",
-        (
-            f"model.init_from={first.resolve()}",
-            f"data.exclude=[{','.join(exclude)}]",
-            f"data.validation={(run / HUMAN_VALIDATION_FILE).resolve()}",
-        ),
-    )
-
-
 def _heldout(
     checkpoint: Path, out: Path, data: Path, runtimes: tuple[str, ...], size: int | None = None
 ) -> dict:
@@ -393,23 +307,11 @@ def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, A
     base_cfg = train_config(
         opts, BASELINE, data_out / POOL_FILE, "baseline", (f"data.eval={squad1}",)
     )
-    s2_cfg = squad2_config(opts, data_dir, opts.out / "run" / "best")
-    counts = data["counts"]
-    pending = [
-        (counts["total"], cfg, done(opts.out, "train") is None and not _trained(cfg)),
-        # SQuAD 2.0's training questions less the held-out passages (the validation slice's
-        # share is not known yet)
-        (
-            sum(counts.get(k, 0) for k in ("squad2_answerable", "squad2_unanswerable"))
-            + counts.get("squad2_repeated", 0),  # not counted by builds before its dedupe
-            s2_cfg,
-            done(opts.out, "squad2") is None and not _trained(s2_cfg),
-        ),
-        (counts["pool"], base_cfg, opts.baseline and done(opts.out, "baseline") is None),
-    ]
-    if any(todo for *_, todo in pending):
+    if done(opts.out, "train") is None and not _trained(cfg):
         step, length = seconds_per_step(cfg)
-        total = sum(estimate_seconds(n, c, step) for n, c, todo in pending if todo)
+        total = estimate_seconds(data["counts"]["total"], cfg, step)
+        if opts.baseline and done(opts.out, "baseline") is None:
+            total += estimate_seconds(data["counts"]["pool"], base_cfg, step)
         device = default_device()
         where = "GPU" if device.type == "cuda" else f"this CPU ({cpu_kind()})"
         load, cores = os.getloadavg()[0], os.cpu_count() or 1
@@ -422,20 +324,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, A
             "at any time and run the same command again to go on"
         )
     trained = _run_stage(opts, "train", lambda: _train(cfg, opts.progress))
-    first = Path(trained["checkpoint"])
-
-    def squad2_stage() -> dict[str, Any]:
-        human = write_human_validation(
-            first.parent / VALIDATION_FILE, first.parent / HUMAN_VALIDATION_FILE
-        )
-        say(
-            f"squad2: SQuAD 2.0's own questions from {first}, chosen on {human} validation "
-            "questions written by people"
-        )
-        return {"validation_questions": human, **_train(s2_cfg, opts.progress)}
-
-    squad2 = _run_stage(opts, "squad2", squad2_stage)
-    checkpoint = Path(squad2["checkpoint"])
+    checkpoint = Path(trained["checkpoint"])
 
     def export_stage() -> dict[str, Any]:
         from structqa.runtimes.onnx_export import export_onnx
@@ -443,7 +332,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, A
         exported = export_onnx(checkpoint, checkpoint / "onnx", "int8")
         return {"dir": str(exported.directory), "sizes": exported.sizes}
 
-    _run_stage(opts, "export", export_stage, checkpoint)
+    _run_stage(opts, "export", export_stage)
     heldout_dir = opts.out / "heldout"
     _run_stage(
         opts,
@@ -455,7 +344,6 @@ def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, A
             ("torch", "onnx-int8"),
             opts.heldout_size,
         ),
-        checkpoint,
     )
     if opts.baseline:
 
@@ -471,12 +359,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, A
     records = {stage: done(opts.out, stage) for stage in STAGES}
     recipe = [*RECIPE, *opts.overrides]
     card = write_card(
-        opts.out,
-        opts.command,
-        {"first": recipe, "squad2": [*SQUAD2_RECIPE, *opts.overrides]},
-        records,
-        cfg,
-        base_cfg if opts.baseline else None,
+        opts.out, opts.command, recipe, records, cfg, base_cfg if opts.baseline else None
     )
     say(f"the reader is {checkpoint}; its card: {opts.out / 'MODEL_CARD.md'}")
     return card

@@ -43,22 +43,15 @@ def _table(heldout: dict[str, Any], baseline: dict[str, Any] | None) -> list[str
 def write_card(
     out: Path,
     command: str,
-    recipe: dict[str, list[str]],
+    recipe: list[str],
     records: dict[str, dict[str, Any] | None],
     cfg: Config,
     base_cfg: Config | None,
 ) -> dict[str, Any]:
-    """Write both files into ``out`` from the stage records; return the card. ``recipe``: each
-    training stage's settings, by stage."""
-    checkpoint = Path((records.get("squad2") or records["train"] or {}).get("checkpoint", ""))
-    if not checkpoint.name:
-        checkpoint = out / "run" / "best"
-    squad2 = records.get("squad2") or {}
+    """Write both files into ``out`` from the stage records; return the card."""
     card: dict[str, Any] = {
-        "checkpoint": str(checkpoint),
-        # what find_reader opens, relative to this directory (the card may travel)
-        "checkpoint_dir": str(Path(checkpoint.parent.name) / checkpoint.name),
-        "int8": str(checkpoint / "onnx"),
+        "checkpoint": str(out / "run" / "best"),
+        "int8": str(out / "run" / "best" / "onnx"),
         "command": command,
         "recipe": recipe,
         "config": cfg.to_dict(),
@@ -66,11 +59,6 @@ def write_card(
         "data": records["data"],
         "validation": (records["train"] or {}).get("validation"),
         "calibration": (records["train"] or {}).get("calibration"),
-        "squad2": {
-            "validation_questions": squad2.get("validation_questions"),
-            "validation": squad2.get("validation"),
-            "calibration": squad2.get("calibration"),
-        },
         "heldout": records["heldout"],
         "baseline": records["baseline"],
         "seconds": {s: r["seconds"] for s, r in records.items() if r and "seconds" in r},
@@ -87,12 +75,11 @@ def write_card(
         f"Built by `{command}`.",
         "",
         f"- data: {(records['data'] or {}).get('summary', 'not built')}",
-        *(f"- recipe, {stage} stage: `{' '.join(settings)}`" for stage, settings in recipe.items()),
+        f"- recipe: `{' '.join(card['recipe'])}`",
         f"- checkpoint: `{card['checkpoint']}`; int8 graph: `{card['int8']}`",
         f"- commit: `{commit}`; CPU: {card['cpu_kind']}; build time {seconds / 60:.0f} min",
         "- held-out scores: SQuAD 1.1 with every question answered (no abstention), SQuAD "
-        "2.0 at the no-answer threshold fitted on the validation slice's human-written "
-        "questions",
+        "2.0 at the no-answer threshold fitted on the validation slice",
         *_table(card["heldout"] or {}, card["baseline"]),
         "",
     ]

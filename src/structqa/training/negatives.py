@@ -40,15 +40,6 @@ from structqa.text.annotate import DEFAULT_MODEL, Annotation, Annotator
 
 log = logging.getLogger(__name__)
 
-#: what a rewrite's id carries between its question's id and its rule (``ID-neg-RULE``)
-REWRITE_ID = "-neg-"
-
-
-def is_rewrite(question_id: str) -> bool:
-    """Whether a question id is one of :func:`make_negatives`' rewrites, not a person's."""
-    return REWRITE_ID in question_id
-
-
 RULES = ("entity", "antonym", "negation")
 
 #: entity labels worth swapping (spaCy's OntoNotes labels); numbers and amounts are left alone
@@ -261,7 +252,7 @@ def make_negatives(
                 out.append(
                     replace(
                         q.example,
-                        id=f"{q.example.id}{REWRITE_ID}{rule}",
+                        id=f"{q.example.id}-neg-{rule}",
                         question=rewrite,
                         answers=(),
                         gold_texts=(),
