@@ -8,28 +8,23 @@ span of the retrieved chunks), beside the same reader given the gold passage its
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from structqa.data.records import Example
 from structqa.documents.ask import ask
 from structqa.documents.index import RETRIEVERS, DocumentIndex
+from structqa.documents.ingest import context_key
 from structqa.metrics.squad import exact_match, f1_v1
 from structqa.prediction import Predictor
 
 RECALL_AT = (1, 5, 10)
 
 
-def passage_key(context: str) -> str:
-    """The key a passage of a SQuAD/MRQA file has in an index (its document id's suffix)."""
-    return hashlib.sha1(context.encode()).hexdigest()[:12]
-
-
 def gold_found(ranked_doc_ids: Sequence[str], example: Example, k: int) -> bool:
     """Whether the example's passage is among the first ``k`` documents of a ranking of
     chunks' document ids (best first; a document counts once, at its best chunk)."""
-    key = "#" + passage_key(example.context)
+    key = "#" + context_key(example.context)
     return any(d.endswith(key) for d in list(dict.fromkeys(ranked_doc_ids))[:k])
 
 

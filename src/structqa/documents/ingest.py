@@ -196,6 +196,11 @@ def _pdf(path: Path) -> Document:
     return Document(str(path), str(path), path.stem, text, tuple(pages))
 
 
+def context_key(context: str) -> str:
+    """The suffix of the document id a SQuAD/MRQA context gets in an index (``FILE#KEY``)."""
+    return hashlib.sha1(context.encode()).hexdigest()[:12]
+
+
 def _collection(path: Path) -> list[Document]:
     """A BEIR corpus (records with ``_id`` and ``text``) or a SQuAD/MRQA file (each context)."""
     opener: Callable = gzip.open if path.name.lower().endswith(".gz") else open
@@ -215,7 +220,7 @@ def _collection(path: Path) -> list[Document]:
         raise Unreadable(f"neither a BEIR corpus nor a SQuAD/MRQA file ({err})") from None
     docs: dict[str, Document] = {}
     for ex in examples:
-        key = hashlib.sha1(ex.context.encode()).hexdigest()[:12]
+        key = context_key(ex.context)
         if key not in docs:
             title = getattr(ex, "title", "") or f"{path.stem} context {len(docs) + 1}"
             docs[key] = Document(f"{path}#{key}", str(path), title, ex.context)
