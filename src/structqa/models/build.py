@@ -130,16 +130,21 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     ``cfg.model.block`` other than the encoder's converts it with
     :func:`~structqa.encoders.stacking.convert_stacking`: a sub-layer it adds starts as the
     identity (the model starts from the checkpoint's function), an NAA that replaces SA takes
-    SA's weights."""
+    SA's weights. With ``cfg.model.init_from`` and no ``block``, the stacking is that
+    checkpoint's, so that its weights have their places (a reader built with an SA sub-layer)."""
     path = resolve_encoder_path(cfg.model.encoder)
     encoder = load_encoder(path)
-    if cfg.model.block is not None and parse_stacking(cfg.model.block) != encoder.config.block:
+    init = resolve_init_from(cfg.model.init_from) if cfg.model.init_from else None
+    block = cfg.model.block
+    if block is None and init is not None:  # the stacking of the checkpoint it starts from
+        block = _saved_block(init)
+    if block is not None and parse_stacking(block) != encoder.config.block:
         # as `structqa pretrain` does: kept sub-layers keep their weights, added ones start as
         # the identity, so the fine-tune starts from the checkpoint's own function. The new
         # modules' throwaway init must not consume the global RNG: under one train.seed the
         # head's init and the dropout stream are those of the unconverted build.
         with torch.random.fork_rng(devices=[]):
-            encoder = convert_stacking(encoder, cfg.model.block)
+            encoder = convert_stacking(encoder, block)
     positions = encoder.config.max_position_embeddings
     if cfg.data.max_seq_len > positions:
         raise ValueError(
@@ -149,11 +154,17 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     resolve_token_tags(cfg, encoder)
     head = head_from_config(cfg, encoder)
     model = ExtractiveQAModel(encoder, head)
-    if cfg.model.init_from:
-        init_from_checkpoint(model, resolve_init_from(cfg.model.init_from))
+    if init is not None:
+        init_from_checkpoint(model, init)
     # after the head exists: DyREx's layers take the checkpoint's dropout from its config
     set_dropout(model, cfg.train.dropout, cfg.train.attention_dropout)
     return model, load_tokenizer(path)
+
+
+def _saved_block(checkpoint: Path) -> list[str] | None:
+    """The encoder stacking a training checkpoint was saved with (None: not recorded)."""
+    saved = checkpoint / "encoder_config.json"
+    return read_json(saved).get("block") if saved.is_file() else None
 
 
 def resolve_init_from(value: str) -> Path:
