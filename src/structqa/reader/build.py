@@ -41,10 +41,13 @@ log = logging.getLogger(__name__)
 #: DyREx on the validation slice of the same pool with the same rewrites (79.79 vs 78.87 F1,
 #: docs/results/squad2-reader); the optimiser: the full-pool recipe (docs/results/combos-full)
 #: with 3 epochs, not 2: on this build's validation slice 77.29 against 76.21 F1, higher on
-#: each of 3 seeds (docs/results/reader-screen-gpu)
+#: each of 3 seeds (docs/results/reader-screen-gpu); an identity SA sub-layer in every encoder
+#: layer: on the same slice 79.02 against 77.94 F1 (seed 0, docs/results/reader-screen-cpu-sa;
+#: it reads about 1.5x slower)
 RECIPE: tuple[str, ...] = (
     "model.encoder=default",
     "model.head=independent",
+    "model.block=[sa,sa,ffn]",
     "model.null_head=span",
     "data.validation=0.05",
     "data.validation_seed=1234",
