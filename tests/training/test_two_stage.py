@@ -129,3 +129,33 @@ def test_two_stages_train_end_to_end_with_a_frozen_encoder(
         torch.testing.assert_close(after[target], tensor, rtol=0, atol=0)
     added = [k for k in after if k.startswith("head.classifier.")]
     assert added and not any(k in before for k in added)  # the stage-2 classifier
+
+
+def test_init_from_takes_the_checkpoints_stacking_when_none_is_given(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """A checkpoint trained with an added sub-layer (the general reader's recipe) starts a
+    model that names no ``model.block``: the model gets the checkpoint's stacking and every
+    one of its tensors, the added sub-layer's included."""
+    from safetensors.torch import save_file
+
+    from structqa.encoders.build import encoder_config_dict
+    from structqa.io import write_json
+
+    stacked, _ = build_model(
+        load_config(overrides=[f"model.encoder={tiny_checkpoint}", "model.block=[sa,sa,ffn]"])
+    )
+    with torch.no_grad():  # the added sub-layer away from the identity, so that it shows
+        for name, p in stacked.named_parameters():
+            if ".sublayers.1." in name:
+                p.add_(0.01)
+    saved = {k: v.contiguous() for k, v in stacked.state_dict().items()}
+    save_file(saved, str(tmp_path / "model.safetensors"))
+    write_json(tmp_path / "encoder_config.json", encoder_config_dict(stacked.encoder))
+    cfg = load_config(overrides=[f"model.encoder={tiny_checkpoint}", f"model.init_from={tmp_path}"])
+    model, _ = build_model(cfg)
+    assert tuple(model.encoder.config.block) == ("sa", "sa", "ffn")
+    state = model.state_dict()
+    assert any(".sublayers.1." in k for k in saved)
+    for name, tensor in saved.items():
+        torch.testing.assert_close(state[name], tensor, rtol=0, atol=0)
