@@ -50,7 +50,8 @@ unanswerable rewrites (every passage of both held-out splits excluded), chooses 
 it on a validation slice (answer probabilities, no-answer threshold, answerability verifier),
 exports it to int8 ONNX, scores both held-out splits and writes a model card. It says how long
 training will take before it starts; stopped, the same command goes on from where it was.
-Settings after the options override the recipe (e.g. --train.epochs=3).
+Settings after the options override the recipe (e.g. --model.block=null: no added SA
+sub-layer, about 1.5x faster to train and to read, about 2 F1 lower on SQuAD 1.1).
 """
 
 
