@@ -38,7 +38,12 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from structqa.calibration.verifier import Verifier, feature_matrix, fit_verifier
+from structqa.calibration.verifier import (
+    Verifier,
+    feature_matrix,
+    fit_verifier,
+    with_null_odds,
+)
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.decoding import Prediction
@@ -65,10 +70,9 @@ class Scored:
         return Scored(examples, self.predictions, self.x[keep])
 
     def with_odds(self, odds: np.ndarray) -> dict[str, Prediction]:
-        return {
-            ex.id: self.predictions[ex.id]._replace(null_odds=float(z))
-            for ex, z in zip(self.examples, odds, strict=True)
-        }
+        """These questions' predictions (only theirs) with the null odds ``odds``."""
+        ids = [ex.id for ex in self.examples]
+        return with_null_odds({q: self.predictions[q] for q in ids}, ids, odds)
 
 
 def _score(data: Scored, odds: np.ndarray, threshold: float | None) -> dict[str, float]:
