@@ -22,7 +22,8 @@ MAX_LINES = 600
 # The flow, bottom to top: a top-level package (or module) of structqa may import only those in
 # a LOWER layer, never one in its own layer or above. Keep in step with docs/architecture.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("io", "paths", "runtime", "cpu", "metrics", "attention"),  # files, devices, pure functions
+    ("io", "paths"),  # atomic files; where data, models and the machine's measurements live
+    ("runtime", "cpu", "metrics", "attention"),  # devices and bf16; pure functions
     ("data", "text", "provenance", "manifest"),  # readers; annotation; provenance; file hashes
     ("features", "encoders", "scoring"),  # tokens and windows; the BERT encoder; scoring files
     ("config", "heads"),  # the validated recipe; span and answer heads

@@ -92,10 +92,15 @@ HOME_ENV = "STRUCTQA_HOME"
 READER_CARD = "card.json"
 
 
+def structqa_home() -> Path:
+    """``$STRUCTQA_HOME``, defaulting to ``~/.local/share/structqa``: the built reader and
+    what structqa measured of this machine."""
+    return Path(os.environ.get(HOME_ENV) or "~/.local/share/structqa").expanduser()
+
+
 def default_reader_dir() -> Path:
     """``$STRUCTQA_HOME/reader``, ``STRUCTQA_HOME`` defaulting to ``~/.local/share/structqa``."""
-    home = os.environ.get(HOME_ENV) or "~/.local/share/structqa"
-    return Path(home).expanduser() / "reader"
+    return structqa_home() / "reader"
 
 
 def reader_checkpoint_of(directory: str | Path) -> Path:

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
 import os
 import platform
+import time
 from pathlib import Path
 
 import torch
+
+from structqa.io import write_json
+from structqa.paths import structqa_home
+
+log = logging.getLogger(__name__)
 
 #: oneDNN's own switch to use no instructions past the ISA it names; ``AVX2`` on an
 #: AVX512-BF16 machine reproduces an ordinary AVX2 CPU's missing bf16 and VNNI kernels
@@ -15,6 +24,12 @@ MAX_ISA_ENV = "ONEDNN_MAX_CPU_ISA"
 #: the int8 weight format the ONNX runtime loads, whatever the CPU (for tests and comparisons)
 INT8_WEIGHTS_ENV = "STRUCTQA_INT8_WEIGHTS"
 INT8_WEIGHT_TYPES = ("s8", "s7", "u8")
+#: ``bf16 auto`` on a CPU with bf16 instructions takes bf16 only where its matrix products run
+#: at least this much faster than fp32 here: AVX512-BF16 without AMX (e.g. a Xeon whose AMX a
+#: virtual machine hides) ran them at 0.74-0.93x fp32 on 2 threads, a training step at 0.57x
+MIN_BF16_SPEEDUP = 1.25
+#: a number here stands for the measurement (tests, or a user who knows the answer)
+BF16_SPEEDUP_ENV = "STRUCTQA_BF16_SPEEDUP"
 
 
 @functools.cache
@@ -63,6 +78,87 @@ def onednn_has_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _time_products(threads: int, rounds: int = 5) -> float:
+    """fp32 time / bf16-autocast time of the default encoder's feed-forward product (2,048
+    tokens, 384 -> 1,536), the two alternated round by round so that drift cancels; the
+    median round."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2048, 384, generator=gen)
+    w = torch.randn(384, 1536, generator=gen)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ratios = []
+        for i in range(rounds + 1):
+            spent = []
+            for bf16 in (False, True):
+                t0 = time.perf_counter()
+                for _ in range(3):
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                        x @ w
+                spent.append(time.perf_counter() - t0)
+            if i:  # the first round warms both kernels up
+                ratios.append(spent[0] / spent[1])
+        return sorted(ratios)[len(ratios) // 2]
+    finally:
+        torch.set_num_threads(before)
+
+
+@functools.cache
+def bf16_speedup() -> float:
+    """How much faster bf16 autocast computes the encoder's matrix products than fp32 on this
+    CPU, at the current torch thread count (above 1: faster): measured once (about half a
+    second) and kept in ``$STRUCTQA_HOME/cpu-bf16.json`` per CPU model, flags, torch version
+    and thread count. ``STRUCTQA_BF16_SPEEDUP`` gives the number instead."""
+    forced = os.environ.get(BF16_SPEEDUP_ENV)
+    if forced:
+        try:
+            return float(forced)
+        except ValueError:
+            raise ValueError(f"{BF16_SPEEDUP_ENV}={forced!r}: give a number, e.g. 2.5") from None
+    threads = torch.get_num_threads()
+    flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
+    key = f"{_cpu_model()} | flags {flags} | torch {torch.__version__} | {threads} threads"
+    path = structqa_home() / "cpu-bf16.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known.get(key), (int, float)):
+        return float(known[key])
+    speedup = round(_time_products(threads), 3)
+    log.info(
+        "bf16 matrix products on this CPU: %.2fx the speed of fp32 (%d threads); bf16 auto "
+        "means %s here",
+        speedup,
+        threads,
+        "bf16" if speedup >= MIN_BF16_SPEEDUP else "fp32",
+    )
+    try:
+        write_json(path, {**(known if isinstance(known, dict) else {}), key: speedup})
+    except OSError as err:  # a read-only home: measured again next time
+        log.debug("could not keep the bf16 measurement in %s: %s", path, err)
+    return speedup
+
+
+def cpu_bf16_pays() -> bool:
+    """True where bf16 autocast is worth it on this CPU: bf16 instructions (see
+    :func:`cpu_has_native_bf16`) that run the encoder's products at least
+    ``MIN_BF16_SPEEDUP`` times as fast as fp32 (:func:`bf16_speedup`). What ``bf16 auto``,
+    the runtime choice and ``predict``'s int8 export follow."""
+    return cpu_has_native_bf16() and bf16_speedup() >= MIN_BF16_SPEEDUP
+
+
 def cpu_has_vnni() -> bool:
     """True where the CPU multiplies uint8 by int8 into int32 sums without saturating
     (AVX512-VNNI, AVX-VNNI, AMX); not on x86 CPUs with AVX2 only."""
@@ -106,6 +202,8 @@ def cpu_kind() -> str:
         else ""
     )
     bf16 = "native bf16" if cpu_has_native_bf16() else "no native bf16"
+    if cpu_has_native_bf16() and not cpu_bf16_pays():
+        bf16 += f" but {bf16_speedup():.2f}x fp32's speed"
     vnni = "VNNI" if cpu_has_vnni() else "no VNNI"
     return f"{isa}, {bf16}, {vnni}{capped}"
 
@@ -128,7 +226,7 @@ def use_bf16(setting: str | bool, device: torch.device) -> bool:
         return True
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and cpu_has_native_bf16()
+    return device.type == "cpu" and cpu_bf16_pays()
 
 
 def default_device() -> torch.device:

@@ -43,6 +43,25 @@ def test_auto_takes_the_int8_export_without_bf16(with_export, monkeypatch) -> No
     assert choose(with_export / "onnx", "auto", CPU, bf16="on").runtime == "onnx-int8"
 
 
+def test_auto_takes_the_int8_export_where_bf16_instructions_are_slow(
+    with_export, monkeypatch
+) -> None:
+    """bf16 instructions that compute slower than fp32 (measured): auto answers with the
+    int8 export, as on a CPU without them, and says why."""
+    import structqa.runtimes.select as select
+
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(hardware, "bf16_speedup", lambda: 0.74)
+    monkeypatch.setattr(select, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(select, "bf16_speedup", lambda: 0.74)
+    choice = choose(with_export, "auto", CPU)
+    assert choice.runtime == "onnx-int8"
+    assert "bf16 runs at 0.74x fp32's speed on this CPU" in choice.reason
+    monkeypatch.setattr(hardware, "bf16_speedup", lambda: 2.8)
+    monkeypatch.setattr(hardware, "onednn_has_bf16", lambda: True)
+    assert choose(with_export, "auto", CPU).runtime == "torch-bf16"
+
+
 def test_an_fp32_only_export_gives_onnx_fp32(checkpoint_of, tmp_path) -> None:
     export_onnx(checkpoint_of("dyref"), tmp_path / "onnx")
     assert choose(tmp_path / "onnx", "auto", CPU).runtime == "onnx-fp32"

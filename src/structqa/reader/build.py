@@ -289,7 +289,11 @@ def _heldout(
     return scores
 
 
-def build(opts: BuildOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
+def _say(text: str) -> None:
+    print(text, flush=True)  # a log file gets the time estimate when it is made, not at the end
+
+
+def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, Any]:
     """Run (or go on with) every stage; return the card."""
     from structqa.reader.card import write_card
     from structqa.reader.data import assemble

@@ -27,7 +27,13 @@ from typing import Any
 import torch
 
 from structqa.manifest import verify_manifest
-from structqa.runtime import cpu_has_native_bf16, default_device, use_bf16
+from structqa.runtime import (
+    bf16_speedup,
+    cpu_bf16_pays,
+    cpu_has_native_bf16,
+    default_device,
+    use_bf16,
+)
 from structqa.runtimes.onnx_model import EXPORT_FILE, OnnxSpanModel, read_export
 
 log = logging.getLogger(__name__)
@@ -135,7 +141,12 @@ def choose(
         return Choice("torch-bf16", f"auto: {why}")
     if device.type == "cuda" and has_torch:
         return Choice("torch-fp32", "auto: a GPU without bf16 (onnxruntime here runs on the CPU)")
-    no_bf16 = "no native bf16" if not cpu_has_native_bf16() else f"bf16 {bf16}"
+    if not cpu_has_native_bf16():
+        no_bf16 = "no native bf16"
+    elif not cpu_bf16_pays():
+        no_bf16 = f"bf16 runs at {bf16_speedup():.2f}x fp32's speed on this CPU"
+    else:
+        no_bf16 = f"bf16 {bf16}"
     if "int8" in precisions:
         return Choice("onnx-int8", f"auto: {no_bf16}, an int8 ONNX export is at hand", export)
     if "fp32" in precisions:
@@ -157,7 +168,7 @@ def cache_int8_export(path: Path) -> Path | None:
             if made is not None and _current(path, made) is not None:
                 return made
             log.warning(
-                "%s: no native bf16 on this CPU, so the int8 ONNX runtime answers fastest; "
+                "%s: no fast bf16 on this CPU, so the int8 ONNX runtime answers fastest; "
                 "making its export once, into %s (about half a minute; later runs load it)",
                 path,
                 out,
@@ -193,7 +204,7 @@ def load(
         and runtime == "auto"
         and choice.runtime == "torch-fp32"
         and dev.type == "cpu"
-        and not cpu_has_native_bf16()
+        and not cpu_bf16_pays()
     ):
         # loaded first: a damaged checkpoint is refused as any load refuses it
         model, tokenizer, cfg = model_from_checkpoint(path)
