@@ -295,11 +295,12 @@ def structqa_quick(
 
 def quick_runtime(setting: str, device: torch.device) -> str:
     """``torch`` or ``onnx-int8``; ``auto``: what ``predict`` and ``serve`` run by default, the
-    int8 export on a CPU without native bf16, else torch (bf16 where native)."""
-    from structqa.runtime import cpu_has_native_bf16
+    int8 export on a CPU where bf16 does not pay (none, or slower than fp32), else torch
+    (bf16)."""
+    from structqa.runtime import cpu_bf16_pays
 
     if setting == "auto":
-        return "onnx-int8" if device.type == "cpu" and not cpu_has_native_bf16() else "torch"
+        return "onnx-int8" if device.type == "cpu" and not cpu_bf16_pays() else "torch"
     return setting
 
 
