@@ -172,3 +172,41 @@ def test_predict_makes_and_keeps_an_int8_export_where_bf16_is_not_native(
     with caplog.at_level("INFO"):
         assert main(args) == 0
     assert "made from other weights" in caplog.text and "runtime torch-fp32" in caplog.text
+
+
+def test_a_server_over_a_graph_passes_windows_of_one_length(with_export) -> None:
+    """onnxruntime computes every padded position and has next to no fixed cost per pass, so
+    the server's batcher cuts a batch of mixed lengths into passes of (nearly) one padded
+    length, where torch's unpacked passes share more; the answers are the Predictor's."""
+    from structqa.prediction.predictor import Predictor
+    from structqa.serving.batcher import (
+        GRAPH_PASS_OVERHEAD_TOKENS,
+        PASS_OVERHEAD_TOKENS,
+        Batcher,
+        BatchStats,
+        Featurizer,
+        length_groups,
+    )
+
+    graph = Predictor.from_checkpoint(with_export, runtime="onnx-int8")
+    torch_side = Predictor.from_checkpoint(with_export, runtime="torch", bf16="off")
+    context = "The Denver Broncos defeated the Carolina Panthers to win Super Bowl 50. "
+    pairs = [("Who won?", context * k) for k in (1, 3, 6)]
+    stats: list[BatchStats] = []
+    batcher = Batcher(graph, max_batch_windows=8, max_wait_ms=50, on_batch=stats.append)
+    try:
+        assert batcher.pass_overhead == GRAPH_PASS_OVERHEAD_TOKENS
+        examples, features = Featurizer(graph, 1).featurize(pairs)
+        got = batcher.submit(examples, features).future.result(60)
+    finally:
+        batcher.close()
+    lengths = sorted((len(f) for f in features), reverse=True)
+    assert stats[0].windows == len(features)  # one batch, cut into passes:
+    assert stats[0].passes == len(length_groups(lengths, GRAPH_PASS_OVERHEAD_TOKENS)) > 1
+    assert len(length_groups(lengths, PASS_OVERHEAD_TOKENS)) == 1  # torch's: one pass
+    assert [a.text for a in got] == [a.text for a in graph.predict_batch(pairs)]
+    tb = Batcher(torch_side, max_batch_windows=8, max_wait_ms=0)
+    try:
+        assert tb.pass_overhead == PASS_OVERHEAD_TOKENS
+    finally:
+        tb.close()
