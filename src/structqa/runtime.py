@@ -119,7 +119,8 @@ def bf16_speedup() -> float:
     """How much faster bf16 autocast computes the encoder's matrix products than fp32 on this
     CPU, at the current torch thread count (above 1: faster): measured once (about half a
     second) and kept in ``$STRUCTQA_HOME/cpu-bf16.json`` per CPU model, flags, torch version
-    and thread count. ``STRUCTQA_BF16_SPEEDUP`` gives the number instead."""
+    and thread count (delete the file to measure again, e.g. after measuring on a busy
+    machine). ``STRUCTQA_BF16_SPEEDUP`` gives the number instead."""
     forced = os.environ.get(BF16_SPEEDUP_ENV)
     if forced:
         try:
