@@ -12,9 +12,9 @@ whether ``structqa.runtime.cpu_has_native_bf16`` sees AVX512-BF16/AMX (which is 
 ``--train.bf16=auto`` follows), the median time of each and the ratio bf16 / fp32 (below 1:
 bf16 is faster). On a CPU without native bf16 the products are emulated and the ratio is far
 above 1, which is why ``auto`` stays in fp32 there; and a CPU with AVX512-BF16 but no AMX
-may run them no faster than fp32 (a Xeon whose AMX a virtual machine hides: 1.07 on 2
-threads, 1.53 on 1), so ``auto`` follows ``structqa.runtime.cpu_bf16_pays``, a measurement
-of the same product made once per machine, not the flag alone.
+may run them slower than fp32 (a Xeon whose AMX a virtual machine hides: bf16 / fp32 1.92
+on 2 threads, 1.72 on 1, idle), so ``auto`` follows ``structqa.runtime.cpu_bf16_pays``, a
+measurement of this product (2,048 tokens) made once per machine, not the flag alone.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 import harness
 import torch
 
-from structqa.runtime import cpu_bf16_pays
+from structqa.runtime import cpu_bf16_pays, onednn_has_bf16
 
 
 def measure(threads: int, repeats: int, rounds: int) -> dict[str, float]:
@@ -99,7 +99,11 @@ def main() -> None:
             f"{r['threads']} thread(s): fp32 {r['fp32_ms']:.1f} ms, bf16 autocast "
             f"{r['bf16_ms']:.1f} ms, bf16/fp32 {r['ratio']:.2f}"
         )
-    step = train_steps(args.rounds) if args.train_step else None
+    step = None
+    if args.train_step and not onednn_has_bf16():
+        print("training step: not timed, oneDNN has no bf16 kernels here (bf16 is emulated)")
+    elif args.train_step:
+        step = train_steps(args.rounds)
     if step:
         print(
             f"training step ({torch.get_num_threads()} threads, 12 windows of {step['tokens']} "

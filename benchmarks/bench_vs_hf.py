@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "torch", "onnx-int8"],
         default="auto",
         help="--quick: structqa's inference runtime; auto: the one predict and serve run by "
-        "default on this CPU (the int8 export without native bf16, else torch)",
+        "default on this CPU (the int8 export where bf16 does not pay, else torch)",
     )
     p.add_argument(
         "--train-features",

@@ -58,39 +58,65 @@ def test_the_bf16_measurement_is_made_once_and_kept(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
     """Measured on first use, kept in $STRUCTQA_HOME per CPU, torch version and thread count,
-    read back by the next process; STRUCTQA_BF16_SPEEDUP stands for it."""
+    read back by the next process; another thread count is measured apart; a file that is
+    not a map is measured over; STRUCTQA_BF16_SPEEDUP stands for it."""
     monkeypatch.setenv("STRUCTQA_HOME", str(tmp_path))
     monkeypatch.delenv(runtime.BF16_SPEEDUP_ENV, raising=False)
     calls: list[int] = []
 
-    def fake(threads: int, rounds: int = 5) -> float:
-        calls.append(threads)
+    def fake(tokens: int = 2048, rounds: int = 5) -> float:
+        calls.append(torch.get_num_threads())
         return 1.7
 
     monkeypatch.setattr(runtime, "_time_products", fake)
-    runtime.bf16_speedup.cache_clear()
+    threads = torch.get_num_threads()
+    runtime._bf16_speedup_at.cache_clear()
     try:
         assert runtime.bf16_speedup() == 1.7
-        runtime.bf16_speedup.cache_clear()  # a new process
+        runtime._bf16_speedup_at.cache_clear()  # a new process
         assert runtime.bf16_speedup() == 1.7
-        assert calls == [torch.get_num_threads()]
+        assert calls == [threads]
         kept = json.loads((tmp_path / "cpu-bf16.json").read_text())
         assert list(kept.values()) == [1.7] and torch.__version__ in next(iter(kept))
-        runtime.bf16_speedup.cache_clear()
+        torch.set_num_threads(1 if threads > 1 else 2)
+        assert runtime.bf16_speedup() == 1.7 and len(calls) == 2  # measured at that count
+        assert len(json.loads((tmp_path / "cpu-bf16.json").read_text())) == 2
+        torch.set_num_threads(threads)
+        (tmp_path / "cpu-bf16.json").write_text("[1]")
+        runtime._bf16_speedup_at.cache_clear()
+        assert runtime.bf16_speedup() == 1.7 and len(calls) == 3
         monkeypatch.setenv(runtime.BF16_SPEEDUP_ENV, "3")
         assert runtime.bf16_speedup() == 3.0
-        runtime.bf16_speedup.cache_clear()
         monkeypatch.setenv(runtime.BF16_SPEEDUP_ENV, "fast")
         with pytest.raises(ValueError, match="STRUCTQA_BF16_SPEEDUP='fast': give a number"):
             runtime.bf16_speedup()
     finally:
-        runtime.bf16_speedup.cache_clear()
+        torch.set_num_threads(threads)
+        runtime._bf16_speedup_at.cache_clear()
+
+
+def test_validating_a_config_does_not_measure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checking train.bf16 in a config (a dry run, each grid worker) resolves nothing."""
+    from structqa.config import load_config, validate
+
+    def boom(*args: object, **kwargs: object) -> float:
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(runtime, "_time_products", boom)
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    runtime._bf16_speedup_at.cache_clear()
+    try:
+        validate(load_config(None, ["train.bf16=auto"]))
+        with pytest.raises(ValueError, match="bf16 must be auto, on or off"):
+            runtime.check_bf16("maybe")
+    finally:
+        runtime._bf16_speedup_at.cache_clear()
 
 
 def test_the_bf16_measurement_times_real_products() -> None:
     """The measurement itself runs the products both ways and returns a ratio (its value is
     the machine's: not asserted)."""
-    ratio = runtime._time_products(1, rounds=1)
+    ratio = runtime._time_products(256, rounds=1)
     assert math.isfinite(ratio) and ratio > 0
 
 

@@ -412,14 +412,13 @@ def validation_fraction(value: str | None) -> float | None:
 def validate(cfg: Config) -> Config:
     """Check what the type coercion cannot (ranges, names) before any model or data is loaded:
     a bad value fails in a second, not after the data has been read and featurized."""
-    import torch
 
     from structqa.data.sampling import parse_train_size
-    from structqa.runtime import use_bf16
+    from structqa.runtime import check_bf16
 
     d, t, dec = cfg.data, cfg.train, cfg.decode
     try:
-        use_bf16(t.bf16, torch.device("cpu"))  # only checks the setting
+        check_bf16(t.bf16)
     except ValueError as err:
         raise ConfigError(f"train.{err}") from None
     try:

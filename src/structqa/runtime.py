@@ -26,7 +26,8 @@ INT8_WEIGHTS_ENV = "STRUCTQA_INT8_WEIGHTS"
 INT8_WEIGHT_TYPES = ("s8", "s7", "u8")
 #: ``bf16 auto`` on a CPU with bf16 instructions takes bf16 only where its matrix products run
 #: at least this much faster than fp32 here: AVX512-BF16 without AMX (e.g. a Xeon whose AMX a
-#: virtual machine hides) ran them at 0.74-0.93x fp32 on 2 threads, a training step at 0.57x
+#: virtual machine hides) ran them at 0.52-0.93x fp32's speed on 2 threads, a training step at
+#: 0.56x
 MIN_BF16_SPEEDUP = 1.25
 #: a number here stands for the measurement (tests, or a user who knows the answer)
 BF16_SPEEDUP_ENV = "STRUCTQA_BF16_SPEEDUP"
@@ -88,56 +89,60 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _time_products(threads: int, rounds: int = 5) -> float:
-    """fp32 time / bf16-autocast time of the default encoder's feed-forward product (2,048
-    tokens, 384 -> 1,536), the two alternated round by round so that drift cancels; the
-    median round."""
+def _time_products(tokens: int = 2048, rounds: int = 5) -> float:
+    """fp32 time / bf16-autocast time of the default encoder's feed-forward product
+    (``tokens`` x 384 by 384 x 1,536) at the current torch thread count, the two alternated
+    round by round so that drift cancels; the median round."""
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(2048, 384, generator=gen)
+    x = torch.randn(tokens, 384, generator=gen)
     w = torch.randn(384, 1536, generator=gen)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        ratios = []
-        for i in range(rounds + 1):
-            spent = []
-            for bf16 in (False, True):
-                t0 = time.perf_counter()
-                for _ in range(3):
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                        x @ w
-                spent.append(time.perf_counter() - t0)
-            if i:  # the first round warms both kernels up
-                ratios.append(spent[0] / spent[1])
-        return sorted(ratios)[len(ratios) // 2]
-    finally:
-        torch.set_num_threads(before)
+    ratios = []
+    for i in range(rounds + 1):
+        spent = []
+        for bf16 in (False, True):
+            t0 = time.perf_counter()
+            for _ in range(3):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    x @ w
+            spent.append(time.perf_counter() - t0)
+        if i:  # the first round warms both kernels up
+            ratios.append(spent[0] / spent[1])
+    return sorted(ratios)[len(ratios) // 2]
 
 
-@functools.cache
 def bf16_speedup() -> float:
     """How much faster bf16 autocast computes the encoder's matrix products than fp32 on this
     CPU, at the current torch thread count (above 1: faster): measured once (about half a
-    second) and kept in ``$STRUCTQA_HOME/cpu-bf16.json`` per CPU model, flags, torch version
-    and thread count (delete the file to measure again, e.g. after measuring on a busy
-    machine). ``STRUCTQA_BF16_SPEEDUP`` gives the number instead."""
+    second) and kept in ``$STRUCTQA_HOME/cpu-bf16.json`` per CPU model, flags, oneDNN ISA cap,
+    torch version and thread count (delete the file to measure again, e.g. after measuring on
+    a busy machine). ``STRUCTQA_BF16_SPEEDUP`` gives the number instead."""
     forced = os.environ.get(BF16_SPEEDUP_ENV)
     if forced:
         try:
             return float(forced)
         except ValueError:
             raise ValueError(f"{BF16_SPEEDUP_ENV}={forced!r}: give a number, e.g. 2.5") from None
-    threads = torch.get_num_threads()
+    return _bf16_speedup_at(torch.get_num_threads())
+
+
+@functools.cache
+def _bf16_speedup_at(threads: int) -> float:
     flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
-    key = f"{_cpu_model()} | flags {flags} | torch {torch.__version__} | {threads} threads"
+    cap = os.environ.get(MAX_ISA_ENV, "")
+    key = (
+        f"{_cpu_model()} | flags {flags}{f' | {MAX_ISA_ENV}={cap}' if cap else ''} | "
+        f"torch {torch.__version__} | {threads} threads"
+    )
     path = structqa_home() / "cpu-bf16.json"
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
         known = {}
+    if not isinstance(known, dict):  # a file not written here: measured again, rewritten
+        known = {}
     if isinstance(known.get(key), (int, float)):
         return float(known[key])
-    speedup = round(_time_products(threads), 3)
+    speedup = round(_time_products(), 3)
     log.info(
         "bf16 matrix products on this CPU: %.2fx the speed of fp32 (%d threads); bf16 auto "
         "means %s here",
@@ -146,7 +151,7 @@ def bf16_speedup() -> float:
         "bf16" if speedup >= MIN_BF16_SPEEDUP else "fp32",
     )
     try:
-        write_json(path, {**(known if isinstance(known, dict) else {}), key: speedup})
+        write_json(path, {**known, key: speedup})
     except OSError as err:  # a read-only home: measured again next time
         log.debug("could not keep the bf16 measurement in %s: %s", path, err)
     return speedup
@@ -209,21 +214,41 @@ def cpu_kind() -> str:
     return f"{isa}, {bf16}, {vnni}{capped}"
 
 
-def use_bf16(setting: str | bool, device: torch.device) -> bool:
-    """Resolve the ``bf16`` setting (auto|on|off) for a device."""
+def _parse_bf16(setting: str | bool) -> str:
     # YAML reads a bare on/off as a boolean
     setting = {"true": "on", "false": "off"}.get(str(setting).lower(), str(setting).lower())
     if setting not in ("auto", "on", "off"):
         raise ValueError(f"bf16 must be auto, on or off, not {setting!r}")
+    return setting
+
+
+def _refuse_emulated_bf16() -> None:
+    if not onednn_has_bf16():
+        raise ValueError(
+            "bf16 on: this CPU has no bf16 kernels (oneDNN reports none: an AVX2 CPU, or "
+            f"{MAX_ISA_ENV} caps it), so bf16 would be emulated, about 30x slower than "
+            "fp32; use bf16 auto (fp32 here) or off"
+        )
+
+
+def check_bf16(setting: str | bool) -> str:
+    """The ``bf16`` setting as auto|on|off, checked for the CPU without resolving ``auto``
+    (which may measure): a bad value, or ``on`` where oneDNN has no bf16 kernels, is a
+    ValueError. For validating a config."""
+    setting = _parse_bf16(setting)
+    if setting == "on":
+        _refuse_emulated_bf16()
+    return setting
+
+
+def use_bf16(setting: str | bool, device: torch.device) -> bool:
+    """Resolve the ``bf16`` setting (auto|on|off) for a device."""
+    setting = _parse_bf16(setting)
     if setting == "off":
         return False
     if setting == "on":
-        if device.type == "cpu" and not onednn_has_bf16():
-            raise ValueError(
-                "bf16 on: this CPU has no bf16 kernels (oneDNN reports none: an AVX2 CPU, or "
-                f"{MAX_ISA_ENV} caps it), so bf16 would be emulated, about 30x slower than "
-                "fp32; use bf16 auto (fp32 here) or off"
-            )
+        if device.type == "cpu":
+            _refuse_emulated_bf16()
         return True
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()

@@ -10,9 +10,9 @@ similarity to the sentence of the span the model would answer with, and their di
 The encoder is the shipped one, not the fine-tuned reader's: fine-tuning for spans changes
 what its pooled states mean. It is loaded once per process (:func:`sentence_encoder`) and
 every text it embeds is kept, so passages shared by several questions are embedded once.
-It runs in bf16 where the CPU has native bf16 (as ``bf16: auto`` does for the reader; three
-times faster there), else in fp32; the similarities differ by about 0.01 between the two,
-far less than what separates answerable from unanswerable questions.
+It runs in bf16 where bf16 pays on the CPU (as ``bf16: auto`` decides for the reader; three
+times faster on a CPU with fast bf16), else in fp32; the similarities differ by about 0.01
+between the two, far less than what separates answerable from unanswerable questions.
 """
 
 from __future__ import annotations

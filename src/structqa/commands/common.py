@@ -83,7 +83,7 @@ def add_runtime_argument(
 
 def answering_predictor(args: argparse.Namespace):
     """The Predictor of ``predict`` and ``serve``: CHECKPOINT with --bf16, --runtime and
-    --whole-words, on the fastest runtime at hand (on a CPU without native bf16, the int8
+    --whole-words, on the fastest runtime at hand (on a CPU where bf16 does not pay, the int8
     export, written once beside the checkpoint; logged)."""
     from structqa.prediction import Predictor
 

@@ -14,13 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-
 from structqa.attention.nc_masks import NCMaskConfig
 from structqa.config import ConfigError, Optimisation, from_attributes, load_config, setting
 from structqa.features.drop_features import DropFeatureConfig
 from structqa.models.genbert import GenBERTConfig
-from structqa.runtime import use_bf16
+from structqa.runtime import check_bf16
 from structqa.text.annotate import DEFAULT_MODEL
 
 
@@ -154,7 +152,7 @@ def validate(cfg: DropConfig) -> DropConfig:
     m, d, t = cfg.model, cfg.data, cfg.train
     try:
         m.genbert(t.seed)
-        use_bf16(t.bf16, torch.device("cpu"))  # only checks the setting
+        check_bf16(t.bf16)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     if m.nc_heads and not m.nc_layer:

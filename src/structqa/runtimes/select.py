@@ -189,7 +189,7 @@ def load(
     make_int8_export: bool = False,
 ) -> Loaded:
     """The model (torch or onnxruntime), tokenizer and config that answer for ``path``.
-    ``make_int8_export``: where ``auto`` would run torch fp32 on a CPU without native bf16
+    ``make_int8_export``: where ``auto`` would run torch fp32 on a CPU where bf16 does not pay
     for want of an export, write the int8 export beside the checkpoint first and run that
     (``predict`` and ``serve`` do, unless ``STRUCTQA_AUTO_EXPORT=off``; ``evaluate`` keeps
     torch unless told)."""

@@ -290,7 +290,8 @@ class Batcher:
         if self.one_pass:
             groups = [(0, len(picked))]
         else:
-            lengths = [len(job.features[w]) for job, w in picked]
+            m = self.predictor.pad_to_multiple  # a pass is padded to it: cost what it pads to
+            lengths = [-(-len(job.features[w]) // m) * m for job, w in picked]
             groups = length_groups(lengths, self.pass_overhead)
         try:
             for lo, hi in groups:
