@@ -37,17 +37,21 @@ def read_export(directory: str | Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def session(path: Path, threads: int | None = None, int8: bool = False):
+def session(path: Path, threads: int | None = None, int8: bool = False, profile: str = ""):
     """An onnxruntime CPU session with every graph optimization, ``threads`` intra-op threads
     (default: torch's, so both runtimes use the same cores). An ``int8`` graph gets the
     weight type of the CPU that loads it (:func:`structqa.runtime.int8_weight_type`), not of
-    the one that exported it: on x86 CPUs without VNNI its weights are loaded as 7-bit ones."""
+    the one that exported it: on x86 CPUs without VNNI its weights are loaded as 7-bit ones.
+    ``profile``: a file prefix for onnxruntime's profiler (benchmarks/profile_onnx.py)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads or torch.get_num_threads()
     options.inter_op_num_threads = 1
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile
     graph: str | bytes = str(path)
     weights = int8_weight_type() if int8 else "s8"
     if weights != "s8":
