@@ -8,8 +8,8 @@ Times ``x @ w`` for the feed-forward shape of the default encoder at a fine-tuni
 (12 windows x 384 tokens, hidden 384 -> 1536), in fp32 and under
 ``torch.autocast("cpu", dtype=torch.bfloat16)``, alternating the two in rounds so that the
 machine's drift cancels out of the ratio. Prints the CPU's vector ISA as torch reports it,
-whether ``structqa.runtime.cpu_has_native_bf16`` sees AVX512-BF16/AMX (which is what
-``--train.bf16=auto`` follows), the median time of each and the ratio bf16 / fp32 (below 1:
+whether ``structqa.runtime.cpu_has_native_bf16`` sees AVX512-BF16/AMX, what
+``--train.bf16=auto`` takes here, the median time of each and the ratio bf16 / fp32 (below 1:
 bf16 is faster). On a CPU without native bf16 the products are emulated and the ratio is far
 above 1, which is why ``auto`` stays in fp32 there; and a CPU with AVX512-BF16 but no AMX
 may run them slower than fp32 (a Xeon whose AMX a virtual machine hides: bf16 / fp32 1.92

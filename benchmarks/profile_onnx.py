@@ -4,12 +4,11 @@
     python benchmarks/profile_onnx.py CHECKPOINT --precision fp32 --questions 120
 
 Loads CHECKPOINT's ONNX export (``CHECKPOINT/onnx`` or an export directory) as ``predict``
-loads it (the weight format this CPU takes, torch's thread count), featurizes the first
-``--questions`` held-out SQuAD questions, runs their windows in length-sorted batches of
-``--batch`` (padded to a multiple of 32, as a server pads them) twice under
-``SessionOptions.enable_profiling`` (the first to warm up, left out), and prints each operator
-type's share of the node time, largest first. ``--out`` also writes the shares with the
-machine record (JSON).
+loads it (the weight format this CPU takes, torch's thread count) with the profiler on,
+featurizes the first ``--questions`` held-out SQuAD questions, runs their windows in
+length-sorted batches of ``--batch`` (padded to a multiple of 32, as a server pads them) twice
+(the first to warm up, left out), and prints each operator type's share of the node time,
+largest first. ``--out`` also writes the shares with the machine record (JSON).
 """
 
 from __future__ import annotations
@@ -26,9 +25,10 @@ import torch
 from structqa.data import read_examples
 from structqa.features.batching import collate
 from structqa.features.squad import featurize
+from structqa.models.build import load_tokenizer
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.runtimes.onnx_model import read_export, session
-from structqa.runtimes.select import load
+from structqa.runtimes.select import choose
 
 
 def main() -> None:
@@ -44,20 +44,20 @@ def main() -> None:
     p.add_argument("--out", help="also write the shares as JSON here")
     args = p.parse_args()
     prov = harness.Provenance.start(args, torch.device("cpu"))
-    loaded = load(args.checkpoint, f"onnx-{args.precision}")
+    export = choose(args.checkpoint, f"onnx-{args.precision}", torch.device("cpu")).onnx_dir
+    assert export is not None  # (choose names what is missing when there is no export)
+    meta = read_export(export)
     heldout = resolve_data_file("splits/squad1-heldout.mrqa.jsonl.gz", resolve_data_dir(args.data))
     examples = read_examples(heldout).examples[: args.questions]
-    features, _ = featurize(examples, loaded.tokenizer)
+    features, _ = featurize(examples, load_tokenizer(export))
     features.sort(key=len)
     batches = [features[i : i + args.batch] for i in range(0, len(features), args.batch)]
 
-    model = loaded.model  # an OnnxSpanModel: its graph file, loaded again with the profiler on
-    names = list(model.inputs)
     feeds = []
     for b in batches:
         batch = collate(b, range(len(b)), pad_to_multiple=32)
-        feeds.append({n: getattr(batch, n).numpy() for n in names})
-    graph_file = model.directory / read_export(model.directory)["files"][args.precision]["file"]
+        feeds.append({n: getattr(batch, n).numpy() for n in meta["inputs"]})
+    graph_file = export / meta["files"][args.precision]["file"]
     profiled = session(
         graph_file, int8=args.precision == "int8", profile="/tmp/structqa-onnx-profile"
     )

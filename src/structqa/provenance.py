@@ -80,20 +80,16 @@ def git_info(repo: Path | None = None) -> dict[str, Any]:
     return {"commit": None, "dirty": None}
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_info() -> dict[str, Any]:
     import torch
 
-    from structqa.runtime import bf16_speedup, cpu_has_native_bf16, cpu_kind, int8_weight_type
+    from structqa.runtime import (
+        bf16_speedup,
+        cpu_has_native_bf16,
+        cpu_kind,
+        cpu_model,
+        int8_weight_type,
+    )
 
     try:
         usable = len(os.sched_getaffinity(0))
@@ -101,7 +97,7 @@ def machine_info() -> dict[str, Any]:
         usable = os.cpu_count()
     gpu = torch.cuda.is_available()
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         # the widest vector ISA torch's CPU kernels use (e.g. AVX512, AVX2) and whether the CPU
         # has bf16 dot products (what train.bf16=auto follows): CPUs sold under one model name
         # differ in both

@@ -79,10 +79,11 @@ def onednn_has_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; an Arm board's ``Hardware`` line)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.lower().startswith(("model name", "hardware")):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
@@ -130,7 +131,7 @@ def _bf16_speedup_at(threads: int) -> float:
     flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
     cap = os.environ.get(MAX_ISA_ENV, "")
     key = (
-        f"{_cpu_model()} | flags {flags}{f' | {MAX_ISA_ENV}={cap}' if cap else ''} | "
+        f"{cpu_model()} | flags {flags}{f' | {MAX_ISA_ENV}={cap}' if cap else ''} | "
         f"torch {torch.__version__} | {threads} threads"
     )
     path = structqa_home() / "cpu-bf16.json"
