@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,30 @@ class Predictor:
         self.features = feature_config(config)
         self.annotator = tag_annotator(self.features)  # kept: spaCy loads once
         self.decode = DecodeConfig.from_settings(config.decode)
+        # the training checkpoint an exported graph came from (from_checkpoint sets it): its
+        # torch weights draw the attention maps that a graph cannot (attention_model)
+        self.checkpoint: Path | None = None
+        self._attention_model: Any = None
+        self._attention_lock = threading.Lock()
+
+    def attention_model(self) -> Any:
+        """The torch model that draws attention maps for these answers (``structqa.analysis
+        .explain``): the model itself on a torch runtime; on an exported graph, the fp32 weights
+        of the checkpoint it was exported from, loaded once on first use (its answer may differ
+        from the graph's in the last digits of a score); None where the graph came without its
+        checkpoint (an export directory alone)."""
+        if not isinstance(self.model, GraphRuntime):
+            return self.model
+        if self.checkpoint is None:
+            return None
+        with self._attention_lock:
+            if self._attention_model is None:
+                from structqa.models.build import model_from_checkpoint
+
+                model = model_from_checkpoint(self.checkpoint)[0]
+                self._attention_model = model.to(self.device).eval()
+                log.info("attention maps drawn by the torch weights of %s", self.checkpoint)
+            return self._attention_model
 
     @classmethod
     def from_checkpoint(
@@ -154,9 +179,12 @@ class Predictor:
             # its map was fitted for the answers at its own threshold
             calibrator = None
         precision = "on" if loaded.bf16 else "off"
-        return cls(
+        predictor = cls(
             loaded.model, loaded.tokenizer, cfg, null_threshold, precision, calibrator=calibrator
         )
+        if (Path(path) / "model.safetensors").is_file():
+            predictor.checkpoint = Path(path)
+        return predictor
 
     @property
     def packs_windows(self) -> bool:

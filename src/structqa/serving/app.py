@@ -87,7 +87,9 @@ class Service:
             "head": str(cfg.model.head),
             "encoder": Path(str(cfg.model.encoder)).name,
         }
-        self.explain_kind = _explain_kind(predictor.model)
+        # an exported graph draws no attention: the weights it was exported from do (loaded
+        # now, when its checkpoint is at hand: the page shows the toggle by what /ready says)
+        self.explain_kind = _explain_kind(predictor.attention_model())
         self.status = "loading"
         self.admitted = 0  # touched on the event loop only
         self.featurizer: Featurizer | None = None
@@ -221,7 +223,7 @@ class Service:
 
         p = self.predictor
         att = explain(
-            p.model,
+            p.attention_model(),
             p.tokenizer,
             p.config,
             question,

@@ -1,0 +1,61 @@
+"""POST /v1/explain draws the start/end queries' attention on every runtime: over an exported
+graph, from the torch weights of the checkpoint it was exported from."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from serving_support import CONTEXT, QUESTION, client_for
+
+from structqa.analysis import explain
+from structqa.cli import main
+from structqa.prediction.predictor import Predictor
+
+
+@pytest.fixture(scope="module")
+def dyrex_with_export(tiny_dyrex_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ckpt = tmp_path_factory.mktemp("explain-graph") / "best"
+    shutil.copytree(tiny_dyrex_run, ckpt)
+    assert main(["export", str(ckpt), "--quantize", "int8"]) == 0
+    return ckpt
+
+
+def _maps(body: dict) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(body["start_weights"]), np.asarray(body["end_weights"])
+
+
+def test_a_graph_server_explains_with_its_checkpoints_weights(dyrex_with_export: Path) -> None:
+    graph = Predictor.from_checkpoint(dyrex_with_export, runtime="onnx-int8")
+    assert graph.runtime == "onnx-int8"
+    torch_side = Predictor.from_checkpoint(dyrex_with_export, runtime="torch", bf16="off")
+    expected = explain(
+        torch_side.model, torch_side.tokenizer, torch_side.config, QUESTION, CONTEXT
+    ).to_dict()
+    with client_for(graph) as client:
+        ready = client.get("/ready").json()
+        assert ready["explain"] == "dyrex"
+        r = client.post("/v1/explain", json={"question": QUESTION, "context": CONTEXT})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        # the answer itself still comes from the graph
+        answer = client.post("/v1/answer", json={"question": QUESTION, "context": CONTEXT})
+        assert answer.json()["answer"] == graph.predict(QUESTION, CONTEXT).text
+    assert body["tokens"] == expected["tokens"]
+    start, end = _maps(body)
+    assert start.shape == np.asarray(expected["start_weights"]).shape
+    np.testing.assert_allclose(start, expected["start_weights"], atol=1e-5)
+    np.testing.assert_allclose(end, expected["end_weights"], atol=1e-5)
+    assert len(start) == len(body["tokens"])
+
+
+def test_an_export_directory_alone_has_no_attention_to_show(dyrex_with_export: Path) -> None:
+    graph = Predictor.from_checkpoint(dyrex_with_export / "onnx", runtime="onnx-int8")
+    assert graph.attention_model() is None
+    with client_for(graph) as client:
+        assert client.get("/ready").json()["explain"] is None
+        r = client.post("/v1/explain", json={"question": QUESTION, "context": CONTEXT})
+        assert r.status_code == 404
+        assert "no attention map" in r.json()["error"]
