@@ -6,7 +6,7 @@
 Loads CHECKPOINT's ONNX export (``CHECKPOINT/onnx`` or an export directory) as ``predict``
 loads it (the weight format this CPU takes, torch's thread count) with the profiler on,
 featurizes the first ``--questions`` held-out SQuAD questions, runs their windows in
-length-sorted batches of ``--batch`` (padded to a multiple of 32, as a server pads them) twice
+length-sorted batches of ``--batch`` (padded to the multiple a server pads them to) twice
 (the first to warm up, left out), and prints each operator type's share of the node time,
 largest first. ``--out`` also writes the shares with the machine record (JSON).
 """
@@ -23,12 +23,14 @@ import harness
 import torch
 
 from structqa.data import read_examples
-from structqa.features.batching import collate
+from structqa.features.batching import collate, sorted_batches
 from structqa.features.squad import featurize
 from structqa.models.build import load_tokenizer
 from structqa.paths import resolve_data_dir, resolve_data_file
+from structqa.reader.data import HELDOUT_SQUAD1
 from structqa.runtimes.onnx_model import read_export, session
 from structqa.runtimes.select import choose
+from structqa.serving.batcher import SHAPE_MULTIPLE
 
 
 def main() -> None:
@@ -47,15 +49,13 @@ def main() -> None:
     export = choose(args.checkpoint, f"onnx-{args.precision}", torch.device("cpu")).onnx_dir
     assert export is not None  # (choose names what is missing when there is no export)
     meta = read_export(export)
-    heldout = resolve_data_file("splits/squad1-heldout.mrqa.jsonl.gz", resolve_data_dir(args.data))
+    heldout = resolve_data_file(HELDOUT_SQUAD1, resolve_data_dir(args.data))
     examples = read_examples(heldout).examples[: args.questions]
     features, _ = featurize(examples, load_tokenizer(export))
-    features.sort(key=len)
-    batches = [features[i : i + args.batch] for i in range(0, len(features), args.batch)]
-
+    batches = sorted_batches([len(f) for f in features], args.batch)
     feeds = []
-    for b in batches:
-        batch = collate(b, range(len(b)), pad_to_multiple=32)
+    for idx in batches:
+        batch = collate(features, idx, pad_to_multiple=SHAPE_MULTIPLE)
         feeds.append({n: getattr(batch, n).numpy() for n in meta["inputs"]})
     graph_file = export / meta["files"][args.precision]["file"]
     profiled = session(
