@@ -4,6 +4,7 @@
     python benchmarks/bench_serve.py CHECKPOINT --duration 10   # shorter scenarios
     python benchmarks/bench_serve.py CHECKPOINT --only-ratio    # the rounds at 16 clients
     python benchmarks/bench_serve.py CHECKPOINT --soak 300      # 16 clients for 5 min: RSS
+    python benchmarks/bench_serve.py CHECKPOINT --only-ratio --arm "batch-4=--max-batch-windows 4"
 
 Starts `structqa serve CHECKPOINT` as a subprocess on a free loopback port (its context limit
 raised to take 1 MB passages) and drives it with closed-loop clients (each sends its next
@@ -22,7 +23,8 @@ scored and decoded whole before the next, as a plain server with one lock), each
 then the three at 16 clients in ``--rounds`` rounds, the order reversed each round.
 ``ratio throughput@16`` is batched / one-request-at-a-time req/s summed over the rounds (so
 drift in other load on the machine falls on every arm), ``... vs one-window passes`` the same
-against one window per pass. ``--only-ratio`` runs only those rounds.
+against one window per pass. ``--only-ratio`` runs only those rounds; ``--arm NAME=FLAGS`` adds
+a server with other flags to them.
 Each scenario prints req/s, latency p50/p95/p99, errors by kind, the server's RSS and
 GET /health latency measured every 100 ms on a connection of its own throughout, and the
 server's batches (windows, requests and forward passes per batch, from GET /metrics).
@@ -418,8 +420,20 @@ def main() -> None:
         action="store_true",
         help="only the alternating rounds at 16 clients (JSON to OUT-ratio.json)",
     )
+    ap.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="another server in the rounds at 16 clients, e.g. 'batch-4=--max-batch-windows 4'",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "docs/results/serve/bench.json")
     args = ap.parse_args()
+    for spec in args.arm:
+        name, sep, flags = spec.partition("=")
+        if not sep or not name or name in ARMS:
+            ap.error(f"--arm {spec!r}: give NAME=FLAGS with a new NAME (not one of {list(ARMS)})")
+        ARMS[name] = flags.split()
     bodies, big = _bodies(args.data, args.questions)
     prov = harness.Provenance.start(args, torch.device("cpu"))  # command, commit, machine
     result: dict[str, Any] = {
@@ -507,6 +521,13 @@ def _comparison(args: argparse.Namespace, bodies: list[bytes], big: bytes) -> di
         f"per pass {mean('one-window'):.1f} req/s)",
         flush=True,
     )
+    for arm in list(ARMS)[3:]:  # the arms given with --arm
+        print(
+            f"{arm}: {mean(arm):.1f} req/s, batched / {arm} {ratio(arm):.2f}x, p99 "
+            + ", ".join(f"{r['p99_ms']:.0f}" for r in rounds if r["arm"] == arm)
+            + " ms",
+            flush=True,
+        )
     out: dict[str, Any] = {
         "arm_flags": ARMS,
         "rounds_at_16": rounds,
