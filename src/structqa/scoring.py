@@ -261,7 +261,7 @@ class Comparison:
     metric: str
     scheme: str
     bootstrap: BootstrapResult
-    run_differences: list[float]  # mean(A_i) - mean(B_i) per run pair, in the order given
+    run_differences: list[float]  # mean(A_i) - mean(B_i) per run pair; [] if the counts differ
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -285,7 +285,9 @@ def compare_files(
 ) -> Comparison:
     """Paired bootstrap over the questions of ``data_file`` between predictions ``a`` and ``b``
     (files or checkpoint directories; several per side are runs paired by position, e.g. the
-    same seeds in the same order). See :mod:`structqa.metrics.paired` for what it measures.
+    same seeds in the same order; with a different number of runs on each side, each side is
+    averaged per question on its own and no run pairs are reported). See
+    :mod:`structqa.metrics.paired` for what it measures.
 
     ``parts`` > 1: each run is that many consecutive files answering disjoint questions (the
     test folds of a cross-validation, say), read as one."""
@@ -299,19 +301,17 @@ def compare_files(
             f"{parts} consecutive files); side A has {len(a)}, side B {len(b)}"
         )
     side_a, side_b = _runs(a, parts), _runs(b, parts)
-    if len(side_a) != len(side_b):
-        raise ValueError(
-            f"runs pair up by position: {len(side_a)} on side A but {len(side_b)} on side B "
-            "(give the same seeds in the same order on both sides)"
-        )
     scheme, gold = load_gold(data_file)
     if not gold:
         raise ValueError(f"{data_file}: no questions to compare on")
     scored = [score_predictions_file(scheme, gold, p, data_file) for p in [*side_a, *side_b]]
     table = np.stack([s.metric(metric) for s in scored])
     runs_a, runs_b = table[: len(side_a)], table[len(side_a) :]
-    result = paired_bootstrap(runs_a, runs_b, resamples=resamples, confidence=confidence, seed=seed)
-    gaps = [float(x) for x in runs_a.mean(axis=1) - runs_b.mean(axis=1)]
+    paired = len(side_a) == len(side_b)
+    result = paired_bootstrap(
+        runs_a, runs_b, resamples=resamples, confidence=confidence, seed=seed, unequal_runs=True
+    )
+    gaps = [float(x) for x in runs_a.mean(axis=1) - runs_b.mean(axis=1)] if paired else []
     return Comparison("em" if metric != "f1" else "f1", scheme, result, gaps)
 
 

@@ -91,6 +91,22 @@ def test_bad_inputs_are_clear_errors(a, b, match):
         paired_bootstrap(a, b)
 
 
+def test_unequal_runs_are_averaged_each_on_their_own_when_asked():
+    a = np.array([[100.0, 0.0, 50.0]])
+    b = np.array([[50.0, 50.0, 0.0], [0.0, 50.0, 100.0], [100.0, 50.0, 50.0]])
+    r = paired_bootstrap(a, b, resamples=500, unequal_runs=True)
+    assert (r.n_runs, r.n_runs_b) == (1, 3)
+    assert r.mean_a == pytest.approx(50.0) and r.mean_b == pytest.approx(50.0)
+    assert r.difference == pytest.approx(0.0) and r.p_value == 1.0
+    assert type(r).from_dict(r.to_dict()) == r
+    same = paired_bootstrap(a, a, resamples=10)
+    assert same.n_runs_b is None and type(same).from_dict({**same.to_dict()}) == same
+    legacy = {k: v for k, v in same.to_dict().items() if k != "n_runs_b"}
+    assert type(same).from_dict(legacy) == same
+    with pytest.raises(ValueError, match="pair up"):
+        paired_bootstrap(a, np.zeros((2, 4)), unequal_runs=True)
+
+
 def test_bad_settings_are_clear_errors():
     with pytest.raises(ValueError, match="resamples"):
         paired_bootstrap([1.0], [0.0], resamples=0)
@@ -164,8 +180,13 @@ def test_compare_files_pairs_runs_in_order(tmp_path, shared_data):
     f1 = {k: score_file(shared_data / MINI, p)["f1"] for k, p in paths.items()}
     assert c.run_differences == pytest.approx([f1["a0"] - f1["b0"], f1["a1"] - f1["b1"]])
     assert c.bootstrap.difference == pytest.approx(sum(c.run_differences) / 2)
-    with pytest.raises(ValueError, match="pair up by position"):
-        compare_files(shared_data / MINI, [paths["a0"]], [paths["b0"], paths["b1"]])
+    # one run against two: each side averaged on its own, no run pairs
+    one = compare_files(
+        shared_data / MINI, [paths["a0"]], [paths["b0"], paths["b1"]], resamples=500
+    )
+    assert one.run_differences == []
+    assert one.bootstrap.n_runs == 1 and one.bootstrap.n_runs_b == 2
+    assert one.bootstrap.difference == pytest.approx(f1["a0"] - (f1["b0"] + f1["b1"]) / 2)
     with pytest.raises(FileNotFoundError, match="no predictions.json"):
         compare_files(shared_data / MINI, [tmp_path], [paths["b0"]])
 

@@ -42,17 +42,20 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     )
     r = c.bootstrap
     name = "F1" if c.metric == "f1" else "EM"
-    print(
-        f"{args.data_file}: {r.n_questions} questions ({c.scheme} scoring), {name}, "
+    runs = (
         f"{r.n_runs} run(s) per side averaged per question"
+        if r.n_runs_b is None
+        else f"A's {r.n_runs} run(s) and B's {r.n_runs_b} each averaged per question (the "
+        "questions are paired, the runs are not: their seeds' spread is not in the interval)"
     )
+    print(f"{args.data_file}: {r.n_questions} questions ({c.scheme} scoring), {name}, {runs}")
     print(f"A {r.mean_a:.2f}   B {r.mean_b:.2f}")
     print(
         f"A - B {r.difference:+.2f}, {100 * r.confidence:g}% interval over questions "
         f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}], p {r.p_value:.3g} "
         f"({r.resamples} paired resamples, seed {r.seed})"
     )
-    if r.n_runs > 1:
+    if c.run_differences and r.n_runs > 1:
         gaps = ", ".join(f"{g:+.2f}" for g in c.run_differences)
         print(f"per run pair: {gaps}")
     if args.json:
@@ -68,7 +71,8 @@ _COMPARE_TEXT = """paired bootstrap over questions: is A's score above B's beyon
 Scores two sets of predictions on the same data file question by question (official
 SQuAD/MRQA/DROP scoring) and resamples the questions to put an interval and a p-value on mean(A)
 - mean(B). Several files per side are runs (e.g. seeds) paired by position; each question's
-score is averaged over them.
+score is averaged over them. The sides may hold different numbers of runs (one build against a
+baseline's five seeds): each is then averaged on its own and no run pairs are printed.
 """
 
 
@@ -87,7 +91,8 @@ def add_parser(sub) -> None:
         nargs="+",
         required=True,
         metavar="PRED",
-        help="the same for system B (the same seeds as A, in the same order for the per-pair gaps)",
+        help="the same for system B (the same seeds as A, in the same order, for the per-pair "
+        "gaps; or any number of runs, averaged on their own)",
     )
     cp.add_argument("--metric", choices=["f1", "em"], default="f1")
     cp.add_argument("--resamples", type=int, default=10_000)

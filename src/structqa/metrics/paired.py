@@ -45,6 +45,7 @@ class BootstrapResult:
     p_value: float  # two-sided, for "no difference"
     resamples: int
     seed: int
+    n_runs_b: int | None = None  # B's runs where they differ from A's (unpaired by seed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,7 +53,8 @@ class BootstrapResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BootstrapResult:
         """The result :meth:`to_dict` wrote (other keys beside its fields are ignored)."""
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        fields = cls.__dataclass_fields__
+        return cls(**{name: data[name] for name in fields if name != "n_runs_b" or name in data})
 
     def format(self) -> str:
         """``+1.40 [+0.62, +2.18], p 0.001``."""
@@ -83,18 +85,21 @@ def paired_bootstrap(
     resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int = 0,
+    unequal_runs: bool = False,
 ) -> BootstrapResult:
     """Paired bootstrap of mean(A) - mean(B) over questions.
 
     ``a`` and ``b`` are per-question scores, shape ``(questions,)`` or ``(runs, questions)``,
     with the same questions in the same columns and, for several runs, the same number of runs
-    (paired by row). Returns the observed difference, the percentile interval at ``confidence``
+    (paired by row) unless ``unequal_runs``: then each side's runs are averaged per question on
+    their own (one build against a baseline's five seeds, say; the questions are still paired,
+    the seeds are not). Returns the observed difference, the percentile interval at ``confidence``
     and a two-sided p-value: the share of resampled differences, centred on the observed one,
     at least as far from it as the observed difference is from zero, counted as
     ``(k + 1) / (resamples + 1)`` so that it is never exactly zero. Deterministic for a seed.
     """
     runs_a, runs_b = _as_runs(a, "a"), _as_runs(b, "b")
-    if runs_a.shape != runs_b.shape:
+    if runs_a.shape[1] != runs_b.shape[1] or (runs_a.shape != runs_b.shape and not unequal_runs):
         raise ValueError(
             f"a and b must pair up: shapes {runs_a.shape} and {runs_b.shape} differ (the same "
             "questions in the same order, and as many runs on each side)"
@@ -129,4 +134,5 @@ def paired_bootstrap(
         p_value=float(p_value),
         resamples=resamples,
         seed=seed,
+        n_runs_b=runs_b.shape[0] if runs_b.shape[0] != runs_a.shape[0] else None,
     )
