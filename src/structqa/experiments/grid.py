@@ -53,6 +53,7 @@ from structqa.experiments.spec import (
     flatten,
     format_value,
     lookup,
+    merge_over,
     nested,
     pretrain_arm,
 )
@@ -511,7 +512,41 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment YAML file."""
+    """Read and validate an experiment YAML file (with the file it ``extends:``, if any)."""
     path = Path(path)
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return experiment_from_dict(data or {}, source=str(path))
+    return experiment_from_dict(read_experiment_yaml(path), source=str(path))
+
+
+def read_experiment_yaml(path: Path, _chain: tuple[Path, ...] = ()) -> Any:
+    """The YAML of an experiment file, with ``extends: OTHER.yaml`` resolved: OTHER's mapping
+    (itself possibly extending another) with this file's keys laid over it, mappings merged key
+    by key and everything else (lists, values) replaced, so that a variant of a grid (more
+    seeds for a GPU, say) states only what differs. OTHER is a path from the working directory
+    (the repository root for the shipped configs) or from this file's folder."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, Mapping) or "extends" not in data:
+        return data
+    data = dict(data)
+    parent_raw = data.pop("extends")
+    if not isinstance(parent_raw, str) or not parent_raw:
+        raise ConfigError(f"{path}.extends: expected the path of another experiment YAML")
+    parent = Path(parent_raw)
+    if not parent.is_file() and (path.parent / parent).is_file():
+        parent = path.parent / parent
+    if not parent.is_file():
+        raise ConfigError(
+            f"{path}.extends: {parent_raw} does not exist (a path from the working directory, "
+            "the repository root for the shipped configs, or from this file's folder)"
+        )
+    chain = (*_chain, path.resolve())
+    if parent.resolve() in chain:
+        raise ConfigError(f"{path}.extends: {parent_raw} extends this file again (a cycle)")
+    base = read_experiment_yaml(parent, chain)
+    if not isinstance(base, Mapping):
+        raise ConfigError(f"{parent}: the top level must be a mapping")
+    if not data.get("name") or data.get("name") == base.get("name"):
+        raise ConfigError(
+            f"{path}: an experiment that extends {parent_raw} needs a 'name' of its own (its "
+            "results and checkpoints go under that name)"
+        )
+    return merge_over(dict(base), data)

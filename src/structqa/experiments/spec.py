@@ -61,11 +61,13 @@ def nested(dotted: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def merge_over(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``base`` with ``over`` laid on it: mappings merged key by key, anything else
+    (lists, values) replaced."""
     out = copy.deepcopy(base)
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge_over(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -184,7 +186,7 @@ class PretrainSpec:
 
     def config_for(self, arm: str) -> PretrainConfig:
         """The arm's full config, validated (before the runner sets output_dir and data.dir)."""
-        cfg = config_from_dict(_merge(self.base, nested(self.arms[arm])), cls=PretrainConfig)
+        cfg = config_from_dict(merge_over(self.base, nested(self.arms[arm])), cls=PretrainConfig)
         return validate_pretrain(cfg)
 
 
@@ -243,7 +245,7 @@ class Experiment:
         (before the runner sets output_dir, data.dir and split files)."""
         kind = self.trains
         return kind.check(
-            config_from_dict(_merge(self.base, nested(run.overrides)), cls=kind.config_cls)
+            config_from_dict(merge_over(self.base, nested(run.overrides)), cls=kind.config_cls)
         )
 
     def runs(self) -> list[Run]:
