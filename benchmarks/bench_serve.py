@@ -521,7 +521,7 @@ def _comparison(args: argparse.Namespace, bodies: list[bytes], big: bytes) -> di
         f"per pass {mean('one-window'):.1f} req/s)",
         flush=True,
     )
-    for arm in list(ARMS)[3:]:  # the arms given with --arm
+    for arm in (spec.partition("=")[0] for spec in args.arm):
         print(
             f"{arm}: {mean(arm):.1f} req/s, batched / {arm} {ratio(arm):.2f}x, p99 "
             + ", ".join(f"{r['p99_ms']:.0f}" for r in rounds if r["arm"] == arm)

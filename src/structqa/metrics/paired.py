@@ -19,7 +19,7 @@ Read the two together: a difference can lie outside both, inside one, or inside 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -52,9 +52,15 @@ class BootstrapResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BootstrapResult:
-        """The result :meth:`to_dict` wrote (other keys beside its fields are ignored)."""
-        fields = cls.__dataclass_fields__
-        return cls(**{name: data[name] for name in fields if name != "n_runs_b" or name in data})
+        """The result :meth:`to_dict` wrote (other keys beside its fields are ignored; a field
+        with a default may be missing, as in results written before it existed)."""
+        return cls(
+            **{
+                name: data[name]
+                for name, f in cls.__dataclass_fields__.items()
+                if name in data or f.default is MISSING
+            }
+        )
 
     def format(self) -> str:
         """``+1.40 [+0.62, +2.18], p 0.001``."""
