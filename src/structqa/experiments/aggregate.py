@@ -154,6 +154,17 @@ def _mixed_precision(runs: Sequence[Run], results: Mapping[str, Mapping[str, Any
     )
 
 
+def _start(result: Mapping[str, Any]) -> str:
+    """The checkpoint a run started from, as recorded when it started: what the config named,
+    the weights' hash, and a built reader's commit."""
+    start = result["init_from"]
+    text = f"`{start.get('given')}` (weights sha256 `{str(start.get('weights_sha256'))[:12]}`"
+    reader = start.get("reader") or {}
+    if reader.get("commit"):
+        text += f", a reader built at `{str(reader['commit'])[:12]}`"
+    return text + ")"
+
+
 def _commit(result: Mapping[str, Any]) -> str:
     git = result.get("git") or {}
     if not git.get("commit"):
@@ -237,6 +248,9 @@ def render_table(
     mixed = _mixed_precision(runs, results)
     if mixed:
         lines.append(mixed)
+    starts = list(dict.fromkeys(_start(r) for r in done if r.get("init_from")))
+    if starts:
+        lines.append(f"- started from (model.init_from): {'; '.join(starts)}")
     arms = list(
         dict.fromkeys(
             encoder.removeprefix("pretrain:")

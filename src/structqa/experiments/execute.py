@@ -39,6 +39,7 @@ from structqa.ncbert import loop as drop_loop
 from structqa.ncbert.config import DropConfig
 from structqa.training import loop
 from structqa.training.heldout import TEST_DIR
+from structqa.training.loop import INIT_RECORD
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ def execute_run(
         "config_file": experiment.source,
         "validation": split,
         "config": config,
+        **({"init_from": start} if (start := read_json(out / INIT_RECORD)) else {}),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_json(paths.result(run), result)

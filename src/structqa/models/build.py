@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,9 +28,9 @@ from structqa.encoders.bert import BertEncoder
 from structqa.features.squad import TOKEN_TAGS
 from structqa.heads import build_head
 from structqa.io import UnreadableFile, read_json, read_safetensors
-from structqa.manifest import MANIFEST, verify_manifest
+from structqa.manifest import MANIFEST, file_sha256, read_manifest, verify_manifest
 from structqa.models.extractive import ExtractiveQAModel
-from structqa.paths import find_reader, no_reader_message, reader_checkpoint_of
+from structqa.paths import READER_CARD, find_reader, no_reader_message, reader_checkpoint_of
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,37 @@ def resolve_init_from(value: str) -> Path:
             raise FileNotFoundError(f"model.init_from=reader: {no_reader_message()}")
         return found
     return reader_checkpoint_of(value)
+
+
+def describe_start(value: str) -> dict[str, Any]:
+    """What ``model.init_from=value`` resolves to now, for a run's record: the checkpoint, the
+    SHA-256 of its weights (from its manifest, else hashed), and for a built general reader its
+    card's commit, command and held-out scores, since ``reader`` names whichever reader is
+    built on the machine and a result must say which one it started from."""
+    checkpoint = resolve_init_from(value)
+    weights = checkpoint / "model.safetensors"
+    listed = read_manifest(checkpoint) or {}
+    record = listed.get(weights.name)
+    start: dict[str, Any] = {
+        "given": value,
+        "checkpoint": str(checkpoint),
+        "weights_sha256": record.sha256 if record is not None else file_sha256(weights),
+    }
+    card_file = checkpoint.parent.parent / READER_CARD
+    if card_file.is_file():
+        card = read_json(card_file)
+        commit = card.get("commit")
+        start["reader"] = {
+            "card": str(card_file),
+            "commit": commit.get("commit") if isinstance(commit, dict) else commit,
+            "command": card.get("command"),
+            "heldout": {
+                split: {k: v for k, v in scores.items() if k in ("f1", "NoAns_auc")}
+                for split, scores in (card.get("heldout") or {}).items()
+                if isinstance(scores, dict)
+            },
+        }
+    return start
 
 
 def init_from_checkpoint(model: ExtractiveQAModel, checkpoint: str | Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object, set_seed
@@ -24,7 +25,8 @@ from structqa.evaluation import EvalResult, score_collector, write_outputs
 from structqa.features.batching import Batch, collate
 from structqa.features.squad import Feature
 from structqa.inference import run_inference
-from structqa.models.build import build_model
+from structqa.io import write_json
+from structqa.models.build import build_model, describe_start
 from structqa.training.data import TrainData, prepare_data
 from structqa.training.heldout import Calibrate, score_best_once
 from structqa.training.trainer import (
@@ -86,6 +88,10 @@ class SpanTask(CheckpointedTask):
         )
 
 
+#: the run directory's record of the checkpoint that ``model.init_from`` started it from
+INIT_RECORD = "init_from.json"
+
+
 def epoch_batches(features: list[Feature], cfg: Config, epoch: int, world: int) -> list[list[int]]:
     """The batch order of one epoch: a function of (seed, epoch) only, so resume can rebuild it."""
     lengths = [len(f) for f in features]
@@ -106,9 +112,22 @@ def run(
     validate(cfg)
     set_seed(cfg.train.seed)
     model, tokenizer = build_model(cfg)
+    record_start(cfg, resume)
     data = prepare_data(cfg, tokenizer)
     best = train(cfg, model, tokenizer, data, resume=resume, progress=progress)
     return score_best_once(cfg, best, calibrate)
+
+
+def record_start(cfg: Config, resume: bool) -> None:
+    """Write ``<output_dir>/init_from.json``: which checkpoint ``model.init_from`` named when
+    the run started (a resumed run keeps the record of its start; its weights come from
+    last/)."""
+    if not cfg.model.init_from:
+        return
+    target = Path(cfg.train.output_dir) / INIT_RECORD
+    if resume and target.is_file():
+        return
+    write_json(target, describe_start(cfg.model.init_from))
 
 
 def train(
@@ -121,4 +140,4 @@ def train(
     return fit(task, model, Settings.from_config(cfg.train, config), resume, progress)
 
 
-__all__ = ["SpanTask", "StopFlag", "epoch_batches", "run", "train"]
+__all__ = ["INIT_RECORD", "SpanTask", "StopFlag", "epoch_batches", "record_start", "run", "train"]
