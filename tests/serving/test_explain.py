@@ -37,12 +37,14 @@ def test_a_graph_server_explains_with_its_checkpoints_weights(dyrex_with_export:
     with client_for(graph) as client:
         ready = client.get("/ready").json()
         assert ready["explain"] == "dyrex"
+        assert graph._attention_model is None  # known from the config; loaded on first use
         r = client.post("/v1/explain", json={"question": QUESTION, "context": CONTEXT})
         assert r.status_code == 200, r.text
         body = r.json()
         # the answer itself still comes from the graph
         answer = client.post("/v1/answer", json={"question": QUESTION, "context": CONTEXT})
         assert answer.json()["answer"] == graph.predict(QUESTION, CONTEXT).text
+    assert graph._attention_model is not None
     assert body["tokens"] == expected["tokens"]
     start, end = _maps(body)
     assert start.shape == np.asarray(expected["start_weights"]).shape
@@ -53,9 +55,20 @@ def test_a_graph_server_explains_with_its_checkpoints_weights(dyrex_with_export:
 
 def test_an_export_directory_alone_has_no_attention_to_show(dyrex_with_export: Path) -> None:
     graph = Predictor.from_checkpoint(dyrex_with_export / "onnx", runtime="onnx-int8")
-    assert graph.attention_model() is None
+    assert graph.attention_model() is None and graph.attention_head() is None
     with client_for(graph) as client:
         assert client.get("/ready").json()["explain"] is None
         r = client.post("/v1/explain", json={"question": QUESTION, "context": CONTEXT})
         assert r.status_code == 404
         assert "no attention map" in r.json()["error"]
+
+
+def test_the_head_kind_is_read_without_loading_weights(dyrex_with_export: Path) -> None:
+    """An exported graph's server learns its head from the checkpoint's config, on the meta
+    device: no tensor holds memory."""
+    graph = Predictor.from_checkpoint(dyrex_with_export, runtime="onnx-int8")
+    head = graph.attention_head()
+    assert type(head.queries).__name__ == "DyRExQueries"
+    assert all(p.is_meta for p in head.parameters())
+    torch_side = Predictor.from_checkpoint(dyrex_with_export, runtime="torch", bf16="off")
+    assert torch_side.attention_head() is torch_side.model.head

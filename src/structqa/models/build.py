@@ -299,6 +299,16 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
     return model, tokenizer, cfg
 
 
+def checkpoint_head(path: str | Path) -> nn.Module:
+    """The head a checkpoint's config builds, on the meta device: what kind of head it holds,
+    asked without loading or allocating its weights."""
+    path = Path(path)
+    cfg = checkpoint_config(path)
+    with torch.device("meta"):
+        encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
+        return head_from_config(cfg, encoder)
+
+
 def check_vocabulary(path: Path, tokenizer, rows: int) -> None:
     """Refuse a tokenizer whose ids run past the model's embedding rows (another model's)."""
     if len(tokenizer) > rows:

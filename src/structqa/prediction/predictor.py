@@ -136,6 +136,18 @@ class Predictor:
                 log.info("attention maps drawn by the torch weights of %s", self.checkpoint)
             return self._attention_model
 
+    def attention_head(self) -> Any:
+        """The head whose queries an attention map is drawn for, without loading anything: the
+        model's own on a torch runtime, on an exported graph the head its checkpoint's config
+        builds (on the meta device); None where the graph came without its checkpoint."""
+        if not isinstance(self.model, GraphRuntime):
+            return getattr(self.model, "head", None)
+        if self.checkpoint is None:
+            return None
+        from structqa.models.build import checkpoint_head
+
+        return checkpoint_head(self.checkpoint)
+
     @classmethod
     def from_checkpoint(
         cls,

@@ -87,9 +87,10 @@ class Service:
             "head": str(cfg.model.head),
             "encoder": Path(str(cfg.model.encoder)).name,
         }
-        # an exported graph draws no attention: the weights it was exported from do (loaded
-        # now, when its checkpoint is at hand: the page shows the toggle by what /ready says)
-        self.explain_kind = _explain_kind(predictor.attention_model())
+        # an exported graph draws no attention: the weights it was exported from do, loaded on
+        # the first explain; the page shows the toggle by what /ready says, known from the
+        # checkpoint's config without loading them
+        self.explain_kind = _explain_kind(predictor.attention_head())
         self.status = "loading"
         self.admitted = 0  # touched on the event loop only
         self.featurizer: Featurizer | None = None
@@ -236,10 +237,10 @@ class Service:
         return out
 
 
-def _explain_kind(model: Any) -> str | None:
+def _explain_kind(head: Any) -> str | None:
     from structqa.analysis.attention_maps import MAP_MAKERS
 
-    source = getattr(getattr(model, "head", None), "queries", None)
+    source = getattr(head, "queries", None)
     for cls, (kind, _) in MAP_MAKERS.items():
         if isinstance(source, cls):
             return kind
