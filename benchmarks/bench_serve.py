@@ -59,7 +59,7 @@ SERVER_FLAGS = ["--max-context-chars", "1100000", "--request-timeout", "300"]
 #: the baselines: one window per forward pass (still pipelined: tokenizing and decoding overlap
 #: the model, one request's windows beside another's), and one request at a time, whole (as a
 #: plain server with one lock: the baseline of the throughput target)
-ARMS = {
+BASE_ARMS = {
     "batched": [],
     "one-window": ["--max-batch-windows", "1", "--max-wait-ms", "0"],
     "one-request": ["--one-at-a-time"],
@@ -429,11 +429,12 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=ROOT / "docs/results/serve/bench.json")
     args = ap.parse_args()
+    arms = dict(BASE_ARMS)
     for spec in args.arm:
         name, sep, flags = spec.partition("=")
-        if not sep or not name or name in ARMS:
-            ap.error(f"--arm {spec!r}: give NAME=FLAGS with a new NAME (not one of {list(ARMS)})")
-        ARMS[name] = flags.split()
+        if not sep or not name or name in arms:
+            ap.error(f"--arm {spec!r}: give NAME=FLAGS with a new NAME (not one of {list(arms)})")
+        arms[name] = flags.split()
     bodies, big = _bodies(args.data, args.questions)
     prov = harness.Provenance.start(args, torch.device("cpu"))  # command, commit, machine
     result: dict[str, Any] = {
@@ -458,16 +459,19 @@ def main() -> None:
         result["soak"] = {**r, "rss_growth_mb": growth, "rss_growth_after_1min_mb": after_1min}
         out = args.out.with_name(args.out.stem + "-soak.json")
     else:
-        result.update(_comparison(args, bodies, big))
+        result.update(_comparison(args, arms, bodies, big))
         out = args.out.with_name(args.out.stem + "-ratio.json") if args.only_ratio else args.out
     prov.write(out, **result)
     print(f"wrote {out}", flush=True)
 
 
-def _comparison(args: argparse.Namespace, bodies: list[bytes], big: bytes) -> dict[str, Any]:
+def _comparison(
+    args: argparse.Namespace, arms: dict[str, list[str]], bodies: list[bytes], big: bytes
+) -> dict[str, Any]:
     """The batched server's scenarios (unless --only-ratio), the baselines at 1 client, and the
-    three servers at 16 clients in alternating rounds; the ratios are printed."""
-    servers = {arm: Server(args.checkpoint, SERVER_FLAGS + flags) for arm, flags in ARMS.items()}
+    servers of ``arms`` (name -> flags: BASE_ARMS and those given with --arm) at 16 clients in
+    alternating rounds; the ratios are printed."""
+    servers = {arm: Server(args.checkpoint, SERVER_FLAGS + flags) for arm, flags in arms.items()}
     batched: dict[str, Any] = {}
     baselines: dict[str, Any] = {}
     rounds: list[dict[str, Any]] = []
@@ -496,7 +500,7 @@ def _comparison(args: argparse.Namespace, bodies: list[bytes], big: bytes) -> di
         # the ratios: the servers at 16 clients in alternating rounds, the order reversed each
         # round (drift in the machine's other load then falls on every arm alike)
         for i in range(args.rounds):
-            order = list(ARMS) if i % 2 == 0 else list(ARMS)[::-1]
+            order = list(arms) if i % 2 == 0 else list(arms)[::-1]
             for arm in order:
                 r = run(f"{arm} 16 (round {i + 1})", arm, 16, args.duration)
                 rounds.append({"arm": arm, "round": i + 1, **r})
@@ -521,7 +525,7 @@ def _comparison(args: argparse.Namespace, bodies: list[bytes], big: bytes) -> di
         f"per pass {mean('one-window'):.1f} req/s)",
         flush=True,
     )
-    for arm in (spec.partition("=")[0] for spec in args.arm):
+    for arm in list(arms)[len(BASE_ARMS) :]:
         print(
             f"{arm}: {mean(arm):.1f} req/s, batched / {arm} {ratio(arm):.2f}x, p99 "
             + ", ".join(f"{r['p99_ms']:.0f}" for r in rounds if r["arm"] == arm)
@@ -529,9 +533,9 @@ def _comparison(args: argparse.Namespace, bodies: list[bytes], big: bytes) -> di
             flush=True,
         )
     out: dict[str, Any] = {
-        "arm_flags": ARMS,
+        "arm_flags": arms,
         "rounds_at_16": rounds,
-        "requests_per_s_at_16": {arm: mean(arm) for arm in ARMS},
+        "requests_per_s_at_16": {arm: mean(arm) for arm in arms},
         "ratio_throughput_at_16": ratio("one-request"),
         "ratio_throughput_at_16_vs_one_window": ratio("one-window"),
     }
