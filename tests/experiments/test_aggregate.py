@@ -93,19 +93,29 @@ def test_machine_line_tells_apart_cpus_sold_under_one_name():
     wide["machine"] = wide["machine"] | {"cpu_capability": "AVX512", "native_bf16": True}
     narrow = result("c", 84.0, 75.0)
     narrow["machine"] = narrow["machine"] | {"cpu_capability": "AVX2", "native_bf16": False}
+    slow_bf16 = result("d", 83.0, 74.0)
+    slow_bf16["machine"] = slow_bf16["machine"] | {
+        "cpu": "Other CPU",
+        "cpu_capability": "AVX512",
+        "native_bf16": True,
+        "cpu_kind": "avx512f, native bf16 but 0.74x fp32's speed, VNNI",
+    }
     results = {
         "head=independent,train_size=256,seed=0": old,
         "head=independent,train_size=256,seed=1": wide,
         "head=independent,train_size=256,seed=2": narrow,
+        "head=dyrex+joint,train_size=256,seed=0": slow_bf16,
     }
     text = render_table(exp, exp.runs(), results, "configs/lowdata/heads.yaml")
     line = next(x for x in text.splitlines() if x.startswith("- machine(s):"))
     assert "Test CPU · 2 cores" in line  # the old record, as before
     assert "Test CPU (AVX512, native bf16) · 2 cores" in line and "cpu, bf16 on" in line
     assert "Test CPU (AVX2) · 2 cores" in line
+    # where the kind was recorded, it says whether bf16 is also fast there
+    assert "Other CPU (avx512f, native bf16 but 0.74x fp32's speed, VNNI) · 2 cores" in line
     # one run under bf16, two in fp32: the header says the table mixes formats, and which
     assert (
-        "- precision: mixed, bf16 autocast in 1 run and fp32 in 2 "
+        "- precision: mixed, bf16 autocast in 1 run and fp32 in 3 "
         "(bf16: `head=independent,train_size=256,seed=1`)"
     ) in text
     uniform = render_table(exp, exp.runs(), heads_results(), "configs/lowdata/heads.yaml")

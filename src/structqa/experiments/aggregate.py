@@ -121,7 +121,9 @@ def _duration(seconds: float) -> str:
 def _machine(result: Mapping[str, Any]) -> str:
     m = result.get("machine", {})
     cpu = str(m.get("cpu", "unknown CPU"))
-    if m.get("cpu_capability"):  # recorded since 2026-11-23 (3107a66)
+    if m.get("cpu_kind"):  # recorded since 2026-11-27: says whether bf16 is also fast
+        cpu += f" ({m['cpu_kind']})"
+    elif m.get("cpu_capability"):  # recorded since 2026-11-23 (3107a66)
         cpu += f" ({m['cpu_capability']}{', native bf16' if m.get('native_bf16') else ''})"
     parts = [
         cpu,
