@@ -287,10 +287,8 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
     if not (path / "model.safetensors").exists() and not (path / MANIFEST).exists():
         raise FileNotFoundError(not_a_checkpoint(path))
     verify_manifest(path)
-    cfg = checkpoint_config(path)
-    encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
+    cfg, encoder, head = _saved_structure(path)
     resolve_token_tags(cfg, encoder)  # null in checkpoints from before token tags
-    head = head_from_config(cfg, encoder)
     model = ExtractiveQAModel(encoder, head)
     model.load_state_dict(read_safetensors(path / "model.safetensors"))
     model.eval()
@@ -302,11 +300,16 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
 def checkpoint_head(path: str | Path) -> nn.Module:
     """The head a checkpoint's config builds, on the meta device: what kind of head it holds,
     asked without loading or allocating its weights."""
-    path = Path(path)
-    cfg = checkpoint_config(path)
     with torch.device("meta"):
-        encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
-        return head_from_config(cfg, encoder)
+        return _saved_structure(Path(path))[2]
+
+
+def _saved_structure(path: Path) -> tuple[Config, BertEncoder, nn.Module]:
+    """A checkpoint's config, and the encoder and head it describes, freshly initialized (on
+    the current default device); the weights are the caller's to load."""
+    cfg = checkpoint_config(path)
+    encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
+    return cfg, encoder, head_from_config(cfg, encoder)
 
 
 def check_vocabulary(path: Path, tokenizer, rows: int) -> None:
