@@ -24,6 +24,10 @@ def _git(root: Path, *args: str) -> str | None:
 #: Names the commit of a copied working tree that has no ``.git`` (a container image, a GPU
 #: machine the tree was sent to); read only when no git checkout answers.
 COMMIT_ENV = "STRUCTQA_GIT_COMMIT"
+#: a run's record of the checkpoint ``model.init_from`` started it from; written in the run
+#: directory when the run starts and copied into each checkpoint and export made from it, so
+#: that a checkpoint moved elsewhere still says where its training started
+INIT_RECORD = "init_from.json"
 
 MAX_CHANGED = 20  # paths listed in ``changed``; the count is always exact
 

@@ -15,7 +15,10 @@ from structqa.experiments.runner import run_experiment
 from structqa.experiments.store import Paths
 from structqa.io import write_json
 from structqa.manifest import file_sha256
-from structqa.training.loop import INIT_RECORD, record_start
+from structqa.models.build import describe_start
+from structqa.provenance import INIT_RECORD
+from structqa.runtimes.onnx_export import export_onnx
+from structqa.training.loop import record_start
 
 
 def test_a_run_records_the_checkpoint_it_started_from_and_a_resume_keeps_it(
@@ -76,3 +79,14 @@ def test_a_built_reader_start_names_its_card_and_the_table_lists_it(
     table = (paths.results / "table.md").read_text()
     line = next(x for x in table.splitlines() if x.startswith("- started from"))
     assert f"`{start['weights_sha256'][:12]}`" in line and "`abcdef012345`" in line
+
+    # the record travels with the checkpoint and its export, and a run started from that
+    # checkpoint in turn records the chain
+    best = paths.output(exp.runs()[0]) / "best"
+    assert json.loads((best / INIT_RECORD).read_text()) == start
+    exported = export_onnx(best, tmp_path / "onnx").directory
+    assert json.loads((exported / INIT_RECORD).read_text()) == start
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(best, moved)
+    again = describe_start(str(moved))
+    assert again["checkpoint"] == str(moved) and again["started_from"] == start

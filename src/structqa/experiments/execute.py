@@ -37,9 +37,9 @@ from structqa.experiments.store import (
 from structqa.io import write_json
 from structqa.ncbert import loop as drop_loop
 from structqa.ncbert.config import DropConfig
+from structqa.provenance import INIT_RECORD
 from structqa.training import loop
 from structqa.training.heldout import TEST_DIR
-from structqa.training.loop import INIT_RECORD
 
 log = logging.getLogger(__name__)
 

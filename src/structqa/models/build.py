@@ -31,6 +31,7 @@ from structqa.io import UnreadableFile, read_json, read_safetensors
 from structqa.manifest import MANIFEST, file_sha256, read_manifest, verify_manifest
 from structqa.models.extractive import ExtractiveQAModel
 from structqa.paths import READER_CARD, find_reader, no_reader_message, reader_checkpoint_of
+from structqa.provenance import INIT_RECORD
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,8 @@ def describe_start(value: str) -> dict[str, Any]:
     """What ``model.init_from=value`` resolves to now, for a run's record: the checkpoint, the
     SHA-256 of its weights (from its manifest, else hashed), and for a built general reader its
     card's commit, command and held-out scores, since ``reader`` names whichever reader is
-    built on the machine and a result must say which one it started from."""
+    built on the machine and a result must say which one it started from; and, where that
+    checkpoint was itself started from another, that one's record (``started_from``)."""
     checkpoint = resolve_init_from(value)
     weights = checkpoint / "model.safetensors"
     listed = read_manifest(checkpoint) or {}
@@ -207,6 +209,9 @@ def describe_start(value: str) -> dict[str, Any]:
                 if isinstance(scores, dict)
             },
         }
+    earlier = checkpoint / INIT_RECORD  # the checkpoint was itself started from another
+    if earlier.is_file():
+        start["started_from"] = read_json(earlier)
     return start
 
 

@@ -40,6 +40,7 @@ from structqa.heads.base import NEG
 from structqa.io import read_json, replace_dir, write_json
 from structqa.manifest import read_manifest, write_manifest
 from structqa.models.extractive import ExtractiveQAModel
+from structqa.provenance import INIT_RECORD
 from structqa.runtimes.graph import GraphSignature, SpanGraph, batch_inputs, signature
 from structqa.runtimes.onnx_model import EXPORT_FILE, ONNX_FILES, session
 from structqa.runtimes.quantize import PER_TOKEN, quantize_int8
@@ -51,7 +52,13 @@ TRACE_SHAPE = (2, 23)  # (B, N) of the traced batch
 CHECK_SHAPES = ((3, 61), (1, 9), (4, 140))  # other sizes the graph must also get right
 # calibration.json: the no-answer threshold and probability map fitted on validation questions
 # (structqa.calibration), so that an export answers as its checkpoint does
-COPIED = ("structqa_config.json", "encoder_config.json", "metrics.json", "calibration.json")
+COPIED = (
+    "structqa_config.json",
+    "encoder_config.json",
+    "metrics.json",
+    "calibration.json",
+    INIT_RECORD,
+)
 
 
 class ExportRefused(ValueError):

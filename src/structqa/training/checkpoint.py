@@ -37,6 +37,7 @@ from structqa.io import (
     write_text,
 )
 from structqa.manifest import verify_manifest, write_manifest
+from structqa.provenance import INIT_RECORD
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +84,18 @@ def save_checkpoint(
     """The one checkpoint writer: the model's files (``write_model(model, directory)``; by default a
     span model's safetensors and encoder config), the tokenizer, ``config`` as
     ``config_file``, the train state, metrics and resume state, written aside, sealed with
-    their manifest and swapped in as ``target`` (:func:`seal_checkpoint`)."""
+    their manifest and swapped in as ``target`` (:func:`seal_checkpoint`). The run's record
+    of the checkpoint it started from (:data:`~structqa.provenance.INIT_RECORD`, beside
+    ``target``) is copied in, so the checkpoint keeps it wherever it is moved."""
     tmp = target.with_name(target.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     (write_model or _write_span_model)(model, tmp)
     write_json(tmp / config_file, config)
+    start = target.parent / INIT_RECORD  # where this run's training started, if recorded
+    if start.is_file():
+        shutil.copy2(start, tmp / INIT_RECORD)
     tokenizer.save_pretrained(str(tmp))
     write_json(tmp / "train_state.json", asdict(state))
     if metrics is not None:

@@ -27,6 +27,7 @@ from structqa.features.squad import Feature
 from structqa.inference import run_inference
 from structqa.io import write_json
 from structqa.models.build import build_model, describe_start
+from structqa.provenance import INIT_RECORD
 from structqa.training.data import TrainData, prepare_data
 from structqa.training.heldout import Calibrate, score_best_once
 from structqa.training.trainer import (
@@ -86,10 +87,6 @@ class SpanTask(CheckpointedTask):
             value=result,
             outputs=lambda directory: write_outputs(result, directory),
         )
-
-
-#: the run directory's record of the checkpoint that ``model.init_from`` started it from
-INIT_RECORD = "init_from.json"
 
 
 def epoch_batches(features: list[Feature], cfg: Config, epoch: int, world: int) -> list[list[int]]:
