@@ -354,3 +354,24 @@ def test_predict_writes_only_its_json_to_stdout(tiny_trained_run):
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
     assert "answer" in json.loads(out.stdout)
     assert "runtime" in out.stderr  # the log line that used to precede the JSON
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["index", "docs", "--out", "idx"],
+        ["search", "idx", "--query", "q"],
+        ["ask", "idx", "--question", "q"],
+        ["serve"],
+        ["export", "ckpt"],
+        ["corpus", "src", "--out", "c"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_commands_without_config_refuse_a_stray_override(argv, tmp_path, capsys) -> None:
+    # a mistyped option (or a training setting given to the wrong command) is an error before
+    # the command reads or writes anything, never silently ignored
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--train.lr=3e-5"])
+    assert stopped.value.code == 2
+    assert f"{argv[0]} takes no config overrides: --train.lr=3e-5" in capsys.readouterr().err

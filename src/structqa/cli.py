@@ -50,8 +50,18 @@ SUBCOMMANDS = (
     scores,
     documents,
 )
-#: subcommands that take no --section.key=value config overrides
-NO_OVERRIDES = ("score", "compare", "predict")
+#: the subcommands that take --section.key=value config overrides (``experiment`` refuses them
+#: itself, saying where they go); every other one refuses them here, so that a mistyped
+#: option is never silently ignored
+TAKES_OVERRIDES = (
+    "train",
+    "pretrain",
+    "drop-train",
+    "evaluate",
+    "quickstart",
+    "reader",
+    "experiment",
+)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -89,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in extra if not (x.startswith("--") and "=" in x and "." in x.split("=")[0])]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
-    if extra and args.command in NO_OVERRIDES:
+    if extra and args.command not in TAKES_OVERRIDES:
         parser.error(f"{args.command} takes no config overrides: {' '.join(extra)}")
     _setup_logging(args.verbose)
     tune_allocator()  # large CPU tensors reuse freed memory (see its docstring)

@@ -99,8 +99,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
-    if extra:
-        raise SystemExit(f"calibrate takes no config overrides: {' '.join(extra)}")
     cal = calibrate_checkpoint(
         args.checkpoint,
         args.on,

@@ -15,8 +15,6 @@ def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
 
     from structqa.data.synthetic import generate, summarize, write_synthetic
 
-    if extra:
-        raise SystemExit(f"synth takes no config overrides: {' '.join(extra)}")
     examples = generate(args.kind, args.n, args.seed)
     write_synthetic(args.out, examples)
     table = Table(title=f"{len(examples)} synthetic questions -> {args.out} (seed {args.seed})")
@@ -51,8 +49,6 @@ def cmd_mwp(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.data.mwp import dev_split, folds, read_problems, to_drop_json
     from structqa.io import write_json
 
-    if extra:
-        raise SystemExit(f"mwp takes no config overrides: {' '.join(extra)}")
     if args.dev is not None and not args.folds:
         raise ValueError(f"--dev {args.dev}: a dev share is cut from each fold; add --folds K")
     problems = read_problems(args.source)
@@ -84,8 +80,6 @@ def cmd_split(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.data.sampling import passage_folds
     from structqa.data.squad_json import write_squad_json
 
-    if extra:
-        raise SystemExit(f"split takes no config overrides: {' '.join(extra)}")
     if args.folds < 2:
         raise ValueError(f"--folds {args.folds}: give at least 2")
     examples = list(read_extractive(args.source).examples)

@@ -14,8 +14,6 @@ def cmd_explain(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.analysis import RendererMissing, explain, save_explanation
     from structqa.models.build import model_from_checkpoint
 
-    if extra:
-        raise SystemExit(f"explain takes no config overrides: {' '.join(extra)}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a directory")
@@ -49,8 +47,6 @@ def cmd_analyze_numbers(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.analysis.numbers import FaissMissing
     from structqa.analysis.numbers_report import SpacyMissing, analyze_numbers, write_report
 
-    if extra:
-        raise SystemExit(f"analyze numbers takes no config overrides: {' '.join(extra)}")
     numbers = None if args.numbers == ["all"] else args.numbers
     try:
         report = analyze_numbers(

@@ -48,8 +48,6 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_export(args: argparse.Namespace, extra: list[str]) -> int:
-    if extra:
-        raise ValueError(f"export takes no config overrides: {' '.join(extra)}")
     checkpoint = Path(args.checkpoint)
     if args.format == "transformers":
         from structqa.runtimes.hf_export import export_transformers

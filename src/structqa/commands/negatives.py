@@ -38,8 +38,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_negatives(args: argparse.Namespace, extra: list[str]) -> int:
-    if extra:
-        raise SystemExit(f"negatives takes no config overrides: {' '.join(extra)}")
     report = write_negatives(
         args.source, args.out, args.exclude, args.rate, args.seed, args.spacy_model
     )

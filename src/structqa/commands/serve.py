@@ -116,8 +116,6 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.serving.edge import guarded_h11
     from structqa.serving.settings import ServeSettings, api_key_from_env
 
-    if extra:
-        raise ValueError(f"serve takes no config overrides: {' '.join(extra)}")
     found = find_reader(args.checkpoint)
     if found is None:
         raise ValueError(no_reader_message())

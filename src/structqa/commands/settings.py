@@ -160,8 +160,6 @@ def sections_epilog(command: str) -> str:
 
 
 def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:
-    if extra:
-        raise SystemExit(f"config takes no config overrides: {' '.join(extra)}")
     cls = config_class(args.for_command)
     if args.yaml:
         if args.section:
