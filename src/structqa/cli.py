@@ -76,7 +76,8 @@ def _setup_logging(verbose: bool) -> None:
             RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
         ],
     )
-    for noisy in ("transformers", "accelerate", "httpx", "filelock", "faiss", "bm25s"):
+    # (pypdf: a damaged PDF is skipped and named by the reader; its parser's notes name no file)
+    for noisy in ("transformers", "accelerate", "httpx", "filelock", "faiss", "bm25s", "pypdf"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

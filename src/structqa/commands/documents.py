@@ -43,7 +43,9 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
     from rich.progress import Progress
 
     from structqa.documents import DocumentIndex
+    from structqa.documents.ingest import files_under
 
+    files_under(args.paths)  # a PATH that does not exist stops the run before the index is made
     with (
         DocumentIndex(args.out, store=args.store) as index,
         Progress(disable=args.no_progress, transient=True) as bar,
@@ -63,6 +65,10 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
 def cmd_search(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     from structqa.documents import DocumentIndex
 
+    if not args.query.strip():
+        raise ValueError("--query is empty: give the words to search for")
+    if args.k < 1:
+        raise ValueError(f"--k {args.k}: ask for 1 or more chunks")
     with DocumentIndex.open(args.index) as index:
         hits = index.search(args.query, args.k, args.retriever)
     if args.json:
@@ -266,11 +272,14 @@ def _add_reader_arguments(p: argparse.ArgumentParser, progress: bool = True) -> 
 
 _INDEX_TEXT = """index a folder of documents for search and questions
 
-Reads .txt, .md, .html, .pdf files, SQuAD/MRQA files (each context a document) and BEIR
-corpus.jsonl[.gz] under PATH (folders recursively), cuts them into sentence-bounded chunks and
-indexes them for BM25 and dense search. Run again on a changed folder: new and changed files are
-indexed, deleted ones dropped. Files that cannot be read are skipped, each named with the
-reason.
+Reads .txt, .md, .rst, .html, .pdf files, SQuAD/MRQA files (each context a document) and BEIR
+corpus.jsonl[.gz] under PATH (folders recursively; hidden files and folders, and folders reached
+through a symbolic link, are left out), cuts them into sentence-bounded chunks and indexes them
+for BM25 and dense search. Run again on a changed folder: new and changed files are indexed, and
+files no longer under the PATHs given (deleted, or under a PATH not given this time) dropped, so
+give every folder each time (structqa index A B --out INDEX). Files that cannot be read are
+skipped, each named with the reason. A run stopped before it finished (Ctrl-C) is redone in
+full by the next one.
 """
 
 

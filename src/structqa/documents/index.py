@@ -12,7 +12,8 @@ their text, page and character offsets), the chunks' unit vectors keyed by chunk
 ``dense.faiss``, an exact inner-product index, by default; or a Qdrant collection:
 :mod:`structqa.documents.vectors`) and ``bm25/``; by default no server. Re-indexing a changed
 folder embeds only the chunks of new and changed files (by content hash) and drops those of
-deleted files; BM25 is rebuilt from the chunk texts (seconds for 100k chunks).
+deleted files; BM25 is rebuilt from the chunk texts (seconds for 100k chunks). An update stopped
+before it finished (Ctrl-C, a crash) is redone from nothing by the next one (``updating``).
 
 The dense encoder is the sentence encoder as shipped (all-MiniLM-L6-v2, mean pooling, 256
 tokens), never a reader fine-tuned for spans: fine-tuning changes what its pooled states mean.
@@ -49,6 +50,10 @@ FUSION_FILE = "fusion.json"  # {"bm25_weight": w, ...}: written by `structqa fit
 ENCODER_TOKENS = 256  # all-MiniLM-L6-v2's limit; chunks are cut to fit it
 CHUNK_TOKENS = ENCODER_TOKENS - 2  # [CLS] and [SEP]
 INDEX_FILE = "index.json"
+# present while an update is writing: the database and the vectors are two stores, so an update
+# stopped between their writes (Ctrl-C, a crash) leaves them apart; the next update finds this
+# file and indexes every file afresh, and a search warns until then
+UPDATING_FILE = "updating"
 EMBED_BATCH = 512  # chunks embedded between progress updates
 _SCHEMA = """
 create table if not exists files (path text primary key, sha256 text not null);
@@ -86,7 +91,8 @@ class IndexReport:
     def summary(self) -> str:
         return (
             f"{self.read.summary()}\n{self.added_files} files indexed (new or changed), "
-            f"{self.unchanged_files} unchanged, {self.removed_files} removed; "
+            f"{self.unchanged_files} unchanged, {self.removed_files} removed (no longer under "
+            "the paths given); "
             f"{self.chunks} chunks in the index ({self.seconds:.1f} s)"
         )
 
@@ -103,6 +109,8 @@ class DocumentIndex:
 
     def __init__(self, directory: str | Path, encoder=None, store: str | None = None) -> None:
         self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(f"{directory} is a file; give a folder for the index")
         self.directory.mkdir(parents=True, exist_ok=True)
         meta = self.directory / INDEX_FILE
         recorded = json.loads(meta.read_text()).get("store", "faiss") if meta.is_file() else None
@@ -140,9 +148,20 @@ class DocumentIndex:
     @classmethod
     def open(cls, directory: str | Path, encoder=None) -> DocumentIndex:
         if not (Path(directory) / INDEX_FILE).is_file():
+            if (Path(directory) / UPDATING_FILE).is_file():
+                raise FileNotFoundError(
+                    f"{directory}: its first build stopped before it finished; run "
+                    "`structqa index FOLDER --out INDEX` again"
+                )
             raise FileNotFoundError(
                 f"{directory}: not a document index (no {INDEX_FILE}); build one with "
                 "`structqa index FOLDER --out INDEX`"
+            )
+        if (Path(directory) / UPDATING_FILE).is_file():
+            log.warning(
+                "%s: its last update stopped before it finished, so some chunks may be missing "
+                "or out of date; run `structqa index` on it again",
+                directory,
             )
         return cls(directory, encoder)
 
@@ -168,26 +187,42 @@ class DocumentIndex:
         self, paths: Sequence[str | Path], progress: Callable[[int, int], None] | None = None
     ) -> IndexReport:
         """Index the files under ``paths``: new and changed ones (by content hash) are
-        chunked and embedded, deleted ones dropped; files that cannot be read are skipped and
-        reported, the rest indexed. ``progress(chunks embedded, chunks to embed)``."""
+        chunked and embedded, those no longer under ``paths`` dropped; files that cannot be
+        read are skipped and reported (a changed one keeps its earlier version), the rest
+        indexed. ``progress(chunks embedded, chunks to embed)``."""
         t0 = time.perf_counter()
         files = files_under(paths)
-        known = dict(self.db.execute("select path, sha256 from files"))
         report = IndexReport(ReadReport())
-        present = {str(f) for f in files}
         dense = self.dense
+        updating = self.directory / UPDATING_FILE
+        if updating.is_file():
+            log.warning(
+                "%s: the last update stopped before it finished; indexing every file afresh",
+                self.directory,
+            )
+            self.db.execute("delete from chunks")
+            self.db.execute("delete from files")
+            dense.reset()
+        _write_atomic(updating, "an update is writing this index\n")
+        known = dict(self.db.execute("select path, sha256 from files"))
+        present = {str(f) for f in files}
         for gone in sorted(set(known) - present):
             self._drop(gone, dense)
             report.removed_files += 1
         todo = []
         for f in files:
-            digest = file_sha256(f)
+            try:
+                digest = file_sha256(f)
+            except OSError as err:
+                report.read.skipped.append((str(f), _kept(f"cannot be read ({err})", f, known)))
+                continue
             if known.get(str(f)) == digest:
                 report.unchanged_files += 1
             else:
                 todo.append((f, digest))
         count, digests = self._count_tokens, dict(todo)
         chunked = []  # (file, its chunk rows): every new file read and cut first ...
+        tried = len(report.read.skipped)
         for path, docs in read_all([f for f, _ in todo], report.read):
             rows = [
                 (str(path), doc.doc_id, doc.title, c.start, c.end, c.page, c.text)
@@ -195,6 +230,9 @@ class DocumentIndex:
                 for c in chunk_document(doc, count, CHUNK_TOKENS)
             ]
             chunked.append((path, rows))
+        report.read.skipped[tried:] = [  # a changed file that no longer reads keeps its old text
+            (f, _kept(why, Path(f), known)) for f, why in report.read.skipped[tried:]
+        ]
         total, done = sum(len(rows) for _, rows in chunked), 0
         for path, rows in chunked:  # ... then embedded, with progress over the chunks
             self._drop(str(path), dense)
@@ -219,9 +257,10 @@ class DocumentIndex:
             "store": self.store_spec,
             "chunk_tokens": CHUNK_TOKENS,
             "chunks": report.chunks,
-            "files": len(present) - len(report.read.skipped),
+            "files": self.db.execute("select count(*) from files").fetchone()[0],
         }
         _write_atomic(self.directory / INDEX_FILE, json.dumps(meta, indent=2))
+        updating.unlink()  # every store written: the index is whole again
         return report
 
     def _dim(self) -> int:
@@ -268,6 +307,8 @@ class DocumentIndex:
 
     def search(self, query: str, k: int = 10, retriever: str = "hybrid") -> list[Hit]:
         """The ``k`` best chunks for ``query`` by ``retriever`` (bm25, dense or hybrid)."""
+        if not query.strip():
+            raise ValueError("the query is empty: give the words to search for")
         return self.search_many([query], k, retriever)[0]
 
     def search_many(
@@ -275,6 +316,8 @@ class DocumentIndex:
     ) -> list[list[Hit]]:
         if retriever not in RETRIEVERS:
             raise ValueError(f"retriever {retriever!r}: one of {', '.join(RETRIEVERS)}")
+        if k < 1:
+            raise ValueError(f"k={k}: ask for 1 or more chunks")
         if not len(self):
             return [[] for _ in queries]
         ranked: list[list[tuple[int, float]]]
@@ -396,6 +439,11 @@ def _stemmer():
     import Stemmer
 
     return Stemmer.Stemmer("english").stemWords
+
+
+def _kept(why: str, path: Path, known: dict[str, str]) -> str:
+    """A skip reason, saying so where the file's earlier version stays in the index."""
+    return f"{why}; the version indexed earlier is kept" if str(path) in known else why
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -89,7 +89,8 @@ def file_sha256(path: Path) -> str:
 
 
 def files_under(paths: Sequence[str | Path]) -> list[Path]:
-    """Every file under ``paths`` (folders recursively, hidden ones left out), sorted."""
+    """Every file under ``paths`` (folders recursively, hidden ones left out), sorted; a file
+    reached through two of the paths (``docs docs/a.txt``) is listed once."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -102,7 +103,13 @@ def files_under(paths: Sequence[str | Path]) -> list[Path]:
             out.append(p)
         else:
             raise FileNotFoundError(f"{p}: no such file or folder")
-    return out
+    seen: set[Path] = set()
+    unique = []
+    for f in out:
+        if (real := f.resolve()) not in seen:
+            seen.add(real)
+            unique.append(f)
+    return unique
 
 
 def read_documents(path: Path, notes: list[str] | None = None) -> list[Document]:
@@ -178,13 +185,20 @@ def _html_text(source: str) -> str:
 
 def _pdf(path: Path) -> Document:
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import PyPdfError
 
+    # pypdf's own errors (a damaged file: PdfReadError, LimitReachedError on a reference loop,
+    # ...) and what its parsing of a damaged object lets through: one bad PDF is skipped and
+    # named, never the end of indexing a whole folder
+    damaged = (PyPdfError, ValueError, KeyError, IndexError, TypeError, AttributeError)
     try:
         reader = PdfReader(str(path))
         texts = [page.extract_text() or "" for page in reader.pages]
-    except (PdfReadError, ValueError, KeyError, OSError) as err:
-        raise Unreadable(f"not a readable PDF ({type(err).__name__}: {err})") from None
+    except (*damaged, RecursionError, OSError) as err:
+        raise Unreadable(
+            f"not a readable PDF ({type(err).__name__}: {err}); open and re-save it as PDF, "
+            "or export its text"
+        ) from None
     pages, parts, at = [], [], 0
     for number, text in enumerate(texts, start=1):
         pages.append((at, number))
@@ -211,7 +225,7 @@ def _collection(path: Path) -> list[Document]:
         raise Unreadable(f"cannot be read as text ({err})") from None
     first = head.lstrip()[:1]
     if first == "{" and '"_id"' in head.split("\n", 1)[0]:
-        return list(_beir(path, opener))
+        return _beir(path, opener)
     from structqa.data.readers import read_extractive
 
     try:
@@ -229,20 +243,30 @@ def _collection(path: Path) -> list[Document]:
     return list(docs.values())
 
 
-def _beir(path: Path, opener: Callable) -> Iterator[Document]:
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                doc_id, text = str(rec["_id"]), str(rec.get("text", ""))
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise Unreadable(f"line {lineno}: not a corpus record ({err})") from None
-            title = str(rec.get("title") or "")
-            full = f"{title}\n\n{text}" if title else text
-            if full.strip():
-                yield Document(doc_id, str(path), title, full)
+def _beir(path: Path, opener: Callable) -> list[Document]:
+    docs: list[Document] = []
+    lineno = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):  # noqa: B007 (named in the error)
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    doc_id, text = str(rec["_id"]), str(rec.get("text", ""))
+                except (json.JSONDecodeError, KeyError, TypeError) as err:
+                    raise Unreadable(f"line {lineno}: not a corpus record ({err})") from None
+                title = str(rec.get("title") or "")
+                full = f"{title}\n\n{text}" if title else text
+                if full.strip():
+                    docs.append(Document(doc_id, str(path), title, full))
+    # damage past the part read to recognise the format: a truncated .gz, bytes not UTF-8
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        raise Unreadable(
+            f"after line {lineno}: cannot be read on ({type(err).__name__}: {err}); "
+            "fix or re-download the file"
+        ) from None
+    return docs
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:

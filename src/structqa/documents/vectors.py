@@ -27,6 +27,10 @@ class VectorStore(Protocol):
 
     def remove(self, ids: Sequence[int]) -> None: ...
 
+    def reset(self) -> None:
+        """Remove every vector (an interrupted update is redone from nothing)."""
+        ...
+
     def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]: ...
 
     def save(self) -> None: ...
@@ -56,6 +60,9 @@ class FaissStore:
     def remove(self, ids: Sequence[int]) -> None:
         if len(ids):
             self.index.remove_ids(np.asarray(ids, dtype=np.int64))
+
+    def reset(self) -> None:
+        self.index.reset()
 
     def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
         k = min(k, self.index.ntotal)
@@ -110,6 +117,10 @@ class QdrantStore:
         if len(ids):
             selector = self.models.PointIdsList(points=[int(i) for i in ids])
             self.client.delete(COLLECTION, points_selector=selector)
+
+    def reset(self) -> None:
+        every = self.models.FilterSelector(filter=self.models.Filter())
+        self.client.delete(COLLECTION, points_selector=every)
 
     def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
         requests = [

@@ -1,0 +1,179 @@
+"""A user's folder is never all clean: damaged files are skipped and named without ending the
+run, an update stopped half-way is redone rather than left with chunks that have no vector,
+and mistakes in the command line are errors that say what to do."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import random
+from pathlib import Path
+
+import pytest
+from test_documents import BEES, VOLCANO, pdf_bytes
+
+from structqa.cli import main
+from structqa.documents import DocumentIndex
+from structqa.documents import index as index_module
+from structqa.documents.ingest import files_under, read_documents
+from structqa.documents.vectors import FaissStore
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    d = tmp_path / "docs"
+    d.mkdir()
+    (d / "bees.txt").write_text(BEES, encoding="utf-8")
+    (d / "etna.txt").write_text(VOLCANO, encoding="utf-8")
+    return d
+
+
+def test_a_pdf_with_a_reference_loop_is_skipped_not_fatal(small: Path, tmp_path: Path) -> None:
+    # two bytes of a valid PDF changed (found by mutating files): pypdf then follows an
+    # object into itself and raises its LimitReachedError, which once ended the whole run
+    good = pdf_bytes(["The Sahara is a large desert in Africa."])
+    bad = good.replace(b"/Type /Catalog", b"/Typ\xa8 /Catalog").replace(b"4 0 obj\n", b"4 0 objQ")
+    assert len(bad) == len(good)  # the cross-reference offsets still point where they did
+    (small / "loop.pdf").write_bytes(bad)
+    report = DocumentIndex(tmp_path / "index").update([small])
+    assert report.added_files == 2
+    ((name, why),) = report.read.skipped
+    assert name.endswith("loop.pdf") and "not a readable PDF" in why and "re-save" in why
+
+
+def test_damage_past_a_corpus_head_names_the_file_and_line(small: Path, tmp_path: Path) -> None:
+    rng = random.Random(0)  # words that do not compress away, so the damage lies past the head
+    records = [
+        {
+            "_id": f"d{i}",
+            "title": "",
+            "text": " ".join(f"w{rng.getrandbits(32):x}" for _ in range(60)),
+        }
+        for i in range(600)
+    ]
+    raw = "".join(json.dumps(r) + "\n" for r in records).encode()
+    assert len(raw) > 1 << 16  # past what is read to recognise the format
+    packed = gzip.compress(raw)
+    assert len(packed) > 2 << 16
+    (small / "cut.corpus.jsonl.gz").write_bytes(packed[: len(packed) // 2])  # truncated
+    (small / "latin.corpus.jsonl").write_bytes(raw[:70000] + "é\n".encode("latin-1") + raw[70000:])
+    report = DocumentIndex(tmp_path / "index").update([small])
+    assert report.added_files == 2  # the two good files; the bad ones are skipped, named
+    reasons = dict(report.read.skipped)
+    cut = reasons[str(small / "cut.corpus.jsonl.gz")]
+    latin = reasons[str(small / "latin.corpus.jsonl")]
+    assert "EOFError" in cut and "after line" in cut
+    assert "UnicodeDecodeError" in latin and "after line" in latin
+
+
+def test_a_file_that_cannot_be_read_is_skipped_and_a_changed_one_keeps_its_old_text(
+    small: Path, tmp_path: Path, monkeypatch
+) -> None:
+    out = tmp_path / "index"
+    DocumentIndex(out).update([small])
+    (small / "bees.txt").write_bytes(bytes(range(256)) * 4)  # changed, and no longer text
+    secret = small / "secret.txt"
+    secret.write_text("Classified.", encoding="utf-8")
+    real = index_module.file_sha256
+
+    def denied(path: Path) -> str:  # as root nothing is unreadable: the error is injected
+        if path == secret:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(index_module, "file_sha256", denied)
+    report = DocumentIndex(out).update([small])
+    reasons = dict(report.read.skipped)
+    assert "Permission denied" in reasons[str(secret)]
+    assert reasons[str(small / "bees.txt")].endswith("the version indexed earlier is kept")
+    index = DocumentIndex.open(out)
+    assert index.search("waggle dance", k=1, retriever="bm25")[0].source.endswith("bees.txt")
+    assert json.loads((out / "index.json").read_text())["files"] == 2  # bees (old) and etna
+
+
+def test_an_update_stopped_half_way_is_redone_by_the_next(
+    small: Path, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    out = tmp_path / "index"
+
+    def stopped(self) -> None:  # Ctrl-C after the chunks were committed, before the vectors
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FaissStore, "save", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            DocumentIndex(out).update([small])
+        with pytest.raises(FileNotFoundError, match="first build stopped before it finished"):
+            DocumentIndex.open(out)
+    DocumentIndex(out).update([small])  # built whole; then a change, stopped the same way
+    (small / "bees.txt").write_text("Bumblebees sleep in flowers at night.", encoding="utf-8")
+    with monkeypatch.context() as patch:
+        patch.setattr(FaissStore, "save", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            DocumentIndex(out).update([small])
+    with caplog.at_level(logging.WARNING):
+        DocumentIndex.open(out).close()
+    assert "stopped before it finished" in caplog.text
+    report = DocumentIndex(out).update([small])
+    assert report.added_files == 2  # every file again, not "2 unchanged" with no vectors
+    index = DocumentIndex.open(out)
+    assert len(index.dense) == len(index) == report.chunks
+    for query, where in [("where bumblebees sleep", "bees.txt"), ("volcano in Sicily", "etna.txt")]:
+        assert index.search(query, k=1, retriever="dense")[0].source.endswith(where)
+    assert not (out / "updating").exists()
+
+
+def test_command_line_mistakes_are_errors_that_say_what_to_do(
+    small: Path, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "index"
+    # a file given twice (by a folder and by name) is indexed once
+    assert files_under([small, small / "bees.txt", small]) == sorted(small.iterdir())
+    assert (
+        main(["index", str(small), str(small / "bees.txt"), "--out", str(out), "--no-progress"])
+        == 0
+    )
+    assert "2 files read" in capsys.readouterr().out
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    assert main(["index", str(small), "--out", str(a_file), "--no-progress"]) == 2
+    assert "is a file; give a folder" in capsys.readouterr().err
+    assert main(["index", str(tmp_path / "nowhere"), "--out", str(tmp_path / "new")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # nothing made for a run that could not start
+    for argv, said in [
+        (["--query", "bees", "--k", "0"], "--k 0: ask for 1 or more"),
+        (["--query", "bees", "--k", "-2"], "--k -2: ask for 1 or more"),
+        (["--query", "   "], "--query is empty"),
+    ]:
+        assert main(["search", str(out), *argv]) == 2
+        assert said in capsys.readouterr().err
+    with pytest.raises(ValueError, match="query is empty"):
+        DocumentIndex.open(out).search("")
+    assert read_documents(small / "bees.txt")[0].text == BEES
+
+
+def test_an_interrupted_update_of_a_qdrant_index_is_redone_too(
+    small: Path, tmp_path: Path, monkeypatch
+) -> None:
+    from structqa.documents.vectors import QdrantStore
+
+    out = tmp_path / "index"
+    with DocumentIndex(out, store="qdrant") as index:
+        index.update([small])
+    (small / "bees.txt").write_text("Bumblebees sleep in flowers at night.", encoding="utf-8")
+
+    def stopped(self) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch, DocumentIndex(out) as index:
+        patch.setattr(QdrantStore, "save", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            index.update([small])
+    with DocumentIndex(out) as index:
+        assert index.update([small]).added_files == 2
+        assert len(index.dense) == len(index)
+        assert index.search("where bumblebees sleep", k=1, retriever="dense")[0].source.endswith(
+            "bees.txt"
+        )
