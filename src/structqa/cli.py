@@ -76,9 +76,10 @@ def _setup_logging(verbose: bool) -> None:
             RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
         ],
     )
-    # (pypdf: a damaged PDF is skipped and named by the reader; its parser's notes name no file)
-    for noisy in ("transformers", "accelerate", "httpx", "filelock", "faiss", "bm25s", "pypdf"):
+    for noisy in ("transformers", "accelerate", "httpx", "filelock", "faiss", "bm25s"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # a damaged PDF is skipped and named by the document reader; pypdf's notes on it name no file
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
 def build_parser() -> argparse.ArgumentParser:

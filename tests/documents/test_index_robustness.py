@@ -63,8 +63,8 @@ def test_damage_past_a_corpus_head_names_the_file_and_line(small: Path, tmp_path
     reasons = dict(report.read.skipped)
     cut = reasons[str(small / "cut.corpus.jsonl.gz")]
     latin = reasons[str(small / "latin.corpus.jsonl")]
-    assert "EOFError" in cut and "after line" in cut
-    assert "UnicodeDecodeError" in latin and "after line" in latin
+    assert "EOFError" in cut and "unreadable after line" in cut
+    assert "UnicodeDecodeError" in latin and "unreadable after line" in latin
 
 
 def test_a_file_that_cannot_be_read_is_skipped_and_a_changed_one_keeps_its_old_text(

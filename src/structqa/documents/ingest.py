@@ -263,7 +263,7 @@ def _beir(path: Path, opener: Callable) -> list[Document]:
     # damage past the part read to recognise the format: a truncated .gz, bytes not UTF-8
     except (OSError, EOFError, UnicodeDecodeError) as err:
         raise Unreadable(
-            f"after line {lineno}: cannot be read on ({type(err).__name__}: {err}); "
+            f"unreadable after line {lineno} ({type(err).__name__}: {err}); "
             "fix or re-download the file"
         ) from None
     return docs
