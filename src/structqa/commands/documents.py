@@ -45,15 +45,14 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
     from structqa.documents import DocumentIndex
     from structqa.documents.ingest import files_under
 
-    files_under(args.paths)  # a PATH that does not exist stops the run before the index is made
+    # read before the index folder is made: a PATH that does not exist stops the run first
+    files = files_under(args.paths)
     with (
         DocumentIndex(args.out, store=args.store) as index,
         Progress(disable=args.no_progress, transient=True) as bar,
     ):
         task = bar.add_task("embedding chunks", total=None)
-        report = index.update(
-            args.paths, progress=lambda n, t: bar.update(task, completed=n, total=t)
-        )
+        report = index.update(files, progress=lambda n, t: bar.update(task, completed=n, total=t))
     print(report.summary())
     for path, why in report.read.skipped:
         print(f"structqa index: warning: skipped {path}: {why}", file=sys.stderr)

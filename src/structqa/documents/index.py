@@ -147,8 +147,9 @@ class DocumentIndex:
 
     @classmethod
     def open(cls, directory: str | Path, encoder=None) -> DocumentIndex:
+        interrupted = (Path(directory) / UPDATING_FILE).is_file()
         if not (Path(directory) / INDEX_FILE).is_file():
-            if (Path(directory) / UPDATING_FILE).is_file():
+            if interrupted:
                 raise FileNotFoundError(
                     f"{directory}: its first build stopped before it finished; run "
                     "`structqa index FOLDER --out INDEX` again"
@@ -157,7 +158,7 @@ class DocumentIndex:
                 f"{directory}: not a document index (no {INDEX_FILE}); build one with "
                 "`structqa index FOLDER --out INDEX`"
             )
-        if (Path(directory) / UPDATING_FILE).is_file():
+        if interrupted:
             log.warning(
                 "%s: its last update stopped before it finished, so some chunks may be missing "
                 "or out of date; run `structqa index` on it again",
@@ -214,7 +215,7 @@ class DocumentIndex:
             try:
                 digest = file_sha256(f)
             except OSError as err:
-                report.read.skipped.append((str(f), _kept(f"cannot be read ({err})", f, known)))
+                report.read.skipped.append((str(f), f"cannot be read ({err})"))
                 continue
             if known.get(str(f)) == digest:
                 report.unchanged_files += 1
@@ -222,7 +223,6 @@ class DocumentIndex:
                 todo.append((f, digest))
         count, digests = self._count_tokens, dict(todo)
         chunked = []  # (file, its chunk rows): every new file read and cut first ...
-        tried = len(report.read.skipped)
         for path, docs in read_all([f for f, _ in todo], report.read):
             rows = [
                 (str(path), doc.doc_id, doc.title, c.start, c.end, c.page, c.text)
@@ -230,8 +230,9 @@ class DocumentIndex:
                 for c in chunk_document(doc, count, CHUNK_TOKENS)
             ]
             chunked.append((path, rows))
-        report.read.skipped[tried:] = [  # a changed file that no longer reads keeps its old text
-            (f, _kept(why, Path(f), known)) for f, why in report.read.skipped[tried:]
+        report.read.skipped = [  # a changed file that no longer reads keeps its old text
+            (f, f"{why}; the version indexed earlier is kept" if f in known else why)
+            for f, why in report.read.skipped
         ]
         total, done = sum(len(rows) for _, rows in chunked), 0
         for path, rows in chunked:  # ... then embedded, with progress over the chunks
@@ -439,11 +440,6 @@ def _stemmer():
     import Stemmer
 
     return Stemmer.Stemmer("english").stemWords
-
-
-def _kept(why: str, path: Path, known: dict[str, str]) -> str:
-    """A skip reason, saying so where the file's earlier version stays in the index."""
-    return f"{why}; the version indexed earlier is kept" if str(path) in known else why
 
 
 def _write_atomic(path: Path, text: str) -> None:
