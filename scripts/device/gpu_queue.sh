@@ -24,6 +24,7 @@
 #   scripts/device/gpu_queue.sh stash                      # call 1, carry .gpu1
 #   scripts/device/gpu_queue.sh setup COMMIT               # call 2, carry .gpu2
 #   scripts/device/gpu_queue.sh run COMMIT SECONDS LANE... # call 2 or later
+#   scripts/device/gpu_queue.sh bench [ARGS]               # after setup, before any lane
 # A LANE is a ';'-separated list of steps, each the arguments of one `structqa experiment`
 # command; lanes run side by side, each lane's steps one after the other. E.g.
 #   run abc1234 540 "configs/combos/gpu.yaml --only train_size=1024 --workers 11" \
@@ -168,6 +169,21 @@ PY
     for f in logs/lane.*.log; do echo "--- $f"; tail -n 6 "$f"; done
     echo "results since setup: $(find docs/results -newer $STAGE/setup -path '*/runs/*.json' | wc -l)"
     collect
+    ;;
+  bench)
+    # the HF comparison on this machine's CPU, the GPU hidden and the run held to 2 cores (as
+    # the 2-core CPU machines' figures), on an otherwise idle machine: before any lane starts.
+    # Needs splits/squad1-train and -heldout in data.tgz; arguments go to bench_vs_hf.py.
+    env_setup
+    cd $W
+    grep -m1 'model name' /proc/cpuinfo || true
+    grep -o -w 'avx512_bf16\|amx_bf16\|amx_int8\|amx_tile\|avx512_vnni\|avx_vnni' /proc/cpuinfo \
+      | sort | uniq -c || true
+    mkdir -p "$OUT"
+    CUDA_VISIBLE_DEVICES='' taskset -c 0,1 python3 benchmarks/bench_vs_hf.py --quick --threads 2 \
+      --out runs/bench_vs_hf "$@" > "$OUT/bench.log" 2>&1 || echo "bench exit $?"
+    tail -n 25 "$OUT/bench.log"
+    cp runs/bench_vs_hf/*.json "$OUT/" 2>/dev/null || true
     ;;
   *)
     echo "unknown stage $stage" >&2
