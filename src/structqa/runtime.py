@@ -47,13 +47,15 @@ def cpu_flags() -> frozenset[str]:
 
 
 def _isa_capped_below(feature: str) -> bool:
-    """Whether ``ONEDNN_MAX_CPU_ISA`` caps the instructions below ``feature`` (``bf16`` or
+    """Whether ``ONEDNN_MAX_CPU_ISA`` caps the instructions below ``feature`` (``bf16``, ``amx`` or
     ``vnni``): AVX2, AVX, SSE41 and the like; an AVX512 value names bf16 or AMX to reach it."""
     cap = os.environ.get(MAX_ISA_ENV, "").upper()
     if not cap or cap in ("ALL", "DEFAULT"):
         return False
     if feature == "vnni":
         return not ("VNNI" in cap or "BF16" in cap or "AMX" in cap)
+    if feature == "amx":
+        return "AMX" not in cap
     return not ("BF16" in cap or "AMX" in cap)
 
 
@@ -209,6 +211,8 @@ def cpu_kind() -> str:
         else ""
     )
     bf16 = "native bf16" if cpu_has_native_bf16() else "no native bf16"
+    if cpu_has_native_bf16() and "amx_bf16" in flags and not _isa_capped_below("amx"):
+        bf16 += " (AMX)"
     if cpu_has_native_bf16() and not cpu_bf16_pays():
         bf16 += f" but {bf16_speedup():.2f}x fp32's speed"
     vnni = "VNNI" if cpu_has_vnni() else "no VNNI"
