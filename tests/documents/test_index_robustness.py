@@ -29,7 +29,9 @@ def small(tmp_path: Path) -> Path:
     return d
 
 
-def test_a_pdf_with_a_reference_loop_is_skipped_not_fatal(small: Path, tmp_path: Path) -> None:
+def test_a_pdf_with_a_reference_loop_is_skipped_not_fatal(
+    small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # two bytes of a valid PDF changed (found by mutating files): pypdf then follows an
     # object into itself and raises its LimitReachedError, which once ended the whole run
     good = pdf_bytes(["The Sahara is a large desert in Africa."])
@@ -40,6 +42,12 @@ def test_a_pdf_with_a_reference_loop_is_skipped_not_fatal(small: Path, tmp_path:
     assert report.added_files == 2
     ((name, why),) = report.read.skipped
     assert name.endswith("loop.pdf") and "not a readable PDF" in why and "re-save" in why
+    capsys.readouterr()
+    assert main(["index", str(small), "--out", str(tmp_path / "cli"), "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "2 files read, 2 documents, 1 skipped" in out
+    assert (out + err).count("loop.pdf") == 1  # named once, with its reason, on stderr
+    assert "warning: skipped" in err and "re-save" in err
 
 
 def test_damage_past_a_corpus_head_names_the_file_and_line(small: Path, tmp_path: Path) -> None:

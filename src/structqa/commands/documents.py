@@ -53,7 +53,7 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
     ):
         task = bar.add_task("embedding chunks", total=None)
         report = index.update(files, progress=lambda n, t: bar.update(task, completed=n, total=t))
-    print(report.summary())
+    print(report.summary(details=False))  # each skipped file once, below, on stderr
     for path, why in report.read.skipped:
         print(f"structqa index: warning: skipped {path}: {why}", file=sys.stderr)
     for path, what in report.read.notes:

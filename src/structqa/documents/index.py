@@ -88,9 +88,9 @@ class IndexReport:
     chunks: int = 0
     seconds: float = 0.0
 
-    def summary(self) -> str:
+    def summary(self, details: bool = True) -> str:
         return (
-            f"{self.read.summary()}\n{self.added_files} files indexed (new or changed), "
+            f"{self.read.summary(details)}\n{self.added_files} files indexed (new or changed), "
             f"{self.unchanged_files} unchanged, {self.removed_files} removed (no longer under "
             "the paths given); "
             f"{self.chunks} chunks in the index ({self.seconds:.1f} s)"

@@ -74,8 +74,11 @@ class ReadReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
     notes: list[tuple[str, str]] = field(default_factory=list)  # read, with a caveat
 
-    def summary(self) -> str:
+    def summary(self, details: bool = True) -> str:
+        """The counts, then (``details``) each skipped file and note on a line of its own."""
         out = f"{self.files} files read, {self.documents} documents, {len(self.skipped)} skipped"
+        if not details:
+            return out
         out += "".join(f"\n  skipped {f}: {why}" for f, why in self.skipped)
         return out + "".join(f"\n  note {f}: {what}" for f, what in self.notes)
 
