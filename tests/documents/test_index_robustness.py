@@ -185,3 +185,39 @@ def test_an_interrupted_update_of_a_qdrant_index_is_redone_too(
         assert index.search("where bumblebees sleep", k=1, retriever="dense")[0].source.endswith(
             "bees.txt"
         )
+
+
+def test_the_same_folder_typed_from_elsewhere_keeps_its_vectors(
+    small: Path, tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Paths are stored as typed: indexed as `docs` from one folder and as `x/docs` from its
+    parent, every file once looked removed and new, and was read and embedded again. A file
+    whose content is known under a path no longer given is now moved, not re-embedded; its
+    document ids and sources follow the new path."""
+    (small / "mini.json").write_bytes((shared_data / "fixtures/squad-v1.1-mini.json").read_bytes())
+    out = tmp_path / "index"
+    monkeypatch.chdir(small.parent)
+    first = DocumentIndex(out).update(["docs"])
+    with DocumentIndex(out) as index:
+        before = {h.chunk_id: h for h in index.search("bees pollinate flowers", k=50)}
+        squad_ids = {h.doc_id for h in before.values() if h.source.endswith("mini.json")}
+    assert squad_ids and all(i.startswith("docs/mini.json#") for i in squad_ids)
+    monkeypatch.chdir(tmp_path.parent)
+    typed = f"{tmp_path.name}/docs"
+    with DocumentIndex(out) as index:
+        again = index.update([typed])
+        after = {h.chunk_id: h for h in index.search("bees pollinate flowers", k=50)}
+    assert (again.moved_files, again.added_files, again.removed_files) == (3, 0, 0)
+    assert again.chunks == first.chunks and "3 moved" in again.summary()
+    assert set(after) == set(before)  # the same chunks, vectors and ids
+    for cid, hit in after.items():
+        assert hit.source == f"{tmp_path.name}/{before[cid].source}"
+        assert hit.text == before[cid].text and hit.title == before[cid].title
+        if hit.source.endswith("mini.json"):
+            assert hit.doc_id == f"{tmp_path.name}/{before[cid].doc_id}"
+    (tmp_path / "docs" / "bees.txt").rename(tmp_path / "docs" / "honey.txt")
+    with DocumentIndex(out) as index:
+        renamed = index.update([typed])
+        titles = {h.source: h.title for h in index.search("bees", k=50)}
+    assert (renamed.moved_files, renamed.added_files) == (1, 0)
+    assert titles[f"{typed}/honey.txt"] == "honey"  # a title that was the file's name follows it

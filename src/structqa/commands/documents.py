@@ -276,7 +276,9 @@ corpus.jsonl[.gz] under PATH (folders recursively; hidden files and folders, and
 through a symbolic link, are left out), cuts them into sentence-bounded chunks and indexes them
 for BM25 and dense search. Run again on a changed folder: new and changed files are indexed, and
 files no longer under the PATHs given (deleted, or under a PATH not given this time) dropped, so
-give every folder each time (structqa index A B --out INDEX). Files that cannot be read are
+give every folder each time (structqa index A B --out INDEX). A file moved or renamed, or the
+same folder typed from elsewhere, is recognised by its content and not embedded again; sources
+show the paths as last typed. Files that cannot be read are
 skipped, each named with the reason. A run stopped before it finished (Ctrl-C) is redone in
 full by the next one.
 """

@@ -85,14 +85,16 @@ class IndexReport:
     added_files: int = 0
     unchanged_files: int = 0
     removed_files: int = 0
+    moved_files: int = 0  # the same content under a new path: kept, not embedded again
     chunks: int = 0
     seconds: float = 0.0
 
     def summary(self, details: bool = True) -> str:
         return (
             f"{self.read.summary(details)}\n{self.added_files} files indexed (new or changed), "
-            f"{self.unchanged_files} unchanged, {self.removed_files} removed (no longer under "
-            "the paths given); "
+            f"{self.unchanged_files} unchanged, "
+            + (f"{self.moved_files} moved (kept as indexed), " if self.moved_files else "")
+            + f"{self.removed_files} removed (no longer under the paths given); "
             f"{self.chunks} chunks in the index ({self.seconds:.1f} s)"
         )
 
@@ -207,9 +209,10 @@ class DocumentIndex:
         _write_atomic(updating, "an update is writing this index\n")
         known = dict(self.db.execute("select path, sha256 from files"))
         present = {str(f) for f in files}
-        for gone in sorted(set(known) - present):
-            self._drop(gone, dense)
-            report.removed_files += 1
+        gone: dict[str, list[str]] = {}  # content hash -> the paths no longer given
+        for path, digest in sorted(known.items()):
+            if path not in present:
+                gone.setdefault(digest, []).append(path)
         todo = []
         for f in files:
             try:
@@ -219,8 +222,14 @@ class DocumentIndex:
                 continue
             if known.get(str(f)) == digest:
                 report.unchanged_files += 1
+            elif str(f) not in known and gone.get(digest):  # moved, or typed from elsewhere
+                self._move(gone[digest].pop(0), str(f))
+                report.moved_files += 1
             else:
                 todo.append((f, digest))
+        for path in sorted(p for paths in gone.values() for p in paths):
+            self._drop(path, dense)
+            report.removed_files += 1
         count, digests = self._count_tokens, dict(todo)
         chunked = []  # (file, its chunk rows): every new file read and cut first ...
         for path, docs in read_all([f for f, _ in todo], report.read):
@@ -283,6 +292,23 @@ class DocumentIndex:
             )
             ids.append(int(cur.lastrowid))
         return ids
+
+    def _move(self, old: str, new: str) -> None:
+        """A file indexed as ``old`` is now ``new`` with the same content: its chunks and
+        vectors stay; the path, the document ids made from it and a title that was its
+        name follow it."""
+        n = len(old)
+        self.db.execute(
+            "update chunks set doc_id = ? || substr(doc_id, ?) where path = ? and "
+            "substr(doc_id, 1, ?) = ?",
+            (new, n + 1, old, n, old),
+        )
+        self.db.execute(
+            "update chunks set title = ? where path = ? and title = ?",
+            (Path(new).stem, old, Path(old).stem),
+        )
+        self.db.execute("update chunks set path = ? where path = ?", (new, old))
+        self.db.execute("update files set path = ? where path = ?", (new, old))
 
     def _drop(self, path: str, dense) -> None:
         ids = [r[0] for r in self.db.execute("select id from chunks where path = ?", (path,))]
