@@ -16,7 +16,7 @@ from test_documents import BEES, VOLCANO, pdf_bytes
 from structqa.cli import main
 from structqa.documents import DocumentIndex
 from structqa.documents import index as index_module
-from structqa.documents.ingest import files_under, read_documents
+from structqa.documents.ingest import Unreadable, files_under, read_documents
 from structqa.documents.vectors import FaissStore
 
 
@@ -221,3 +221,29 @@ def test_the_same_folder_typed_from_elsewhere_keeps_its_vectors(
         titles = {h.source: h.title for h in index.search("bees", k=50)}
     assert (renamed.moved_files, renamed.added_files) == (1, 0)
     assert titles[f"{typed}/honey.txt"] == "honey"  # a title that was the file's name follows it
+
+
+def test_a_corpus_line_that_is_not_a_record_is_skipped_and_named(tmp_path: Path) -> None:
+    """One bad line once lost a whole BEIR corpus; now the line is skipped and named, the
+    records around it read; a file with no record at all is still skipped whole."""
+    lines = [
+        json.dumps({"_id": "a", "title": "Bees", "text": BEES}),
+        '{"_id": "b", "text": "cut off',
+        json.dumps({"_id": "c", "text": VOLCANO}),
+        "[1, 2]",
+        json.dumps({"title": "no id", "text": "x"}),
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    notes: list[str] = []
+    docs = read_documents(corpus, notes)
+    assert [d.doc_id for d in docs] == ["a", "c"]
+    (note,) = notes
+    assert note.startswith(
+        "3 line(s) not corpus records, skipped: 2, 4, 5 (line 2: JSONDecodeError"
+    )
+    assert "_id and a text" in note
+    bad = tmp_path / "bad.corpus.jsonl"
+    bad.write_text('{"_id": "b", "text": "cut off\n[1]\n', encoding="utf-8")
+    with pytest.raises(Unreadable, match="no line is a corpus record"):
+        read_documents(bad, [])

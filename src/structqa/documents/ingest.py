@@ -126,7 +126,7 @@ def read_documents(path: Path, notes: list[str] | None = None) -> list[Document]
     if name.endswith(TEXT_SUFFIXES):
         return [_one(path, _decode(path, notes))]
     if name.endswith(QA_SUFFIXES):
-        return _collection(path)
+        return _collection(path, notes)
     raise Unreadable(f"not a document type read here ({path.suffix or 'no suffix'})")
 
 
@@ -218,7 +218,7 @@ def context_key(context: str) -> str:
     return hashlib.sha1(context.encode()).hexdigest()[:12]
 
 
-def _collection(path: Path) -> list[Document]:
+def _collection(path: Path, notes: list[str] | None = None) -> list[Document]:
     """A BEIR corpus (records with ``_id`` and ``text``) or a SQuAD/MRQA file (each context)."""
     opener: Callable = gzip.open if path.name.lower().endswith(".gz") else open
     try:
@@ -228,7 +228,7 @@ def _collection(path: Path) -> list[Document]:
         raise Unreadable(f"cannot be read as text ({err})") from None
     first = head.lstrip()[:1]
     if first == "{" and '"_id"' in head.split("\n", 1)[0]:
-        return _beir(path, opener)
+        return _beir(path, opener, notes)
     from structqa.data.readers import read_extractive
 
     try:
@@ -246,8 +246,12 @@ def _collection(path: Path) -> list[Document]:
     return list(docs.values())
 
 
-def _beir(path: Path, opener: Callable) -> list[Document]:
+def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[Document]:
+    """A BEIR corpus; a line that is not a record is skipped and named in ``notes`` (one bad
+    line in a corpus of thousands once lost the whole file), a file with none is unreadable."""
     docs: list[Document] = []
+    bad: list[int] = []
+    first_error = ""
     lineno = 0
     try:
         with opener(path, "rt", encoding="utf-8") as f:
@@ -258,7 +262,9 @@ def _beir(path: Path, opener: Callable) -> list[Document]:
                     rec = json.loads(line)
                     doc_id, text = str(rec["_id"]), str(rec.get("text", ""))
                 except (json.JSONDecodeError, KeyError, TypeError) as err:
-                    raise Unreadable(f"line {lineno}: not a corpus record ({err})") from None
+                    bad.append(lineno)
+                    first_error = first_error or f"line {lineno}: {type(err).__name__} {err}"
+                    continue
                 title = str(rec.get("title") or "")
                 full = f"{title}\n\n{text}" if title else text
                 if full.strip():
@@ -269,6 +275,16 @@ def _beir(path: Path, opener: Callable) -> list[Document]:
             f"unreadable after line {lineno} ({type(err).__name__}: {err}); "
             "fix or re-download the file"
         ) from None
+    if bad and not docs:
+        raise Unreadable(f"no line is a corpus record ({first_error})")
+    if bad and notes is not None:
+        shown = ", ".join(map(str, bad[:10])) + (
+            f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        )
+        notes.append(
+            f"{len(bad)} line(s) not corpus records, skipped: {shown} ({first_error}); "
+            "each record needs an _id and a text"
+        )
     return docs
 
 
