@@ -247,3 +247,26 @@ def test_a_corpus_line_that_is_not_a_record_is_skipped_and_named(tmp_path: Path)
     bad.write_text('{"_id": "b", "text": "cut off\n[1]\n', encoding="utf-8")
     with pytest.raises(Unreadable, match="no line is a corpus record"):
         read_documents(bad, [])
+
+
+def test_a_folder_with_nothing_readable_gives_an_empty_index_and_says_so(
+    small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bm25s cannot save an index of no chunks: a folder of nothing readable crashed with a
+    traceback and left the index marked unfinished; so did deleting every file of an index."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "table.csv").write_text("a,b\n1,2\n")
+    out = tmp_path / "index"
+    assert main(["index", str(empty), "--out", str(out), "--no-progress"]) == 1
+    assert "holds no documents" in capsys.readouterr().err
+    assert main(["search", str(out), "--query", "bees"]) == 0
+    assert "0 of 10 chunks found (the index is empty)" in capsys.readouterr().err
+    assert main(["index", str(small), "--out", str(out), "--no-progress"]) == 0
+    with DocumentIndex.open(out) as index:
+        assert index.search("bees", 1, "bm25")
+    for f in small.iterdir():
+        f.unlink()
+    assert main(["index", str(small), "--out", str(out), "--no-progress"]) == 1
+    with DocumentIndex.open(out) as index:  # whole again, and empty: no unfinished marker
+        assert len(index) == 0 and index.search("bees", 3, "hybrid") == []

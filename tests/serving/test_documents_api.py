@@ -128,3 +128,38 @@ def test_the_indexs_set_level_fit_decides(
         body = c.post("/v1/ask", json={"question": QUESTIONS[0], "top_k_chunks": 3}).json()
         assert body["no_answer"] == want.no_answer == (threshold > 1)
         assert [a["text"] for a in body["answers"]] == [a.text for a in want.answers[:5]]
+
+
+def test_a_running_server_follows_the_index_on_disk(
+    tiny_predictor, shared_data: Path, tmp_path: Path
+) -> None:
+    """`structqa index` run again while the server runs once changed nothing it served:
+    searches kept the old chunks while /ready counted the new ones. The service now reopens
+    the index when an update has finished (and every retriever the CLI takes is served)."""
+    from fastapi.testclient import TestClient
+
+    from structqa.documents.index import RETRIEVERS
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ferry.txt").write_text("The harbour ferry leaves at seven every morning.\n")
+    out = tmp_path / "index"
+    assert main(["index", str(folder), "--out", str(out), "--no-progress"]) == 0
+    docs = DocumentService(out)
+    app = create_app(tiny_predictor, ServeSettings(queue_size=4), 0.0, docs)
+    query = {"query": "observatory telescope mirror", "retriever": "bm25"}
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert app.state.service.wait_ready(60)
+        assert c.post("/v1/search", json=query).json()["hits"] == []
+        (folder / "observatory.txt").write_text("The observatory telescope has a 2 m mirror.\n")
+        assert main(["index", str(folder), "--out", str(out), "--no-progress"]) == 0
+        hits = c.post("/v1/search", json=query).json()["hits"]
+        assert [Path(h["source"]).name for h in hits] == ["observatory.txt"]
+        assert c.get("/ready").json()["index"]["chunks"] == 2
+        (folder / "ferry.txt").unlink()
+        assert main(["index", str(folder), "--out", str(out), "--no-progress"]) == 0
+        ferry = c.post("/v1/search", json={"query": "harbour ferry", "retriever": "bm25"})
+        assert ferry.json()["hits"] == []
+        for retriever in RETRIEVERS:
+            reply = c.post("/v1/search", json={"query": "telescope", "retriever": retriever})
+            assert reply.status_code == 200 and reply.json()["hits"], (retriever, reply.text)

@@ -58,6 +58,14 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
         print(f"structqa index: warning: skipped {path}: {why}", file=sys.stderr)
     for path, what in report.read.notes:
         print(f"structqa index: note: {path}: {what}", file=sys.stderr)
+    if not report.chunks:
+        print(
+            f"structqa index: error: {args.out} holds no documents: nothing under "
+            f"{' '.join(args.paths)} could be read (.txt .md .rst .html .pdf, SQuAD/MRQA files "
+            "and BEIR corpora are); the index is empty",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -70,6 +78,10 @@ def cmd_search(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG0
         raise ValueError(f"--k {args.k}: ask for 1 or more chunks")
     with DocumentIndex.open(args.index) as index:
         hits = index.search(args.query, args.k, args.retriever)
+        held = len(index)
+    if len(hits) < min(args.k, held) or not held:  # BM25 scores only chunks sharing a word
+        why = "the index is empty" if not held else f"no other chunk of {held} shares a word"
+        print(f"structqa search: {len(hits)} of {args.k} chunks found ({why})", file=sys.stderr)
     if args.json:
         print(json.dumps([vars(h) for h in hits], indent=2, ensure_ascii=False))
         return 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -321,11 +322,14 @@ class DocumentIndex:
 
         rows = self.db.execute("select id, text from chunks order by id").fetchall()
         ids = np.asarray([r[0] for r in rows], dtype=np.int64)
-        retriever = bm25s.BM25()
-        if rows:
-            tokens = bm25s.tokenize([r[1] for r in rows], stemmer=_stemmer(), show_progress=False)
-            retriever.index(tokens, show_progress=False)
         out = self.directory / "bm25"
+        if not rows:  # bm25s cannot save an empty index; a search of no chunks finds none
+            shutil.rmtree(out, ignore_errors=True)
+            self._bm25 = None
+            return
+        retriever = bm25s.BM25()
+        tokens = bm25s.tokenize([r[1] for r in rows], stemmer=_stemmer(), show_progress=False)
+        retriever.index(tokens, show_progress=False)
         retriever.save(str(out), show_progress=False)
         np.save(out / "chunk_ids.npy", ids)
         self._bm25 = (retriever, ids)

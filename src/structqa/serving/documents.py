@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_v
 
 from structqa.documents import no_answer
 from structqa.documents.ask import decide, ranked
-from structqa.documents.index import DocumentIndex, Hit
+from structqa.documents.index import FUSION_FILE, INDEX_FILE, UPDATING_FILE, DocumentIndex, Hit
 from structqa.serving.edge import disconnect_watch
 from structqa.serving.parsing import ApiError
 from structqa.serving.schemas import ErrorOut, check_text
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 MAX_TOP_K = 100
 MAX_CHUNKS_READ = 50
-Retriever = Literal["bm25", "dense", "hybrid"]
+Retriever = Literal["bm25", "dense", "hybrid", "rrf"]  # as structqa.documents.index.RETRIEVERS
 
 
 class SearchBody(BaseModel):
@@ -42,7 +42,9 @@ class SearchBody(BaseModel):
 
     query: StrictStr = Field(description="what to look for", examples=["Who won Super Bowl 50?"])
     top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K, description="how many chunks to return")
-    retriever: Retriever = Field("hybrid", description="bm25, dense, or hybrid (both, fused)")
+    retriever: Retriever = Field(
+        "hybrid", description="bm25, dense, hybrid (both scores combined) or rrf (rank fusion)"
+    )
 
     @field_validator("query")
     @classmethod
@@ -59,7 +61,9 @@ class AskBody(BaseModel):
     top_k_chunks: StrictInt = Field(
         10, ge=1, le=MAX_CHUNKS_READ, description="retrieved chunks the reader reads"
     )
-    retriever: Retriever = Field("hybrid", description="bm25, dense, or hybrid (both, fused)")
+    retriever: Retriever = Field(
+        "hybrid", description="bm25, dense, hybrid (both scores combined) or rrf (rank fusion)"
+    )
     answers: StrictInt = Field(5, ge=1, le=20, description="how many answers to return")
 
     @field_validator("question")
@@ -83,30 +87,75 @@ def hit_json(h: Hit) -> dict[str, Any]:
 
 
 class DocumentService:
-    """An open index on a thread of its own."""
+    """An open index on a thread of its own, reopened when `structqa index`, `fit-fusion` or
+    `fit-no-answer` has changed it on disk (checked at each request: a few file stats)."""
 
     def __init__(
         self, directory: str | Path, reader: str | Path | None = None, top_k_chunks: int = 10
     ) -> None:
         self.directory = Path(directory)
-        # the index's set-level no-answer fit, where it was made for this reader (it applies
-        # to requests with its retriever and number of chunks)
-        self.fitted = None if reader is None else no_answer.load(directory)
-        if self.fitted is not None and self.fitted.reader != no_answer.reader_id(reader):
-            log.warning("%s: fitted for another reader; not used", directory)
-            self.fitted = None
+        self.reader = reader
+        self.fitted = self._fit()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index")
+        self._seen = self._on_disk()
         self.index: DocumentIndex = self._thread.submit(self._open).result()
 
-    def _open(self) -> DocumentIndex:
-        index = DocumentIndex.open(self.directory)
+    def _fit(self) -> no_answer.SetThreshold | None:
+        """The index's set-level no-answer fit, where it was made for this reader (it applies
+        to requests with its retriever and number of chunks)."""
+        fitted = None if self.reader is None else no_answer.load(self.directory)
+        if fitted is not None and fitted.reader != no_answer.reader_id(self.reader):
+            log.warning("%s: fitted for another reader; not used", self.directory)
+            return None
+        return fitted
+
+    def _on_disk(self) -> tuple[tuple[int, int] | None, ...]:
+        """What the index's files are now: (mtime, size) of the files an update or a fit
+        rewrites last."""
+        out = []
+        for name in (INDEX_FILE, FUSION_FILE, no_answer.FILE):
+            try:
+                st = (self.directory / name).stat()
+                out.append((st.st_mtime_ns, st.st_size))
+            except FileNotFoundError:
+                out.append(None)
+        return tuple(out)
+
+    def _open(self, encoder=None) -> DocumentIndex:
+        index = DocumentIndex.open(self.directory, encoder)
         # load the retrievers now, not on the first request: the first search would wait
         index.search("warm up", 1, "hybrid")
         return index
 
+    def _current(self) -> DocumentIndex:
+        """The index as on disk: reopened (the sentence encoder kept) after an update or a fit
+        finished; while an update is still writing, the version opened before it."""
+        if (self.directory / UPDATING_FILE).exists():
+            return self.index
+        now = self._on_disk()
+        if now == self._seen:
+            return self.index
+        self._seen = now
+        try:
+            fresh = self._open(self.index._encoder)
+        except Exception as err:  # a broken index on disk: keep serving the one in memory
+            log.error(
+                "%s changed on disk but cannot be opened (%s); serving it as it was",
+                self.directory,
+                err,
+            )
+            return self.index
+        self.index.close()
+        self.index, self.fitted = fresh, self._fit()
+        log.info("%s changed on disk: reopened (%d chunks)", self.directory, len(fresh))
+        return fresh
+
+    def _search(self, query: str, k: int, retriever: str) -> list[Hit]:
+        return self._current().search(query, k, retriever)
+
     @property
     def info(self) -> dict[str, Any]:
-        chunks = self._thread.submit(len, self.index).result()
+        chunks = self._thread.submit(lambda: len(self._current())).result()
         fit = self.fitted
         decision = (
             "per passage"
@@ -118,7 +167,7 @@ class DocumentService:
 
     async def search(self, query: str, k: int, retriever: str) -> list[Hit]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self.index.search, query, k, retriever)
+        return await loop.run_in_executor(self._thread, self._search, query, k, retriever)
 
     def close(self) -> None:
         self._thread.submit(self.index.close).result()
