@@ -270,3 +270,35 @@ def test_a_folder_with_nothing_readable_gives_an_empty_index_and_says_so(
     assert main(["index", str(small), "--out", str(out), "--no-progress"]) == 1
     with DocumentIndex.open(out) as index:  # whole again, and empty: no unfinished marker
         assert len(index) == 0 and index.search("bees", 3, "hybrid") == []
+
+
+def test_labelled_questions_whose_passages_are_not_indexed_are_refused(
+    small: Path, tmp_path: Path, shared_data: Path, capsys, caplog
+) -> None:
+    """fit-fusion, evaluate-ask and fit-no-answer match a question to its passage among the
+    documents indexed from a SQuAD/MRQA file; on an index without them every recall was 0.000
+    and a fit of nothing was saved. Now: an error saying what to index; a warning for some."""
+    from structqa.data.readers import read_extractive
+    from structqa.documents.evaluate import check_passages_indexed
+
+    mini = shared_data / "fixtures/squad-v1.1-mini.json"
+    out = tmp_path / "index"
+    assert main(["index", str(small), "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["fit-fusion", str(out), "--questions", str(mini)]) == 2
+    err = capsys.readouterr().err
+    assert "none of its" in err and "structqa index FOLDER" in err
+    assert not (out / "fusion.json").exists()
+    assert main(["evaluate-ask", str(out), "--eval", str(mini), "--retrieval-only"]) == 2
+    examples = list(read_extractive(mini).examples)
+    squad = json.loads(mini.read_text())
+    first_paragraph = squad["data"][0]["paragraphs"][:1]
+    half = tmp_path / "half.json"
+    half.write_text(
+        json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": first_paragraph}]})
+    )
+    assert main(["index", str(small), str(half), "--out", str(out), "--no-progress"]) == 0
+    with DocumentIndex.open(out) as index, caplog.at_level(logging.WARNING):
+        check_passages_indexed(index, examples, "mini")
+    first = sum(ex.context == examples[0].context for ex in examples)
+    assert f"{len(examples) - first} of {len(examples)} questions' passages" in caplog.text

@@ -128,7 +128,7 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
 
     from structqa.data.readers import read_extractive
     from structqa.documents import DocumentIndex
-    from structqa.documents.evaluate import evaluate_open
+    from structqa.documents.evaluate import check_passages_indexed, evaluate_open
 
     examples = list(read_extractive(args.eval).examples)[: args.max_questions]
     if args.sample is not None and args.sample < len(examples):
@@ -147,6 +147,7 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
         DocumentIndex.open(args.index) as index,
         Progress(disable=args.no_progress, transient=True) as bar,
     ):
+        check_passages_indexed(index, examples, str(args.eval))
         task = bar.add_task("asking", total=len(examples))
         scores = evaluate_open(
             index,
@@ -225,6 +226,7 @@ def cmd_fit_no_answer(args: argparse.Namespace, extra: list[str]) -> int:  # noq
     from structqa.data.readers import read_extractive
     from structqa.documents import DocumentIndex
     from structqa.documents import no_answer as na
+    from structqa.documents.evaluate import check_passages_indexed
 
     args.checkpoint = _reader(args.checkpoint)
     reader = answering_predictor(args)
@@ -236,6 +238,7 @@ def cmd_fit_no_answer(args: argparse.Namespace, extra: list[str]) -> int:  # noq
             f"JSON); it has {unanswerable} unanswerable of {len(fit_examples)}"
         )
     with DocumentIndex.open(args.index) as index:
+        check_passages_indexed(index, fit_examples, str(args.questions))
         show = not args.no_progress
         forced, _ = _read_both(index, reader, fit_examples, args.top_k_chunks, args.retriever, show)
         threshold, f1, always = na.fit(forced, fit_examples)
@@ -316,16 +319,18 @@ in the whole index (--retriever), beside the same reader given the gold passage.
 def cmd_fit_fusion(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     from structqa.data.readers import read_extractive
     from structqa.documents import DocumentIndex, fusion
-    from structqa.documents.evaluate import evaluate_open
+    from structqa.documents.evaluate import check_passages_indexed, evaluate_open
 
     examples = list(read_extractive(args.questions).examples)
     with DocumentIndex.open(args.index) as index:
+        check_passages_indexed(index, examples, str(args.questions))
         fit = fusion.fit_weight(index, examples, str(args.questions))
         path = fusion.save(index, fit)
         print(f"{fit.summary()}; saved in {path}", file=sys.stderr)
         out: dict = {"fit": vars(fit), "saved": str(path)}
         if args.test:
             test = list(read_extractive(args.test).examples)
+            check_passages_indexed(index, test, str(args.test))
             scores = evaluate_open(index, None, test, read=False)
             out["test"] = {"file": str(args.test), "questions": scores.questions}
             out["test"].update({k: v for k, v in scores.to_json().items() if "recall" in k})

@@ -8,6 +8,7 @@ span of the retrieved chunks), beside the same reader given the gold passage its
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +19,32 @@ from structqa.documents.ingest import context_key
 from structqa.metrics.squad import exact_match, f1_v1
 from structqa.prediction import Predictor
 
+log = logging.getLogger(__name__)
+
 RECALL_AT = (1, 5, 10)
+
+
+def check_passages_indexed(index: DocumentIndex, examples: Sequence[Example], source: str) -> None:
+    """Refuse labelled questions none of whose passages is a document of ``index`` (every
+    recall and fit would silently be 0); warn when only some are."""
+    keys = {d.rsplit("#", 1)[1] for d in index.documents() if "#" in d}
+    missing = sum(context_key(ex.context) not in keys for ex in examples)
+    if examples and missing == len(examples):
+        raise ValueError(
+            f"{source}: none of its {len(examples)} questions' passages is a document of "
+            f"{index.directory}. A question is matched to its passage among the documents "
+            "indexed from a SQuAD/MRQA file (each context a document): index the labelled "
+            f"file with the collection (`structqa index FOLDER {source} --out "
+            f"{index.directory}`)"
+        )
+    if missing:
+        log.warning(
+            "%s: %d of %d questions' passages are not documents of %s: they count as not found",
+            source,
+            missing,
+            len(examples),
+            index.directory,
+        )
 
 
 def gold_found(ranked_doc_ids: Sequence[str], example: Example, k: int) -> bool:

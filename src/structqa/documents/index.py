@@ -169,6 +169,10 @@ class DocumentIndex:
             )
         return cls(directory, encoder)
 
+    def documents(self) -> set[str]:
+        """The ids of the documents the index holds (``FILE#KEY`` for a SQuAD/MRQA context)."""
+        return {r[0] for r in self.db.execute("select distinct doc_id from chunks")}
+
     def __len__(self) -> int:
         return self.db.execute("select count(*) from chunks").fetchone()[0]
 
