@@ -302,3 +302,20 @@ def test_labelled_questions_whose_passages_are_not_indexed_are_refused(
         check_passages_indexed(index, examples, "mini")
     first = sum(ex.context == examples[0].context for ex in examples)
     assert f"{len(examples) - first} of {len(examples)} questions' passages" in caplog.text
+
+
+def test_text_with_a_byte_order_mark_is_read_by_it(tmp_path: Path) -> None:
+    """Windows' "Unicode" text (UTF-16 with its mark) was skipped as binary, and UTF-8's mark
+    stayed at the head of the first chunk as an invisible character."""
+    (tmp_path / "u16.txt").write_bytes("Bees make honey.\r\n".encode("utf-16"))
+    (tmp_path / "u8.md").write_bytes(b"\xef\xbb\xbfBees make wax.\n")
+    (tmp_path / "fake.txt").write_bytes(b"\xff\xfe\x00\xd8")  # a mark, then a lone surrogate
+    notes: list[str] = []
+    (u16,) = read_documents(tmp_path / "u16.txt", notes)
+    assert u16.text == "Bees make honey.\r\n" and notes == [
+        "read as UTF-16-LE (its byte-order mark)"
+    ]
+    (u8,) = read_documents(tmp_path / "u8.md", notes)
+    assert u8.text == "Bees make wax.\n" and len(notes) == 1
+    with pytest.raises(Unreadable, match="starts as utf-16-le text but is not"):
+        read_documents(tmp_path / "fake.txt", notes)

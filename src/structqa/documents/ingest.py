@@ -18,6 +18,7 @@ little overlap.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import hashlib
 import html.parser
@@ -140,6 +141,23 @@ def _decode(path: Path, notes: list[str] | None) -> str:
     data = path.read_bytes()
     if not data.strip():
         raise Unreadable("empty file")
+    # a byte-order mark names the encoding: UTF-16 (Windows' "Unicode" text) has NUL bytes,
+    # and UTF-8's mark is not text (it once led every chunk of such a file)
+    for bom, encoding in (
+        (codecs.BOM_UTF8, "utf-8"),
+        (codecs.BOM_UTF16_LE, "utf-16-le"),
+        (codecs.BOM_UTF16_BE, "utf-16-be"),
+    ):
+        if data.startswith(bom):
+            try:
+                text = data[len(bom) :].decode(encoding)
+            except UnicodeDecodeError as err:
+                raise Unreadable(f"starts as {encoding} text but is not ({err})") from None
+            if encoding != "utf-8" and notes is not None:
+                notes.append(f"read as {encoding.upper()} (its byte-order mark)")
+            if not text.strip():
+                raise Unreadable("empty file")
+            return text
     if b"\x00" in data[:4096]:
         raise Unreadable("binary content (NUL bytes), not text")
     for encoding in ENCODINGS:
