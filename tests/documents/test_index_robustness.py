@@ -157,6 +157,13 @@ def test_command_line_mistakes_are_errors_that_say_what_to_do(
     ]:
         assert main(["search", str(out), *argv]) == 2
         assert said in capsys.readouterr().err
+    for argv, said in [  # refused before a reader is looked for or loaded
+        (["--question", " "], "--question is empty"),
+        (["--question", "Who?", "--answers", "0"], "--answers 0: give 1 or more"),
+        (["--question", "Who?", "--top-k-chunks", "0"], "--top-k-chunks 0: give 1 or more"),
+    ]:
+        assert main(["ask", str(out), "--checkpoint", str(tmp_path / "no-reader"), *argv]) == 2
+        assert said in capsys.readouterr().err
     with pytest.raises(ValueError, match="query is empty"):
         DocumentIndex.open(out).search("")
     assert read_documents(small / "bees.txt")[0].text == BEES

@@ -98,6 +98,12 @@ def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     from structqa.documents.ask import ask
     from structqa.documents.no_answer import for_reader
 
+    # checked before the reader loads (seconds)
+    if not args.question.strip():
+        raise ValueError("--question is empty: give the question to ask")
+    for option, value in (("--top-k-chunks", args.top_k_chunks), ("--answers", args.answers)):
+        if value < 1:
+            raise ValueError(f"{option} {value}: give 1 or more")
     args.checkpoint = _reader(args.checkpoint)
     predictor = answering_predictor(args)
     fitted = for_reader(args.index, args.checkpoint, args.retriever, args.top_k_chunks)
@@ -116,9 +122,12 @@ def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     if result.no_answer:
         print(f"no answer in the {len(result.hits)} retrieved chunks")
         return 0
+    # ranked by the reader's probability discounted by the retrieval rank of the chunk read
+    # (structqa.documents.ask.RANK_DECAY): a later chunk's sure answer can rank lower
     for rank, a in enumerate(result.answers[: args.answers], start=1):
         page = f", page {a.page}" if a.page else ""
-        print(f"{rank}. {a.text}  (probability {100 * a.probability:.1f}%)")
+        where = f"retrieved chunk {a.retrieval_rank + 1}"
+        print(f"{rank}. {a.text}  (probability {100 * a.probability:.1f}%, {where})")
         print(f"   {a.title or a.doc_id}: {a.source}{page}, chars {a.start}-{a.end}")
     return 0
 
