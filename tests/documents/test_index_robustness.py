@@ -326,3 +326,16 @@ def test_text_with_a_byte_order_mark_is_read_by_it(tmp_path: Path) -> None:
     assert u8.text == "Bees make wax.\n" and len(notes) == 1
     with pytest.raises(Unreadable, match="starts as utf-16-le text but is not"):
         read_documents(tmp_path / "fake.txt", notes)
+
+
+def test_an_unreachable_qdrant_server_is_a_clear_error(small: Path, tmp_path: Path, capsys) -> None:
+    import socket
+
+    with socket.socket() as s:  # a loopback port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    out = tmp_path / "index"
+    assert main(["index", str(small), "--out", str(out), "--store", f"qdrant:{url}"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the Qdrant server at {url}" in err and "Traceback" not in err

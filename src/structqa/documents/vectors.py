@@ -97,7 +97,17 @@ class QdrantStore:
 
         self.models = models
         self.client = QdrantClient(url=url) if url else QdrantClient(path=str(directory / "qdrant"))
-        if not self.client.collection_exists(COLLECTION):
+        try:
+            exists = self.client.collection_exists(COLLECTION)
+        except Exception as err:  # qdrant-client wraps httpx's and grpc's errors its own ways
+            if not url:
+                raise
+            raise ConnectionError(
+                f"cannot reach the Qdrant server at {url} ({type(err).__name__}: {err}); start "
+                "it, check the URL, or keep the vectors in the index folder (--store faiss or "
+                "--store qdrant)"
+            ) from None
+        if not exists:
             if dim is None:
                 raise FileNotFoundError(f"{url or directory}: no {COLLECTION} collection")
             self.client.create_collection(
