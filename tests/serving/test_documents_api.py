@@ -163,3 +163,20 @@ def test_a_running_server_follows_the_index_on_disk(
         for retriever in RETRIEVERS:
             reply = c.post("/v1/search", json={"query": "telescope", "retriever": retriever})
             assert reply.status_code == 200 and reply.json()["hits"], (retriever, reply.text)
+
+
+@pytest.mark.parametrize("path", ["/v1/search", "/v1/ask"])
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b'{"question":', "the body is not valid JSON: Expecting value at line 1 column 13"),
+        (b"", "the body is empty"),
+        (b'{"query": "caf\xe9"}', "the body is not UTF-8: byte 0xe9 at offset 14"),
+    ],
+)
+def test_a_body_that_is_not_json_is_a_400_saying_why(client, path, body, said):
+    """As POST /v1/answer says it (these routes' bodies are parsed by FastAPI, which said
+    '[12]: JSON decode error' with a 422, or 'There was an error parsing the body')."""
+    reply = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == 400, reply.text
+    assert said in reply.json()["error"]

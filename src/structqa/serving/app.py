@@ -46,6 +46,7 @@ from structqa.serving.parsing import (
     ApiError,
     Questions,
     explain_body,
+    parse_json,
     questions_body,
     validation_fields,
 )
@@ -450,9 +451,22 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, err: ApiError) -> Response:
         return _json_error(err)
 
+    async def unparsed(request: Request) -> ApiError | None:
+        """The body's own fault (empty, not UTF-8, not JSON), said as POST /v1/answer says
+        it, for the routes whose body FastAPI parses (/v1/search, /v1/ask)."""
+        try:
+            parse_json(await request.body())
+        except ApiError as err:
+            return err
+        return None
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> Response:
-        fields = validation_fields(err.errors())
+        errors = err.errors()
+        if any(e["type"] == "json_invalid" or tuple(e["loc"]) == ("body",) for e in errors):
+            if (body_error := await unparsed(request)) is not None:
+                return _json_error(body_error)
+        fields = validation_fields(errors)
         text = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         return _json_error(ApiError(422, text, fields=fields))
 
@@ -469,6 +483,8 @@ def _add_error_handlers(app: FastAPI) -> None:
                 "GET /health, /ready, /metrics, /docs (and POST /v1/search, /v1/ask when the "
                 "server was started with --index)"
             )
+        elif err.status_code == 400 and (body_error := await unparsed(request)) is not None:
+            return _json_error(body_error)
         elif err.status_code == 405:
             allowed = (err.headers or {}).get("Allow", "")
             msg = f"{method} is not allowed on {path}; allowed: {allowed}"
