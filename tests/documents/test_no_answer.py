@@ -81,7 +81,10 @@ def test_fit_no_answer_is_saved_for_its_reader_and_used(
     args = ["fit-no-answer", str(index), "--questions", str(labelled), "--test", str(labelled)]
     args += ["--checkpoint", str(reader), "--bf16", "off", "--no-progress", "--top-k-chunks", "2"]
     assert main(args) == 0
-    out = json.loads(capsys.readouterr().out)
+    said = capsys.readouterr()
+    out = json.loads(said.out)
+    assert "set-level threshold" in said.err and "delete it to go back" in said.err
+    assert "warning" not in said.err  # fitted and tested on the same questions: no worse
     fitted = load(index)
     assert fitted is not None and fitted.reader == reader_id(reader)
     assert fitted.questions == 7 and fitted.unanswerable == 2

@@ -263,6 +263,13 @@ def cmd_fit_no_answer(args: argparse.Namespace, extra: list[str]) -> int:  # noq
             f1_always_answer=always,
         )
         path = na.save(args.index, fitted)
+        print(
+            f"set-level threshold {threshold:.3f}: F1 {f1:.2f} on the {len(fit_examples)} "
+            f"questions of {args.questions} (always answering {always:.2f}); saved in {path} "
+            f"for {args.retriever} with {args.top_k_chunks} chunks (delete it to go back to "
+            "the per-passage decision)",
+            file=sys.stderr,
+        )
         out: dict = {"fit": vars(fitted), "saved": str(path), "runtime": reader.runtime}
         if args.test:
             test_examples = list(read_extractive(args.test).examples)[: args.max_questions]
@@ -276,6 +283,15 @@ def cmd_fit_no_answer(args: argparse.Namespace, extra: list[str]) -> int:  # noq
                 "passage_threshold": na.scores_at(passage, test_examples, None),
                 "always_answer": na.scores_at(forced, test_examples, None),
             }
+            fit_f1, passage_f1 = (out["test"][k]["f1"] for k in ("set_level", "passage_threshold"))
+            if fit_f1 < passage_f1:
+                print(
+                    f"structqa fit-no-answer: warning: on {args.test} the fitted threshold "
+                    f"scores F1 {fit_f1:.2f} against {passage_f1:.2f} for the per-passage "
+                    f"decision; `ask` and `serve` use the fit from now on: delete {path} to "
+                    "go back",
+                    file=sys.stderr,
+                )
     print(json.dumps(out, indent=2))
     if args.out:
         write_json(Path(args.out), out)
@@ -365,8 +381,10 @@ _FIT_NO_ANSWER_TEXT = """fit the index's one no-answer decision per question on 
 Asks every question of a SQuAD 2.0 file (answerable and unanswerable questions over documents of
 INDEX) of the whole index, and fits the threshold on each question's best answer over the
 retrieved chunks that maximises their F1. It is saved in INDEX (no_answer.json) for this reader,
-retriever and --top-k-chunks, and `ask` and `serve --index` use it from then on. --test scores
-another such file at that threshold, beside the passage threshold and always answering.
+retriever and --top-k-chunks, and `ask` and `serve --index` use it from then on (delete
+INDEX/no_answer.json to go back to each passage's own decision). --test scores another such
+file at that threshold, beside the passage threshold and always answering, and warns when the
+fit does worse there.
 """
 
 
