@@ -375,3 +375,17 @@ def test_commands_without_config_refuse_a_stray_override(argv, tmp_path, capsys)
         main([*argv, "--train.lr=3e-5"])
     assert stopped.value.code == 2
     assert f"{argv[0]} takes no config overrides: --train.lr=3e-5" in capsys.readouterr().err
+
+
+def test_an_unknown_option_shows_the_commands_usage_and_the_option_meant(capsys) -> None:
+    """It printed the whole command list; now the subcommand's usage and the nearest option."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["search", "idx", "--query", "bees", "--top-k", "3"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: structqa search")
+    assert "unrecognized arguments: --top-k 3; --top-k: did you mean --k?" in err
+    with pytest.raises(SystemExit):
+        main(["ask", "idx", "--question", "Who?", "stray"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: structqa ask") and "did you mean" not in err

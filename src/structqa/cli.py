@@ -7,6 +7,7 @@ clear line."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
 
@@ -95,12 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     bad = [x for x in extra if not (x.startswith("--") and "=" in x and "." in x.split("=")[0])]
     if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+        # the subcommand's own usage, and the option meant where one is close
+        command = _subcommand_parser(parser, args.command)
+        options = [o for a in command._actions for o in a.option_strings]
+        hints = [
+            f"{x.split('=')[0]}: did you mean {close[0]}?"
+            for x in bad
+            if x.startswith("-")
+            and (close := difflib.get_close_matches(x.split("=")[0], options, n=1, cutoff=0.6))
+        ]
+        command.error(f"unrecognized arguments: {' '.join(bad)}" + "".join(f"; {h}" for h in hints))
     if extra and args.command not in TAKES_OVERRIDES:
         parser.error(f"{args.command} takes no config overrides: {' '.join(extra)}")
     _setup_logging(args.verbose)
