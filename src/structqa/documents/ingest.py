@@ -23,6 +23,7 @@ import gzip
 import hashlib
 import html.parser
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -249,10 +250,15 @@ def _collection(path: Path, notes: list[str] | None = None) -> list[Document]:
         return _beir(path, opener, notes)
     from structqa.data.readers import read_extractive
 
+    data_log = logging.getLogger("structqa.data")  # its notes on the questions and answers
+    level = data_log.level  # (repaired offsets, skipped questions) say nothing of the passages
+    data_log.setLevel(logging.ERROR)
     try:
         examples = read_extractive(path).examples
     except (ValueError, OSError) as err:
         raise Unreadable(f"neither a BEIR corpus nor a SQuAD/MRQA file ({err})") from None
+    finally:
+        data_log.setLevel(level)
     docs: dict[str, Document] = {}
     for ex in examples:
         key = context_key(ex.context)
