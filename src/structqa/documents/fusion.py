@@ -37,7 +37,8 @@ class FusionFit:
         at = self.recall_at_5
         return (
             f"BM25 weight {self.bm25_weight} (recall@{RECALL_K} {at[str(self.bm25_weight)]:.3f} "
-            f"on {self.questions} questions of {self.fitted_on}; default {BM25_WEIGHT}: "
+            f"on the {self.questions} answerable questions of {self.fitted_on}; default "
+            f"{BM25_WEIGHT}: "
             f"{at[str(BM25_WEIGHT)]:.3f}, BM25 alone {at['1.0']:.3f}, dense alone {at['0.0']:.3f})"
         )
 
