@@ -145,7 +145,7 @@ def test_a_running_server_follows_the_index_on_disk(
     (folder / "ferry.txt").write_text("The harbour ferry leaves at seven every morning.\n")
     out = tmp_path / "index"
     assert main(["index", str(folder), "--out", str(out), "--no-progress"]) == 0
-    docs = DocumentService(out)
+    docs = DocumentService(out, reader=tmp_path / "reader")  # (no fit for it yet)
     app = create_app(tiny_predictor, ServeSettings(queue_size=4), 0.0, docs)
     query = {"query": "observatory telescope mirror", "retriever": "bm25"}
     with TestClient(app, raise_server_exceptions=False) as c:
@@ -163,6 +163,11 @@ def test_a_running_server_follows_the_index_on_disk(
         for retriever in RETRIEVERS:
             reply = c.post("/v1/search", json={"query": "telescope", "retriever": retriever})
             assert reply.status_code == 200 and reply.json()["hits"], (retriever, reply.text)
+        # a fit file that cannot be read: the reopened index serves, without the fit
+        (out / "no_answer.json").write_text("{not json")
+        after = c.post("/v1/search", json={"query": "telescope", "retriever": "bm25"})
+        assert after.status_code == 200 and after.json()["hits"]
+        assert docs.fitted is None
 
 
 @pytest.mark.parametrize("path", ["/v1/search", "/v1/ask"])

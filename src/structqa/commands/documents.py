@@ -79,9 +79,14 @@ def cmd_search(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG0
     with DocumentIndex.open(args.index) as index:
         hits = index.search(args.query, args.k, args.retriever)
         held = len(index)
-    if len(hits) < min(args.k, held) or not held:  # BM25 scores only chunks sharing a word
-        why = "the index is empty" if not held else f"no other chunk of {held} shares a word"
-        print(f"structqa search: {len(hits)} of {args.k} chunks found ({why})", file=sys.stderr)
+    if not held:
+        print(f"structqa search: no chunks found ({args.index} is empty)", file=sys.stderr)
+    elif args.retriever == "bm25" and len(hits) < min(args.k, held):
+        print(
+            f"structqa search: {len(hits)} of {args.k} chunks found (BM25 scores only the "
+            f"chunks sharing a word with the query; the index holds {held})",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps([vars(h) for h in hits], indent=2, ensure_ascii=False))
         return 0
@@ -347,8 +352,8 @@ def cmd_fit_fusion(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: 
     from structqa.documents.evaluate import check_passages_indexed, evaluate_open
 
     examples = list(read_extractive(args.questions).examples)
-    with DocumentIndex.open(args.index) as index:
-        check_passages_indexed(index, examples, str(args.questions))
+    with DocumentIndex.open(args.index) as index:  # the fit uses the answerable ones
+        check_passages_indexed(index, [ex for ex in examples if ex.gold_texts], str(args.questions))
         fit = fusion.fit_weight(index, examples, str(args.questions))
         path = fusion.save(index, fit)
         print(f"{fit.summary()}; saved in {path}", file=sys.stderr)

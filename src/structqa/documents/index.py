@@ -39,6 +39,7 @@ from structqa.documents.ingest import (
     file_sha256,
     files_under,
     read_all,
+    reader_kind,
 )
 from structqa.documents.vectors import VectorStore, open_store
 
@@ -227,8 +228,8 @@ class DocumentIndex:
                 continue
             if known.get(str(f)) == digest:
                 report.unchanged_files += 1
-            elif str(f) not in known and gone.get(digest):  # moved, or typed from elsewhere
-                self._move(gone[digest].pop(0), str(f))
+            elif str(f) not in known and (was := _moved_from(gone.get(digest, []), f)):
+                self._move(was, str(f))  # moved, or typed from elsewhere: the same reader
                 report.moved_files += 1
             else:
                 todo.append((f, digest))
@@ -459,6 +460,15 @@ def fuse(
         for rank, (item, _) in enumerate(ranking, start=1):
             score[item] = score.get(item, 0.0) + 1.0 / (k + rank)
     return sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _moved_from(candidates: list[str], new: Path) -> str | None:
+    """The first of ``candidates`` (paths no longer given, with ``new``'s content) that the
+    same reader read (a.txt renamed a.html must be read again), taken from the list."""
+    for i, old in enumerate(candidates):
+        if reader_kind(old) == reader_kind(new):
+            return candidates.pop(i)
+    return None
 
 
 def _bm25s():

@@ -117,17 +117,31 @@ def files_under(paths: Sequence[str | Path]) -> list[Path]:
     return unique
 
 
+def reader_kind(path: str | Path) -> str:
+    """Which reader a file's name sends it to (pdf, html, text, qa, or none)."""
+    name = Path(path).name.lower()
+    for kind, suffixes in (
+        ("pdf", (".pdf",)),
+        ("html", HTML_SUFFIXES),
+        ("text", TEXT_SUFFIXES),
+        ("qa", QA_SUFFIXES),
+    ):
+        if name.endswith(suffixes):
+            return kind
+    return "none"
+
+
 def read_documents(path: Path, notes: list[str] | None = None) -> list[Document]:
     """The documents of one file (see the module docstring), or :class:`Unreadable`; caveats
     of a file that was read (text that is not UTF-8) are appended to ``notes``."""
-    name = path.name.lower()
-    if name.endswith(".pdf"):
+    kind = reader_kind(path)
+    if kind == "pdf":
         return [_pdf(path)]
-    if name.endswith(HTML_SUFFIXES):
+    if kind == "html":
         return [_one(path, _html_text(_decode(path, notes)))]
-    if name.endswith(TEXT_SUFFIXES):
+    if kind == "text":
         return [_one(path, _decode(path, notes))]
-    if name.endswith(QA_SUFFIXES):
+    if kind == "qa":
         return _collection(path, notes)
     raise Unreadable(f"not a document type read here ({path.suffix or 'no suffix'})")
 
@@ -144,11 +158,14 @@ def _decode(path: Path, notes: list[str] | None) -> str:
         raise Unreadable("empty file")
     # a byte-order mark names the encoding: UTF-16 (Windows' "Unicode" text) has NUL bytes,
     # and UTF-8's mark is not text (it once led every chunk of such a file)
-    for bom, encoding in (
+    marks = (  # UTF-32's before UTF-16's, which begin them
         (codecs.BOM_UTF8, "utf-8"),
+        (codecs.BOM_UTF32_LE, "utf-32-le"),
+        (codecs.BOM_UTF32_BE, "utf-32-be"),
         (codecs.BOM_UTF16_LE, "utf-16-le"),
         (codecs.BOM_UTF16_BE, "utf-16-be"),
-    ):
+    )
+    for bom, encoding in marks:
         if data.startswith(bom):
             try:
                 text = data[len(bom) :].decode(encoding)

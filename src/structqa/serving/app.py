@@ -453,9 +453,13 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     async def unparsed(request: Request) -> ApiError | None:
         """The body's own fault (empty, not UTF-8, not JSON), said as POST /v1/answer says
-        it, for the routes whose body FastAPI parses (/v1/search, /v1/ask)."""
+        it, for the routes whose body FastAPI parses (/v1/search, /v1/ask); only for a body
+        that was read whole (one cut short or too large is answered by its own error)."""
+        body = getattr(request, "_body", None)
+        if body is None:
+            return None
         try:
-            parse_json(await request.body())
+            parse_json(body)
         except ApiError as err:
             return err
         return None
@@ -483,6 +487,8 @@ def _add_error_handlers(app: FastAPI) -> None:
                 "GET /health, /ready, /metrics, /docs (and POST /v1/search, /v1/ask when the "
                 "server was started with --index)"
             )
+        elif err.status_code == 400 and isinstance(err.__cause__, ApiError):
+            return _json_error(err.__cause__)  # the edge's 413 or 408 while the body was read
         elif err.status_code == 400 and (body_error := await unparsed(request)) is not None:
             return _json_error(body_error)
         elif err.status_code == 405:

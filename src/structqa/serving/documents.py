@@ -109,14 +109,14 @@ class DocumentService:
             return None
         return fitted
 
-    def _on_disk(self) -> tuple[tuple[int, int] | None, ...]:
-        """What the index's files are now: (mtime, size) of the files an update or a fit
-        rewrites last."""
+    def _on_disk(self) -> tuple[tuple[int, int, int] | None, ...]:
+        """What the index's files are now: (inode, mtime, size) of the files an update or a
+        fit rewrites last (each is replaced whole, so a new inode)."""
         out = []
         for name in (INDEX_FILE, FUSION_FILE, no_answer.FILE):
             try:
                 st = (self.directory / name).stat()
-                out.append((st.st_mtime_ns, st.st_size))
+                out.append((st.st_ino, st.st_mtime_ns, st.st_size))
             except FileNotFoundError:
                 out.append(None)
         return tuple(out)
@@ -129,24 +129,28 @@ class DocumentService:
 
     def _current(self) -> DocumentIndex:
         """The index as on disk: reopened (the sentence encoder kept) after an update or a fit
-        finished; while an update is still writing, the version opened before it."""
+        finished. While an update is still writing, the index opened before it answers (its
+        retrievers as they were; the chunks' texts as the database has them by then)."""
         if (self.directory / UPDATING_FILE).exists():
             return self.index
         now = self._on_disk()
         if now == self._seen:
             return self.index
-        self._seen = now
+        self._seen = now  # tried once per change on disk, whatever comes of it
         try:
             fresh = self._open(self.index._encoder)
         except Exception as err:  # a broken index on disk: keep serving the one in memory
             log.error(
-                "%s changed on disk but cannot be opened (%s); serving it as it was",
-                self.directory,
-                err,
+                "%s changed but cannot be opened (%s); serving it as before", self.directory, err
             )
             return self.index
-        self.index.close()
-        self.index, self.fitted = fresh, self._fit()
+        try:
+            fitted = self._fit()
+        except (OSError, ValueError) as err:
+            log.error("%s: its no-answer fit cannot be read (%s); not used", self.directory, err)
+            fitted = None
+        old, self.index, self.fitted = self.index, fresh, fitted
+        old.close()
         log.info("%s changed on disk: reopened (%d chunks)", self.directory, len(fresh))
         return fresh
 
@@ -155,7 +159,7 @@ class DocumentService:
 
     @property
     def info(self) -> dict[str, Any]:
-        chunks = self._thread.submit(lambda: len(self._current())).result()
+        chunks = self._thread.submit(lambda: len(self.index)).result()  # as now served
         fit = self.fitted
         decision = (
             "per passage"
@@ -170,7 +174,7 @@ class DocumentService:
         return await loop.run_in_executor(self._thread, self._search, query, k, retriever)
 
     def close(self) -> None:
-        self._thread.submit(self.index.close).result()
+        self._thread.submit(lambda: self.index.close()).result()  # the one open by then
         self._thread.shutdown()
 
 
