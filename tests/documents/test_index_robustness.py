@@ -255,6 +255,12 @@ def test_a_corpus_line_that_is_not_a_record_is_skipped_and_named(tmp_path: Path)
         "3 line(s) not corpus records, skipped: 2, 4, 5 (line 2: JSONDecodeError"
     )
     assert "_id and a text" in note
+    # a bad first line (and a UTF-8 mark) once made the file unrecognisable as a corpus
+    marked = tmp_path / "marked.corpus.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines[1:4]).encode() + b"\n")
+    notes = []
+    assert [d.doc_id for d in read_documents(marked, notes)] == ["c"]
+    assert notes[0].startswith("2 line(s) not corpus records, skipped: 1, 3")
     bad = tmp_path / "bad.corpus.jsonl"
     bad.write_text('{"_id": "b", "text": "cut off\n[1]\n', encoding="utf-8")
     with pytest.raises(Unreadable, match="no line is a corpus record"):

@@ -258,12 +258,13 @@ def _collection(path: Path, notes: list[str] | None = None) -> list[Document]:
     """A BEIR corpus (records with ``_id`` and ``text``) or a SQuAD/MRQA file (each context)."""
     opener: Callable = gzip.open if path.name.lower().endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
+        with opener(path, "rt", encoding="utf-8-sig") as f:
             head = f.read(1 << 16)
     except (OSError, UnicodeDecodeError, EOFError) as err:
         raise Unreadable(f"cannot be read as text ({err})") from None
-    first = head.lstrip()[:1]
-    if first == "{" and '"_id"' in head.split("\n", 1)[0]:
+    lines = [line for line in head.splitlines()[:5] if line.strip()]
+    # a BEIR corpus: records of one line each, with an _id (a bad first line is skipped later)
+    if lines and lines[0].lstrip()[:1] == "{" and any('"_id"' in line for line in lines):
         return _beir(path, opener, notes)
     from structqa.data.readers import read_extractive
 
@@ -295,7 +296,7 @@ def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[
     first_error = ""
     lineno = 0
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
+        with opener(path, "rt", encoding="utf-8-sig") as f:
             for lineno, line in enumerate(f, start=1):  # noqa: B007 (named in the error)
                 if not line.strip():
                     continue
