@@ -142,7 +142,7 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
 
     from structqa.data.readers import read_extractive
     from structqa.documents import DocumentIndex
-    from structqa.documents.evaluate import check_passages_indexed, evaluate_open
+    from structqa.documents.evaluate import evaluate_open
 
     examples = list(read_extractive(args.eval).examples)[: args.max_questions]
     if args.sample is not None and args.sample < len(examples):
@@ -161,7 +161,6 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
         DocumentIndex.open(args.index) as index,
         Progress(disable=args.no_progress, transient=True) as bar,
     ):
-        check_passages_indexed(index, examples, str(args.eval))
         task = bar.add_task("asking", total=len(examples))
         scores = evaluate_open(
             index,
@@ -172,6 +171,7 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
             progress=lambda n, t: bar.update(task, completed=n, total=t),
             read=reader is not None,
             gold_answers=gold_answers,
+            source=str(args.eval),
         )
     out: dict = {"retriever": args.retriever, "top_k_chunks": args.top_k_chunks}
     if gold_answers is not None:
@@ -349,19 +349,17 @@ in the whole index (--retriever), beside the same reader given the gold passage.
 def cmd_fit_fusion(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     from structqa.data.readers import read_extractive
     from structqa.documents import DocumentIndex, fusion
-    from structqa.documents.evaluate import check_passages_indexed, evaluate_open
+    from structqa.documents.evaluate import evaluate_open
 
     examples = list(read_extractive(args.questions).examples)
-    with DocumentIndex.open(args.index) as index:  # the fit uses the answerable ones
-        check_passages_indexed(index, [ex for ex in examples if ex.gold_texts], str(args.questions))
+    with DocumentIndex.open(args.index) as index:
         fit = fusion.fit_weight(index, examples, str(args.questions))
         path = fusion.save(index, fit)
         print(f"{fit.summary()}; saved in {path}", file=sys.stderr)
         out: dict = {"fit": vars(fit), "saved": str(path)}
         if args.test:
             test = list(read_extractive(args.test).examples)
-            check_passages_indexed(index, test, str(args.test))
-            scores = evaluate_open(index, None, test, read=False)
+            scores = evaluate_open(index, None, test, read=False, source=str(args.test))
             out["test"] = {"file": str(args.test), "questions": scores.questions}
             out["test"].update({k: v for k, v in scores.to_json().items() if "recall" in k})
     print(json.dumps(out, indent=2))

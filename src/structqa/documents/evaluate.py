@@ -89,13 +89,16 @@ def evaluate_open(
     progress: Callable[[int, int], None] | None = None,
     read: bool = True,
     gold_answers: Mapping[str, str] | None = None,
+    source: str = "the labelled questions",
 ) -> OpenScores:
     """Recall@k of the gold passage by every retriever, and end-to-end EM/F1 with
     ``retriever`` (the best answer over the retrieved chunks, no abstention), beside the
     reader on the gold passage alone. ``read`` False: retrieval only (``reader`` may be
     None; the EM/F1 are then 0). ``gold_answers`` (question id -> text): the same reader's
-    answers on the gold passages, saved before, in place of reading them again."""
+    answers on the gold passages, saved before, in place of reading them again. ``source``
+    names the questions' file in the error when none of their passages is indexed."""
     examples = [ex for ex in examples if ex.gold_texts]
+    check_passages_indexed(index, examples, source)
     depth = max(top_k_chunks, *RECALL_AT)
     found = {r: {k: 0 for k in RECALL_AT} for r in RETRIEVERS}
     open_em = open_f1 = gold_em = gold_f1 = 0.0

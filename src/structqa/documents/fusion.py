@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from structqa.data.records import Example
-from structqa.documents.evaluate import gold_found
+from structqa.documents.evaluate import check_passages_indexed, gold_found
 from structqa.documents.index import BM25_WEIGHT, FUSION_FILE, DocumentIndex, combine
 from structqa.io import write_json
 
@@ -55,6 +55,7 @@ def fit_weight(
     examples = [ex for ex in examples if ex.gold_texts]
     if not examples:
         raise ValueError(f"{fitted_on}: no answerable questions to fit the fusion weight on")
+    check_passages_indexed(index, examples, fitted_on)
     both = []
     for start in range(0, len(examples), 64):
         part = examples[start : start + 64]

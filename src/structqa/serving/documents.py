@@ -23,7 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_v
 
 from structqa.documents import no_answer
 from structqa.documents.ask import decide, ranked
-from structqa.documents.index import FUSION_FILE, INDEX_FILE, UPDATING_FILE, DocumentIndex, Hit
+from structqa.documents.index import (
+    FUSION_FILE,
+    INDEX_FILE,
+    RETRIEVERS,
+    UPDATING_FILE,
+    DocumentIndex,
+    Hit,
+)
 from structqa.serving.edge import disconnect_watch
 from structqa.serving.parsing import ApiError
 from structqa.serving.schemas import ErrorOut, check_text
@@ -32,7 +39,8 @@ log = logging.getLogger(__name__)
 
 MAX_TOP_K = 100
 MAX_CHUNKS_READ = 50
-Retriever = Literal["bm25", "dense", "hybrid", "rrf"]  # as structqa.documents.index.RETRIEVERS
+Retriever = Literal[RETRIEVERS]  # type: ignore[valid-type]  # the index's, one list for both
+RETRIEVER_TEXT = "bm25, dense, hybrid (both scores combined) or rrf (rank fusion)"
 
 
 class SearchBody(BaseModel):
@@ -42,9 +50,7 @@ class SearchBody(BaseModel):
 
     query: StrictStr = Field(description="what to look for", examples=["Who won Super Bowl 50?"])
     top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K, description="how many chunks to return")
-    retriever: Retriever = Field(
-        "hybrid", description="bm25, dense, hybrid (both scores combined) or rrf (rank fusion)"
-    )
+    retriever: Retriever = Field("hybrid", description=RETRIEVER_TEXT)
 
     @field_validator("query")
     @classmethod
@@ -61,9 +67,7 @@ class AskBody(BaseModel):
     top_k_chunks: StrictInt = Field(
         10, ge=1, le=MAX_CHUNKS_READ, description="retrieved chunks the reader reads"
     )
-    retriever: Retriever = Field(
-        "hybrid", description="bm25, dense, hybrid (both scores combined) or rrf (rank fusion)"
-    )
+    retriever: Retriever = Field("hybrid", description=RETRIEVER_TEXT)
     answers: StrictInt = Field(5, ge=1, le=20, description="how many answers to return")
 
     @field_validator("question")
