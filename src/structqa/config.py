@@ -184,6 +184,11 @@ class Optimisation:
 class TrainConfig(Optimisation):
     output_dir: str = setting("runs/default", "run directory: best/, last/, metrics.jsonl")
     seed: int = setting(0, "seed of the initialisation, batch order and training subset")
+    init_seed: int | None = setting(
+        None,
+        "seed of the new layers' initialisation alone (train.seed then seeds the batch order, "
+        "dropout and subset); runs whose weights are to be averaged share it. null: train.seed",
+    )
     lr: float = setting(1e-4, "peak learning rate (AdamW, linear warm-up then decay)")
     head_lr: float | None = setting(
         None, "learning rate of the head's parameters; null: lr (1e-3 suits DyREx and DyReF)"

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from structqa.config import ConfigError, load_config
 from structqa.encoders import AttentionOptions, convert_stacking, save_encoder
@@ -157,3 +158,30 @@ def test_a_converted_block_keeps_the_checkpoints_attention_variant(
         without = BertEncoder.from_pretrained(tiny_checkpoint).eval()(ids, attention_mask=mask)
     torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(a, without.last_hidden_state, atol=1e-3)  # the variant is live
+
+
+def test_runs_sharing_init_seed_start_from_the_same_weights(tiny_checkpoint: Path) -> None:
+    from structqa.training.loop import build_seeded
+
+    def head(*overrides: str) -> dict[str, object]:
+        cfg = load_config(overrides=[f"model.encoder={tiny_checkpoint}", *overrides])
+        model, _ = build_seeded(cfg)
+        return {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("encoder.")}
+
+    a = head("train.seed=0", "train.init_seed=7")
+    b = head("train.seed=1", "train.init_seed=7")
+    c = head("train.seed=1")
+    assert a and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a if a[k].is_floating_point())
+    # after the build, draws follow train.seed: two seeds sharing init_seed drop out differently
+    torch_draws = [
+        load_config(
+            overrides=[f"model.encoder={tiny_checkpoint}", f"train.seed={s}", "train.init_seed=7"]
+        )
+        for s in (0, 1)
+    ]
+    after = []
+    for cfg in torch_draws:
+        build_seeded(cfg)
+        after.append(torch.rand(4))
+    assert not torch.equal(after[0], after[1])

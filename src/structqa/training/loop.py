@@ -27,6 +27,7 @@ from structqa.features.squad import Feature
 from structqa.inference import run_inference
 from structqa.io import write_json
 from structqa.models.build import build_model, describe_start
+from structqa.models.extractive import ExtractiveQAModel
 from structqa.provenance import INIT_RECORD
 from structqa.training.data import TrainData, prepare_data
 from structqa.training.heldout import Calibrate, score_best_once
@@ -107,12 +108,24 @@ def run(
     of the calibration ``calibrate`` fits on that validation data first (without it, a SQuAD
     2.0 test file has its threshold tuned on itself)."""
     validate(cfg)
-    set_seed(cfg.train.seed)
-    model, tokenizer = build_model(cfg)
+    model, tokenizer = build_seeded(cfg)
     record_start(cfg, resume)
     data = prepare_data(cfg, tokenizer)
     best = train(cfg, model, tokenizer, data, resume=resume, progress=progress)
     return score_best_once(cfg, best, calibrate)
+
+
+def build_seeded(cfg: Config) -> tuple[ExtractiveQAModel, object]:
+    """The model and tokenizer, its new layers drawn by ``train.init_seed`` (else
+    ``train.seed``); every random draw after the build (dropout, the subset) follows
+    ``train.seed``. Runs that share ``init_seed`` start from the same weights, which is what
+    averaging their weights afterwards (``structqa soup``) needs."""
+    init_seed = cfg.train.seed if cfg.train.init_seed is None else cfg.train.init_seed
+    set_seed(init_seed)
+    built = build_model(cfg)
+    if init_seed != cfg.train.seed:
+        set_seed(cfg.train.seed)
+    return built
 
 
 def record_start(cfg: Config, resume: bool) -> None:
@@ -137,4 +150,13 @@ def train(
     return fit(task, model, Settings.from_config(cfg.train, config), resume, progress)
 
 
-__all__ = ["INIT_RECORD", "SpanTask", "StopFlag", "epoch_batches", "record_start", "run", "train"]
+__all__ = [
+    "INIT_RECORD",
+    "SpanTask",
+    "StopFlag",
+    "build_seeded",
+    "epoch_batches",
+    "record_start",
+    "run",
+    "train",
+]
