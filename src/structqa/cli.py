@@ -26,6 +26,7 @@ from structqa.commands import (
     scores,
     serve,
     settings,
+    soup,
     train,
 )
 from structqa.commands.common import INTERRUPTED
@@ -48,6 +49,7 @@ SUBCOMMANDS = (
     experiment,
     export,
     calibrate,
+    soup,
     scores,
     documents,
 )

@@ -1,0 +1,176 @@
+"""Weight averaging: one checkpoint whose weights are the mean of several runs' ("a model
+soup", Wortsman et al. 2022).
+
+The runs must share their architecture and the weights they started from (the same encoder,
+``model.init_from`` and ``train.init_seed``): runs fine-tuned from one start stay close
+enough that the mean of their weights is a model of its own, often better than any of them,
+at one model's cost to read. Runs that started apart (another ``init_seed``) average to
+noise, so they are refused unless ``force`` says otherwise.
+
+The soup keeps what defines the model (weights, encoder and structqa configs, tokenizer) and
+none of what a member measured or fitted on its own weights (metrics, calibration, answers,
+an ONNX export, the train and resume states): calibrate, export and score the soup itself.
+Its ``soup.json`` names the members (path, the SHA-256 of their weights, seeds, metrics).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from structqa.io import read_json, write_json
+from structqa.manifest import MANIFEST, file_sha256, verify_manifest
+from structqa.training.checkpoint import seal_checkpoint
+
+WEIGHTS = "model.safetensors"
+CONFIG = "structqa_config.json"
+SOUP_RECORD = "soup.json"
+#: a member's own measurements and fits, not the soup's
+MEMBER_ONLY = frozenset(
+    {
+        WEIGHTS,
+        MANIFEST,
+        SOUP_RECORD,
+        "metrics.json",
+        "calibration.json",
+        "predictions.json",
+        "nbest_predictions.json",
+        "null_odds.json",
+        "train_state.json",
+        "resume.pt",
+        "onnx",
+        "test",
+    }
+)
+
+
+class SoupRefused(ValueError):
+    """Checkpoints that cannot be averaged, and why."""
+
+
+def _start(config: dict[str, Any]) -> tuple[Any, Any]:
+    """What a run's weights started from, beyond its architecture: the checkpoint named by
+    ``model.init_from`` and the seed of its new layers."""
+    train = config.get("train", {})
+    init_seed = train.get("init_seed")
+    return config["model"].get("init_from"), train.get("seed") if init_seed is None else init_seed
+
+
+def check_members(members: Sequence[Path], force: bool = False) -> list[dict[str, Any]]:
+    """Each member's config, after checking that the members can be averaged: at least two,
+    each a checkpoint whose files match its manifest, of one architecture and tokenizer, and
+    (unless ``force``) from one start."""
+    if len(members) < 2:
+        raise SoupRefused("a soup needs at least two checkpoints (RUN/best directories)")
+    if len({p.resolve() for p in members}) < len(members):
+        raise SoupRefused("a checkpoint is named twice: give each run once")
+    configs = []
+    for path in members:
+        if not (path / WEIGHTS).is_file() or not (path / CONFIG).is_file():
+            held = [d for d in ("best", "last") if (path / d / WEIGHTS).is_file()]
+            hint = f"; it is a run directory: give {path / held[0]}" if held else ""
+            raise SoupRefused(f"{path}: not a span-model checkpoint (no {WEIGHTS}){hint}")
+        verify_manifest(path)
+        configs.append(read_json(path / CONFIG))
+    first, first_path = configs[0], members[0]
+    tokenizer = file_sha256(first_path / "tokenizer.json")
+    for path, config in zip(members[1:], configs[1:], strict=True):
+        if config["model"] != first["model"]:
+            diff = sorted(k for k in first["model"] if first["model"][k] != config["model"].get(k))
+            raise SoupRefused(
+                f"{path}: another model than {first_path} ({CONFIG} model.{', model.'.join(diff)} "
+                "differ): only runs of one architecture can be averaged"
+            )
+        if file_sha256(path / "tokenizer.json") != tokenizer:
+            raise SoupRefused(f"{path}: another tokenizer than {first_path}")
+        if not force and _start(config) != _start(first):
+            raise SoupRefused(
+                f"{path} started from other weights than {first_path} (init_from, init_seed: "
+                f"{_start(config)} against {_start(first)}): the mean of runs that started "
+                "apart is not a model. Train the members with one --train.init_seed (their "
+                "--train.seed may differ), or pass --force to average them anyway"
+            )
+    return configs
+
+
+def average_weights(members: Sequence[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the members' weights (accumulated in float64, saved in each
+    tensor's own dtype); integer tensors (position ids) must be equal and are kept."""
+    total: dict[str, torch.Tensor] = {}
+    kept: dict[str, torch.Tensor] = {}
+    reference: dict[str, tuple[torch.dtype, torch.Size]] = {}
+    for n, path in enumerate(members):
+        weights = load_file(str(path / WEIGHTS))
+        if n == 0:
+            reference = {k: (v.dtype, v.shape) for k, v in weights.items()}
+        elif set(weights) != set(reference):
+            odd = sorted(set(weights) ^ set(reference))[:3]
+            raise SoupRefused(f"{path / WEIGHTS}: other tensors than {members[0]} ({odd})")
+        for key, value in weights.items():
+            if (value.dtype, value.shape) != reference[key]:
+                raise SoupRefused(
+                    f"{path / WEIGHTS}: tensor {key} is {value.dtype} {tuple(value.shape)}, "
+                    f"{reference[key][0]} {tuple(reference[key][1])} in {members[0]}"
+                )
+            if not value.is_floating_point():
+                if n and not torch.equal(value, kept[key]):
+                    raise SoupRefused(f"{path / WEIGHTS}: integer tensor {key} differs")
+                kept[key] = value
+            elif n == 0:
+                total[key] = value.to(torch.float64)
+            else:
+                total[key] += value.to(torch.float64)
+    mean = {k: (v / len(members)).to(reference[k][0]).contiguous() for k, v in total.items()}
+    return {**mean, **kept}
+
+
+def _member_record(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    metrics = path / "metrics.json"
+    return {
+        "path": str(path),
+        "weights_sha256": file_sha256(path / WEIGHTS),
+        "seed": config.get("train", {}).get("seed"),
+        "init_seed": config.get("train", {}).get("init_seed"),
+        "metrics": read_json(metrics) if metrics.is_file() else None,
+    }
+
+
+def make_soup(members: Sequence[str | Path], out: str | Path, force: bool = False) -> Path:
+    """Write the uniform soup of ``members`` as the checkpoint ``out`` (written aside, sealed
+    with its manifest, then swapped in); refuses an existing ``out``."""
+    paths = [Path(m) for m in members]
+    out = Path(out)
+    if out.exists():
+        raise SoupRefused(f"{out} exists: give another --out, or delete it first")
+    configs = check_members(paths, force)
+    weights = average_weights(paths)
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for item in paths[0].iterdir():
+        if item.name in MEMBER_ONLY or item.name.endswith((".tmp", ".old")):
+            continue
+        if item.is_dir():
+            shutil.copytree(item, tmp / item.name)
+        else:
+            shutil.copy2(item, tmp / item.name)
+    save_file(weights, str(tmp / WEIGHTS))
+    write_json(
+        tmp / SOUP_RECORD,
+        {
+            "kind": "uniform",
+            "forced": force,
+            "members": [_member_record(p, c) for p, c in zip(paths, configs, strict=True)],
+        },
+    )
+    seal_checkpoint(tmp, out)
+    return out
+
+
+__all__ = ["SOUP_RECORD", "SoupRefused", "average_weights", "check_members", "make_soup"]

@@ -1,0 +1,110 @@
+"""`structqa soup`: the mean of runs' weights as a checkpoint of its own, and what it refuses."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tiny import mini_train_args
+
+from structqa.cli import main
+from structqa.manifest import verify_manifest, write_manifest
+from structqa.prediction.predictor import Predictor
+from structqa.training.soup import SoupRefused, make_soup
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+MINI = "fixtures/squad-v1.1-mini.json"
+
+
+@pytest.fixture(scope="module")
+def runs(
+    tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, shared_data: Path
+) -> dict[str, Path]:
+    """best/ of three tiny runs: seeds 0 and 1 from one start (init_seed 0), and seed 2
+    from its own (init_seed 2)."""
+    root = tmp_path_factory.mktemp("soup-runs")
+    made = {}
+    for name, seed, init in (("a", 0, 0), ("b", 1, 0), ("apart", 2, 2)):
+        out = root / name
+        args = mini_train_args("train", shared_data, tiny_checkpoint, out, MINI, steps=3)
+        code = main([*args, f"--train.seed={seed}", f"--train.init_seed={init}", "--no-progress"])
+        assert code == 0
+        made[name] = out / "best"
+    return made
+
+
+def test_the_soup_is_the_mean_of_its_members_and_reads_as_a_checkpoint(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    out = make_soup([runs["a"], runs["b"]], tmp_path / "soup")
+    a, b = (load_file(str(runs[k] / "model.safetensors")) for k in ("a", "b"))
+    soup = load_file(str(out / "model.safetensors"))
+    assert set(soup) == set(a)
+    moved = [k for k in a if a[k].is_floating_point() and not torch.equal(a[k], b[k])]
+    assert moved  # the two members trained apart, so the mean is a third set of weights
+    for key in a:
+        expected = (a[key].double() + b[key].double()) / 2 if a[key].is_floating_point() else a[key]
+        torch.testing.assert_close(soup[key], expected.to(a[key].dtype))
+    assert verify_manifest(out)
+    assert not (out / "metrics.json").exists() and not (out / "calibration.json").exists()
+    record = json.loads((out / "soup.json").read_text())
+    assert [m["seed"] for m in record["members"]] == [0, 1]
+    assert all(len(m["weights_sha256"]) == 64 for m in record["members"])
+    answer = Predictor.from_checkpoint(out, runtime="torch").predict(
+        "What is it?", "It is a test of the soup."
+    )
+    assert answer.text in "It is a test of the soup."
+
+
+def test_a_soup_of_one_model_twice_answers_as_that_model(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(runs["a"], copy)
+    out = make_soup([runs["a"], copy], tmp_path / "soup")
+    a = load_file(str(runs["a"] / "model.safetensors"))
+    soup = load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(a[k], soup[k]) for k in a)
+
+
+def test_runs_from_other_starts_are_refused_unless_forced(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    with pytest.raises(SoupRefused, match="--train.init_seed"):
+        make_soup([runs["a"], runs["apart"]], tmp_path / "soup")
+    assert not (tmp_path / "soup").exists()
+    assert make_soup([runs["a"], runs["apart"]], tmp_path / "soup", force=True).is_dir()
+
+
+def test_another_architecture_a_run_directory_and_an_existing_out_are_refused(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(runs["b"], other)
+    config = json.loads((other / "structqa_config.json").read_text())
+    config["model"]["block"] = ["sa", "sa", "ffn"]
+    (other / "structqa_config.json").write_text(json.dumps(config))
+    write_manifest(other)
+    with pytest.raises(SoupRefused, match="model.block"):
+        make_soup([runs["a"], other], tmp_path / "soup")
+    with pytest.raises(SoupRefused, match="it is a run directory: give .*best"):
+        make_soup([runs["a"], runs["b"].parent], tmp_path / "soup")
+    with pytest.raises(SoupRefused, match="at least two"):
+        make_soup([runs["a"]], tmp_path / "soup")
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(SoupRefused, match="exists"):
+        make_soup([runs["a"], runs["b"]], tmp_path / "taken")
+
+
+def test_the_command_writes_the_soup_and_says_how_to_score_it(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["soup", str(runs["a"]), str(runs["b"]), "--out", str(tmp_path / "soup")])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "mean of 2 checkpoints" in printed and "structqa evaluate" in printed
+    assert main(["soup", str(runs["a"]), str(runs["apart"]), "--out", str(tmp_path / "x")]) != 0
