@@ -225,14 +225,17 @@ def test_only_the_serve_command_reaches_the_http_package() -> None:
 
 def test_the_prediction_layer_is_what_answers() -> None:
     """The Predictor lives in prediction/, and the service's batcher, predict and calibrate
-    use it (so every entry point answers through one path)."""
+    (the command and the reader build, through prediction.calibrate) use it (so every entry
+    point answers through one path)."""
     answering = ("structqa.prediction", "structqa.prediction.predictor")
     for user in (
         "structqa.serving.batcher",
         "structqa.commands.common",
-        "structqa.commands.calibrate",
+        "structqa.prediction.calibrate",
     ):
         assert any(m in GRAPH[user] for m in answering), user
+    for user in ("structqa.commands.calibrate", "structqa.reader.members"):
+        assert "structqa.prediction.calibrate" in GRAPH[user], user
     assert not [m for m in MODULES if m.startswith("structqa.serving.predictor")]
 
 

@@ -11,10 +11,10 @@ import pytest
 
 from structqa.calibration import CALIBRATION_FILE, Calibrator, load_calibration, save_calibration
 from structqa.cli import main
-from structqa.commands.calibrate import calibrate_checkpoint, unseen_pool_slice
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.manifest import write_manifest
+from structqa.prediction.calibrate import calibrate_checkpoint, unseen_pool_slice
 from structqa.prediction.predictor import Predictor
 from structqa.serving.app import create_app
 
@@ -151,7 +151,7 @@ def test_pool_slice_leaves_out_every_trained_paragraph(shared_data):
 
 
 def test_calibrating_on_a_pool_slice_never_reads_the_evaluation_file(checkpoint, monkeypatch):
-    import structqa.commands.calibrate as command
+    import structqa.prediction.calibrate as command
 
     read = []
     real = command.read_extractive

@@ -164,6 +164,46 @@ def test_build_stops_resumes_and_is_found(
     build_model(cfg)  # starts from the reader's weights (a missing one would raise)
 
 
+def test_a_soup_of_runs_is_built_stopped_resumed_and_calibrated(
+    small_data: Path, tiny_checkpoint: Path, tmp_path: Path, monkeypatch, capsys
+):
+    from tiny import interrupt_at_batch
+
+    from structqa.training import loop
+
+    out = tmp_path / "reader"
+    args = [a for a in _build_args(out, small_data, tiny_checkpoint) if a != "--baseline"]
+    args.append("--members=2")
+    real_collate = interrupt_at_batch(monkeypatch, 5)  # in the second run
+    assert main(args) == 130
+    assert (out / "stages" / "member-0.json").is_file()
+    assert not (out / "stages" / "member-1.json").is_file()
+    assert "(2 of 2 runs to train)" in capsys.readouterr().out
+    monkeypatch.setattr(loop, "collate", real_collate)
+    assert main(args) == 0
+    assert "(1 of 2 runs to train)" in capsys.readouterr().out
+    configs = [
+        json.loads((out / "members" / f"m{i}" / "best" / "structqa_config.json").read_text())
+        for i in (0, 1)
+    ]
+    assert [c["train"]["seed"] for c in configs] == [0, 1]
+    assert [c["train"]["init_seed"] for c in configs] == [0, 0]
+    best = out / "run" / "best"
+    soup = json.loads((best / "soup.json").read_text())
+    assert soup["kind"] == "greedy" and len(soup["members"]) == 2 and soup["kept"]
+    assert soup["score"] >= max(soup["member_scores"])
+    assert (best / "calibration.json").is_file() and (best / "onnx" / "model.int8.onnx").is_file()
+    assert read_extractive(out / "run" / "validation.v2.json").examples
+    card = json.loads((out / "card.json").read_text())
+    assert card["soup"]["members"] == soup["members"] and card["heldout"]["squad1/torch"]
+    assert "greedy soup" in (out / "MODEL_CARD.md").read_text()
+    assert find_reader(str(out)) == best
+    # the same directory with another --members is refused, naming what it holds
+    single = [a for a in args if a != "--members=2"]
+    assert main(single) == 2
+    assert "built with --members 2, not 1" in capsys.readouterr().err
+
+
 def test_no_reader_is_a_clear_error(monkeypatch, tmp_path: Path, capsys):
     monkeypatch.setenv("STRUCTQA_HOME", str(tmp_path))
     assert find_reader() is None

@@ -108,3 +108,39 @@ def test_the_command_writes_the_soup_and_says_how_to_score_it(
     printed = capsys.readouterr().out
     assert "mean of 2 checkpoints" in printed and "structqa evaluate" in printed
     assert main(["soup", str(runs["a"]), str(runs["apart"]), "--out", str(tmp_path / "x")]) != 0
+
+
+def _distance_score(target: dict[str, torch.Tensor]):
+    """A checkpoint's closeness to ``target``'s weights (higher is closer): a score whose best
+    soup is known in advance."""
+
+    def score(checkpoint: Path) -> float:
+        weights = load_file(str(checkpoint / "model.safetensors"))
+        return -sum(
+            float((weights[k].double() - target[k].double()).square().sum())
+            for k in target
+            if target[k].is_floating_point()
+        )
+
+    return score
+
+
+def test_greedy_soup_keeps_a_member_only_when_the_soup_scores_no_lower(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    from structqa.training.soup import greedy_soup
+
+    a, b = (load_file(str(runs[k] / "model.safetensors")) for k in ("a", "b"))
+    mean = {k: (a[k].double() + b[k].double()) / 2 if a[k].is_floating_point() else a[k] for k in a}
+    path = greedy_soup([runs["b"], runs["a"]], tmp_path / "mean", _distance_score(mean))
+    assert set(path["kept"]) == {str(runs["a"]), str(runs["b"])}
+    assert path["steps"][0]["kept"] and path["score"] > max(path["member_scores"])
+    # near a's own weights, adding b only moves away: the soup is a's copy
+    path = greedy_soup([runs["b"], runs["a"]], tmp_path / "a", _distance_score(a))
+    assert path["order"][0] == str(runs["a"]) and path["kept"] == [str(runs["a"])]
+    assert not path["steps"][0]["kept"]
+    soup = load_file(str(tmp_path / "a" / "model.safetensors"))
+    assert all(torch.equal(soup[k], a[k]) for k in a)
+    assert verify_manifest(tmp_path / "a")
+    assert json.loads((tmp_path / "a" / "soup.json").read_text())["kind"] == "greedy"
+    assert not (tmp_path / "a.trial").exists()

@@ -14,6 +14,8 @@ from structqa.paths import READER_ENV, default_reader_dir
 def cmd_reader_build(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.reader.build import BuildOptions, Stopped, build
 
+    if args.members < 1:
+        raise ValueError(f"--members {args.members}: give 1 (one run) or more (a soup of runs)")
     out = Path(args.out).expanduser() if args.out else default_reader_dir()
     command = "structqa " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     opts = BuildOptions(
@@ -24,6 +26,7 @@ def cmd_reader_build(args: argparse.Namespace, extra: list[str]) -> int:
         progress=not args.no_progress,
         overrides=tuple(x.lstrip("-") for x in extra),
         heldout_size=args.heldout_size,
+        members=args.members,
         command=command if sys.argv[1:3] == ["reader", "build"] else "structqa reader build",
     )
     try:
@@ -51,7 +54,8 @@ it on a validation slice (answer probabilities, no-answer threshold, answerabili
 exports it to int8 ONNX, scores both held-out splits and writes a model card. It says how long
 training will take before it starts; stopped, the same command goes on from where it was.
 Settings after the options override the recipe (e.g. --model.block=null: no added SA
-sub-layer, about 1.5x faster to train and to read, about 2 F1 lower on SQuAD 1.1).
+sub-layer, about 1.5x faster to train and to read, about 0.6 F1 lower on SQuAD 1.1 over 3
+seeds).
 """
 
 
@@ -71,6 +75,14 @@ def add_parser(sub) -> None:
         action="store_true",
         help="also train the plain Independent recipe on the same SQuAD 1.1 questions and "
         "score it the same way, for comparison",
+    )
+    b.add_argument(
+        "--members",
+        type=int,
+        default=1,
+        help="train K runs of the recipe from one start (batch orders --seed .. --seed+K-1) and "
+        "make the reader their greedy soup on the validation slice: K times the training, "
+        "one model's reading time (default 1)",
     )
     b.add_argument(
         "--heldout-size",

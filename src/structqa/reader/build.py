@@ -4,7 +4,10 @@ the same command run again goes on from where it stopped.
 1. **data**: the training questions (:mod:`structqa.reader.data`);
 2. **train**: the recipe (:data:`RECIPE`) on them, ``best/`` chosen on a 5 % validation slice
    (by passage), then calibrated there: answer probabilities, the no-answer threshold and the
-   answerability verifier (the training run resumes from its last checkpoint);
+   answerability verifier (the training run resumes from its last checkpoint). With
+   ``members`` K > 1, K runs from one start (``train.init_seed``) and K batch orders
+   (``train.seed`` S..S+K-1), each recorded as it finishes (``members/mI``), then their greedy
+   soup on the slice (:func:`greedy_soup`) as ``run/best``, calibrated there;
 3. **export**: the int8 ONNX graph beside the checkpoint (``run/best/onnx``);
 4. **heldout**: SQuAD 1.1 held-out EM/F1 with answers forced and SQuAD 2.0 held-out
    F1/HasAns/AUC/ECE, for the checkpoint and its int8 graph;
@@ -33,6 +36,7 @@ from structqa.config import Config, load_config, validate
 from structqa.io import write_json
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL_FILE, TRAIN_FILE
+from structqa.reader.members import RUN, member_dir, soup_members
 from structqa.runtime import cpu_kind, default_device, use_bf16
 
 log = logging.getLogger(__name__)
@@ -98,6 +102,7 @@ class BuildOptions:
     overrides: tuple[str, ...] = ()
     command: str = "structqa reader build"
     heldout_size: int | None = None
+    members: int = 1
 
 
 class Stopped(Exception):
@@ -135,13 +140,15 @@ def train_config(
     train_file: Path,
     run: str,
     extra: tuple[str, ...] = (),
+    seed: int | None = None,
 ) -> Config:
-    """The training config of the reader (or the baseline) in ``opts.out/run``."""
+    """The training config of the reader (or the baseline) in ``opts.out/run``, at ``seed``
+    (default: the build's)."""
     overrides = [
         *recipe,
         *extra,
         f"data.train={train_file.resolve()}",
-        f"train.seed={opts.seed}",
+        f"train.seed={opts.seed if seed is None else seed}",
         f"train.output_dir={opts.out / run}",
         *opts.overrides,
     ]
@@ -289,6 +296,25 @@ def _heldout(
     return scores
 
 
+def _check_members(opts: BuildOptions) -> None:
+    """Refuse to go on with a build in ``opts.out`` made with another ``--members``."""
+    record = done(opts.out, "train")
+    built = None if record is None else len(record.get("members") or [None])
+    single = (opts.out / RUN / "last").exists()
+    soup = (opts.out / "members").exists()
+    if (
+        built is not None
+        and built != opts.members
+        or (opts.members > 1 and single)
+        or (opts.members == 1 and soup)
+    ):
+        was = built or (1 if single else "several")
+        raise ValueError(
+            f"{opts.out} holds a reader built with --members {was}, not {opts.members}: build "
+            "into another --out, or run the same command as before"
+        )
+
+
 def _say(text: str) -> None:
     print(text, flush=True)  # a log file gets the time estimate when it is made, not at the end
 
@@ -316,9 +342,24 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
     base_cfg = train_config(
         opts, BASELINE, data_out / POOL_FILE, "baseline", (f"data.eval={squad1}",)
     )
-    if done(opts.out, "train") is None and not _trained(cfg):
+    member_cfgs = [cfg]
+    if opts.members > 1:
+        member_cfgs = [
+            train_config(
+                opts,
+                RECIPE,
+                data_out / TRAIN_FILE,
+                member_dir(i),
+                (f"train.init_seed={opts.seed}",),
+                seed=opts.seed + i,
+            )
+            for i in range(opts.members)
+        ]
+    _check_members(opts)
+    left = [m for m in member_cfgs if not _trained(m)]
+    if done(opts.out, "train") is None and left:
         step, length = seconds_per_step(cfg)
-        total = estimate_seconds(data["counts"]["total"], cfg, step)
+        total = estimate_seconds(data["counts"]["total"], cfg, step) * len(left)
         if opts.baseline and done(opts.out, "baseline") is None:
             total += estimate_seconds(data["counts"]["pool"], base_cfg, step)
         device = default_device()
@@ -327,12 +368,24 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
         if device.type != "cuda" and load > cores:  # the step was timed beside other work
             where += f", measured while busy: load {load:.1f} on {cores} cores"
         say(
-            f"training will take about {_format_duration(total)} on {where}: "
+            f"training will take about {_format_duration(total)} on {where}"
+            + (f" ({len(left)} of {opts.members} runs to train)" if opts.members > 1 else "")
+            + ": "
             f"{step:.2f} s per step of {cfg.train.batch_size} windows of {length} tokens "
             "measured now; stop it "
             "at any time and run the same command again to go on"
         )
-    trained = _run_stage(opts, "train", lambda: _train(cfg, opts.progress))
+
+    def train_stage() -> dict[str, Any]:
+        if opts.members == 1:
+            return _train(cfg, opts.progress)
+        records = [
+            _run_stage(opts, f"member-{i}", lambda m=m: _train(m, opts.progress))
+            for i, m in enumerate(member_cfgs)
+        ]
+        return soup_members(opts.out, member_cfgs, records)
+
+    trained = _run_stage(opts, "train", train_stage)
     checkpoint = Path(trained["checkpoint"])
 
     def export_stage() -> dict[str, Any]:

@@ -40,6 +40,16 @@ def _table(heldout: dict[str, Any], baseline: dict[str, Any] | None) -> list[str
     return lines
 
 
+def _soup_lines(soup: dict[str, Any] | None) -> list[str]:
+    if not soup:
+        return []
+    scores = ", ".join(f"{v:.2f}" for v in soup["member_scores"])
+    return [
+        f"- weights: the greedy soup of {len(soup['kept'])} of {len(soup['members'])} runs "
+        f"from one start (validation F1 of the runs {scores}; of the soup {soup['score']:.2f})"
+    ]
+
+
 def write_card(
     out: Path,
     command: str,
@@ -59,6 +69,7 @@ def write_card(
         "data": records["data"],
         "validation": (records["train"] or {}).get("validation"),
         "calibration": (records["train"] or {}).get("calibration"),
+        "soup": (records["train"] or {}).get("soup"),
         "heldout": records["heldout"],
         "baseline": records["baseline"],
         "seconds": {s: r["seconds"] for s, r in records.items() if r and "seconds" in r},
@@ -76,6 +87,7 @@ def write_card(
         "",
         f"- data: {(records['data'] or {}).get('summary', 'not built')}",
         f"- recipe: `{' '.join(card['recipe'])}`",
+        *_soup_lines(card["soup"]),
         f"- checkpoint: `{card['checkpoint']}`; int8 graph: `{card['int8']}`",
         f"- commit: `{commit}`; CPU: {card['cpu_kind']}; build time {seconds / 60:.0f} min",
         "- held-out scores: SQuAD 1.1 with every question answered (no abstention), SQuAD "

@@ -16,7 +16,7 @@ Its ``soup.json`` names the members (path, the SHA-256 of their weights, seeds, 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from structqa.io import read_json, write_json
-from structqa.manifest import MANIFEST, file_sha256, verify_manifest
+from structqa.manifest import MANIFEST, file_sha256, seal_file, verify_manifest
 from structqa.training.checkpoint import seal_checkpoint
 
 WEIGHTS = "model.safetensors"
@@ -173,4 +173,67 @@ def make_soup(members: Sequence[str | Path], out: str | Path, force: bool = Fals
     return out
 
 
-__all__ = ["SOUP_RECORD", "SoupRefused", "average_weights", "check_members", "make_soup"]
+def greedy_soup(
+    members: Sequence[str | Path],
+    out: str | Path,
+    score: Callable[[Path], float],
+    scores: Sequence[float] | None = None,
+) -> dict[str, Any]:
+    """The greedy soup (Wortsman et al. 2022) as the checkpoint ``out``: the members ranked by
+    ``score`` (higher is better; validation questions, never the test's), or by ``scores``
+    already measured in the same way, then each added to the soup in that order only when
+    the soup's score does not drop. The soup is thus never below its best member on what
+    ``score`` measures; a soup of one member is that member's copy. Returns the path taken
+    (also recorded in ``out``'s soup.json)."""
+    paths = [Path(m) for m in members]
+    out = Path(out)
+    if out.exists():
+        raise SoupRefused(f"{out} exists: give another --out, or delete it first")
+    check_members(paths)
+    measured = list(scores) if scores is not None else [score(p) for p in paths]
+    order = sorted(range(len(paths)), key=lambda i: -measured[i])
+    kept, best = [order[0]], measured[order[0]]
+    steps: list[dict[str, Any]] = []
+    trial = out.with_name(out.name + ".trial")
+    for i in order[1:]:
+        if trial.exists():
+            shutil.rmtree(trial)
+        make_soup([paths[j] for j in (*kept, i)], trial)
+        value = score(trial)
+        steps.append({"added": str(paths[i]), "score": value, "kept": value >= best})
+        if value >= best:
+            kept, best = [*kept, i], value
+        shutil.rmtree(trial)
+    if len(kept) == 1:
+        tmp = out.with_name(out.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        shutil.copytree(paths[kept[0]], tmp, ignore=shutil.ignore_patterns("onnx", "eval", "test"))
+        (tmp / MANIFEST).unlink(missing_ok=True)
+        seal_checkpoint(tmp, out)
+    else:
+        make_soup([paths[j] for j in kept], out)
+    path = {
+        "kind": "greedy",
+        "members": [str(p) for p in paths],
+        "member_scores": measured,
+        "order": [str(paths[i]) for i in order],
+        "steps": steps,
+        "kept": [str(paths[j]) for j in kept],
+        "score": best,
+    }
+    record = out / SOUP_RECORD
+    earlier = read_json(record) if record.is_file() else {}
+    write_json(record, {**earlier, **path})
+    seal_file(out, SOUP_RECORD)
+    return path
+
+
+__all__ = [
+    "SOUP_RECORD",
+    "SoupRefused",
+    "average_weights",
+    "check_members",
+    "greedy_soup",
+    "make_soup",
+]

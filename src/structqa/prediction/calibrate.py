@@ -1,0 +1,102 @@
+"""Fitting a checkpoint's calibration on validation questions (what `structqa calibrate` and
+`structqa reader build` run): a file of them, or a slice of the checkpoint's own training pool
+from paragraphs it did not train on."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from structqa.calibration.report import (
+    calibrate,
+    load_calibration,
+    require_models_own_odds,
+    save_calibration,
+    saved_predictions,
+)
+from structqa.data import parse_train_size, train_subset
+from structqa.data.readers import read_extractive
+from structqa.data.records import Example
+
+log = logging.getLogger(__name__)
+
+
+def unseen_pool_slice(
+    pool: Sequence[Example], train_size: str, seed: int, size: int, slice_seed: int = 1
+) -> list[Example]:
+    """``size`` questions of ``pool`` whose paragraphs have no question in the training subset
+    ``train_subset(pool, train_size, seed)``, drawn by ``slice_seed``."""
+    trained = train_subset(pool, parse_train_size(train_size), seed)
+    seen = {ex.context for ex in trained}
+    rest = [ex for ex in pool if ex.context not in seen]
+    if not rest:
+        raise ValueError(
+            f"every paragraph of the training pool has a training question (train_size "
+            f"{train_size}): no unseen slice left; give a validation file with --on"
+        )
+    return list(train_subset(rest, min(size, len(rest)), slice_seed))
+
+
+def calibrate_checkpoint(
+    checkpoint: str | Path,
+    on: str | None = None,
+    pool_slice: int | None = None,
+    slice_seed: int = 1,
+    method: str = "auto",
+    data_dir: str | None = None,
+    bf16: str = "auto",
+    verifier: bool | str | None = None,
+    predictions_dir: str | Path | None = None,
+):
+    """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
+    None follows the checkpoint's ``decode.verifier``; ``predictions_dir`` holds the
+    checkpoint's saved answers to the questions (else it answers them now)."""
+    from structqa.models.build import checkpoint_config
+    from structqa.prediction.predictor import Predictor
+    from structqa.training.data import data_path
+
+    predictor = None
+    if predictions_dir is None:
+        predictor = Predictor.from_checkpoint(checkpoint, bf16=bf16)
+        cfg = predictor.config
+    else:
+        cfg = checkpoint_config(checkpoint)
+    if data_dir:
+        cfg.data.dir = data_dir
+    if on is not None:
+        path = data_path(cfg, on)
+        if cfg.data.eval and path.resolve() == data_path(cfg, cfg.data.eval).resolve():
+            log.warning("%s is the checkpoint's evaluation file: it is then not held out", path)
+        examples = list(read_extractive(path).examples)
+        source = str(on)
+    elif pool_slice is not None:
+        pool = read_extractive(data_path(cfg, cfg.data.train)).examples
+        size, seed = cfg.data.train_size, cfg.train.seed
+        examples = unseen_pool_slice(pool, size, seed, pool_slice, slice_seed)
+        source = (
+            f"{cfg.data.train}: {len(examples)} questions (slice seed {slice_seed}) from "
+            f"paragraphs outside the training subset (train_size {size}, seed {seed})"
+        )
+    else:
+        raise ValueError("give a validation file (--on FILE) or --pool-slice N")
+    version_2 = cfg.decode.version_2
+    if version_2 is None:
+        version_2 = any(ex.is_impossible for ex in examples)
+    if verifier is None:
+        verifier = cfg.decode.verifier
+    if predictor is not None:
+        predictions = predictor.predict_examples(examples, verify=False)  # the model's own odds
+    else:
+        earlier = load_calibration(checkpoint)
+        verifies = earlier is not None and earlier.verifier is not None
+        any_unanswerable = any(ex.is_impossible for ex in examples)
+        require_models_own_odds(Path(predictions_dir), any_unanswerable, verifies)
+        predictions = saved_predictions(Path(predictions_dir), examples, source)
+    cal = calibrate(examples, predictions, version_2, method, source, verifier)
+    path = save_calibration(checkpoint, cal)
+    log.info("wrote %s", path)
+    return cal
+
+
+__all__ = ["calibrate_checkpoint", "unseen_pool_slice"]
