@@ -26,7 +26,8 @@
 #   scripts/device/gpu_queue.sh run COMMIT SECONDS LANE... # call 2 or later
 #   scripts/device/gpu_queue.sh bench [ARGS]               # after setup, before any lane
 # A LANE is a ';'-separated list of steps, each the arguments of one `structqa experiment`
-# command; lanes run side by side, each lane's steps one after the other. E.g.
+# command, or `script COMMAND` for any other command (scripts/soup_grid.py after a soup
+# grid); lanes run side by side, each lane's steps one after the other. E.g.
 #   run abc1234 540 "configs/combos/gpu.yaml --only train_size=1024 --workers 11" \
 #       "configs/combos/gpu.yaml --only train_size=256 --workers 4;configs/combos/gpu.yaml --workers 4"
 # `run` starts the lanes when none runs (taking the sent tree's src/, configs/ and scripts/,
@@ -65,10 +66,12 @@ collect() {
 prune() {
   # a finished run's checkpoints (~355 MB each) are not needed once its result is written:
   # 100 of them once filled a machine's 64 GB disk, and it was lost with its results
+  # (a grid whose name says soup keeps them: scripts/soup_grid.py averages them afterwards)
   local f exp
   for f in docs/results/*/runs/*.json; do
     [ -e "$f" ] || continue
     exp=$(basename "$(dirname "$(dirname "$f")")")
+    case $exp in *soup*) continue ;; esac
     case $(basename "$f" .json) in
       *=*) rm -rf "runs/$exp/$(basename "$f" .json)" || true ;;  # run names are key=value,...
     esac
@@ -152,9 +155,14 @@ PY
           while read -r step; do
             n=$((n + 1))
             echo "=== $(date -u +%FT%TZ) $step" >> logs/lane.'$i'.log
-            # shellcheck disable=SC2086  # a step is a list of arguments
-            python3 -m structqa experiment $step --no-progress --threads 1 \
-              >> logs/lane.'$i'.step$n.log 2>&1
+            case $step in
+              "script "*)  # a command of its own, e.g. script python3 scripts/soup_grid.py ...
+                bash -c "${step#script }" >> logs/lane.'$i'.step$n.log 2>&1 ;;
+              *)
+                # shellcheck disable=SC2086  # a step is a list of arguments
+                python3 -m structqa experiment $step --no-progress --threads 1 \
+                  >> logs/lane.'$i'.step$n.log 2>&1 ;;
+            esac
             echo "=== $(date -u +%FT%TZ) rc=$?" >> logs/lane.'$i'.log
           done < logs/lane.'$i'.steps
           echo "=== done" >> logs/lane.'$i'.log' > /dev/null 2>&1 < /dev/null &
