@@ -27,7 +27,7 @@ def add_parser(subparsers) -> None:
         "--force",
         action="store_true",
         help="average runs that started from other weights (another init_seed or init_from) "
-        "anyway; their mean is rarely a working model",
+        "anyway; soups are made of, and measured on, runs from one start",
     )
     p.set_defaults(func=cmd_soup)
 
@@ -39,4 +39,5 @@ def cmd_soup(args: argparse.Namespace, extra: list[str]) -> int:
     members = json.loads((Path(out) / SOUP_RECORD).read_text())["members"]
     print(f"wrote {out}: the mean of {len(members)} checkpoints' weights")
     print(f"score it: structqa evaluate {out} --eval FILE --runtime torch")
+    print(f"calibrate it on validation questions: structqa calibrate {out} --on FILE")
     return 0

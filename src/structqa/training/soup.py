@@ -4,8 +4,9 @@ soup", Wortsman et al. 2022).
 The runs must share their architecture and the weights they started from (the same encoder,
 ``model.init_from`` and ``train.init_seed``): runs fine-tuned from one start stay close
 enough that the mean of their weights is a model of its own, often better than any of them,
-at one model's cost to read. Runs that started apart (another ``init_seed``) average to
-noise, so they are refused unless ``force`` says otherwise.
+at one model's cost to read. Runs that started apart (another ``init_seed``) are refused
+unless ``force`` says otherwise: their new layers began in different places, and averaging
+is only measured here for runs from one start (docs/results/reader-soup-cpu).
 
 The soup keeps what defines the model (weights, encoder and structqa configs, tokenizer) and
 none of what a member measured or fitted on its own weights (metrics, calibration, answers,
@@ -91,9 +92,9 @@ def check_members(members: Sequence[Path], force: bool = False) -> list[dict[str
         if not force and _start(config) != _start(first):
             raise SoupRefused(
                 f"{path} started from other weights than {first_path} (init_from, init_seed: "
-                f"{_start(config)} against {_start(first)}): the mean of runs that started "
-                "apart is not a model. Train the members with one --train.init_seed (their "
-                "--train.seed may differ), or pass --force to average them anyway"
+                f"{_start(config)} against {_start(first)}): a soup averages runs from one start. "
+                "Train the members with one --train.init_seed (their --train.seed may "
+                "differ), or pass --force to average them anyway"
             )
     return configs
 
