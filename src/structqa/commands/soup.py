@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from structqa.commands.common import command
 
@@ -33,11 +31,10 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_soup(args: argparse.Namespace, extra: list[str]) -> int:
-    from structqa.training.soup import SOUP_RECORD, make_soup
+    from structqa.training.soup import make_soup
 
     out = make_soup(args.checkpoints, args.out, force=args.force)
-    members = json.loads((Path(out) / SOUP_RECORD).read_text())["members"]
-    print(f"wrote {out}: the mean of {len(members)} checkpoints' weights")
+    print(f"wrote {out}: the mean of {len(args.checkpoints)} checkpoints' weights")
     print(f"score it: structqa evaluate {out} --eval FILE --runtime torch")
     print(f"calibrate it on validation questions: structqa calibrate {out} --on FILE")
     return 0

@@ -25,7 +25,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from structqa.io import read_json, write_json
-from structqa.manifest import MANIFEST, file_sha256, seal_file, verify_manifest
+from structqa.manifest import MANIFEST, file_sha256, read_manifest, seal_file, verify_manifest
+from structqa.models.build import not_a_checkpoint
 from structqa.training.checkpoint import seal_checkpoint
 
 WEIGHTS = "model.safetensors"
@@ -54,12 +55,11 @@ class SoupRefused(ValueError):
     """Checkpoints that cannot be averaged, and why."""
 
 
-def _start(config: dict[str, Any]) -> tuple[Any, Any]:
-    """What a run's weights started from, beyond its architecture: the checkpoint named by
-    ``model.init_from`` and the seed of its new layers."""
+def _init_seed(config: dict[str, Any]) -> Any:
+    """The seed of a run's new layers (its ``model.init_from`` is part of its model section,
+    compared with the architecture)."""
     train = config.get("train", {})
-    init_seed = train.get("init_seed")
-    return config["model"].get("init_from"), train.get("seed") if init_seed is None else init_seed
+    return train.get("seed") if train.get("init_seed") is None else train["init_seed"]
 
 
 def check_members(members: Sequence[Path], force: bool = False) -> list[dict[str, Any]]:
@@ -72,10 +72,9 @@ def check_members(members: Sequence[Path], force: bool = False) -> list[dict[str
         raise SoupRefused("a checkpoint is named twice: give each run once")
     configs = []
     for path in members:
-        if not (path / WEIGHTS).is_file() or not (path / CONFIG).is_file():
-            held = [d for d in ("best", "last") if (path / d / WEIGHTS).is_file()]
-            hint = f"; it is a run directory: give {path / held[0]}" if held else ""
-            raise SoupRefused(f"{path}: not a span-model checkpoint (no {WEIGHTS}){hint}")
+        for needed in (WEIGHTS, CONFIG):
+            if not (path / needed).is_file():
+                raise SoupRefused(not_a_checkpoint(path, needed))
         verify_manifest(path)
         configs.append(read_json(path / CONFIG))
     first, first_path = configs[0], members[0]
@@ -89,12 +88,12 @@ def check_members(members: Sequence[Path], force: bool = False) -> list[dict[str
             )
         if file_sha256(path / "tokenizer.json") != tokenizer:
             raise SoupRefused(f"{path}: another tokenizer than {first_path}")
-        if not force and _start(config) != _start(first):
+        if not force and _init_seed(config) != _init_seed(first):
             raise SoupRefused(
-                f"{path} started from other weights than {first_path} (init_from, init_seed: "
-                f"{_start(config)} against {_start(first)}): a soup averages runs from one start. "
-                "Train the members with one --train.init_seed (their --train.seed may "
-                "differ), or pass --force to average them anyway"
+                f"{path} started from other weights than {first_path} (init_seed "
+                f"{_init_seed(config)} against {_init_seed(first)}): a soup averages runs "
+                "from one start. Train the members with one --train.init_seed (their "
+                "--train.seed may differ), or pass --force to average them anyway"
             )
     return configs
 
@@ -132,9 +131,10 @@ def average_weights(members: Sequence[Path]) -> dict[str, torch.Tensor]:
 
 def _member_record(path: Path, config: dict[str, Any]) -> dict[str, Any]:
     metrics = path / "metrics.json"
+    sealed = read_manifest(path)  # verified by check_members: no need to hash the weights again
     return {
         "path": str(path),
-        "weights_sha256": file_sha256(path / WEIGHTS),
+        "weights_sha256": sealed[WEIGHTS].sha256 if sealed else file_sha256(path / WEIGHTS),
         "seed": config.get("train", {}).get("seed"),
         "init_seed": config.get("train", {}).get("init_seed"),
         "metrics": read_json(metrics) if metrics.is_file() else None,
@@ -148,7 +148,13 @@ def make_soup(members: Sequence[str | Path], out: str | Path, force: bool = Fals
     out = Path(out)
     if out.exists():
         raise SoupRefused(f"{out} exists: give another --out, or delete it first")
-    configs = check_members(paths, force)
+    return _write_soup(paths, check_members(paths, force), out, force)
+
+
+def _write_soup(
+    paths: Sequence[Path], configs: Sequence[dict[str, Any]], out: Path, force: bool = False
+) -> Path:
+    """The uniform soup of members already checked (:func:`check_members`) as ``out``."""
     weights = average_weights(paths)
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
@@ -190,7 +196,7 @@ def greedy_soup(
     out = Path(out)
     if out.exists():
         raise SoupRefused(f"{out} exists: give another --out, or delete it first")
-    check_members(paths)
+    configs = dict(zip(paths, check_members(paths), strict=True))
     measured = list(scores) if scores is not None else [score(p) for p in paths]
     order = sorted(range(len(paths)), key=lambda i: -measured[i])
     kept, best = [order[0]], measured[order[0]]
@@ -199,7 +205,8 @@ def greedy_soup(
     for i in order[1:]:
         if trial.exists():
             shutil.rmtree(trial)
-        make_soup([paths[j] for j in (*kept, i)], trial)
+        chosen = [paths[j] for j in (*kept, i)]
+        _write_soup(chosen, [configs[p] for p in chosen], trial)
         value = score(trial)
         steps.append({"added": str(paths[i]), "score": value, "kept": value >= best})
         if value >= best:
@@ -213,7 +220,7 @@ def greedy_soup(
         (tmp / MANIFEST).unlink(missing_ok=True)
         seal_checkpoint(tmp, out)
     else:
-        make_soup([paths[j] for j in kept], out)
+        _write_soup([paths[j] for j in kept], [configs[paths[j]] for j in kept], out)
     path = {
         "kind": "greedy",
         "members": [str(p) for p in paths],
