@@ -212,3 +212,21 @@ def test_no_reader_is_a_clear_error(monkeypatch, tmp_path: Path, capsys):
     monkeypatch.setenv("STRUCTQA_READER", str(tmp_path / "nothing"))
     with pytest.raises(FileNotFoundError, match="neither a checkpoint"):
         find_reader()
+
+
+def test_the_estimate_counts_only_the_steps_a_stopped_run_has_left(tmp_path: Path):
+    from structqa.config import load_config
+    from structqa.reader.build import estimate_seconds
+
+    cfg = load_config(
+        None,
+        [f"train.output_dir={tmp_path / 'run'}", "train.max_steps=100", "data.validation=null"],
+    )
+    whole = estimate_seconds(1000, cfg, 2.0)
+    assert whole == 200.0
+    last = tmp_path / "run" / "last"
+    last.mkdir(parents=True)
+    (last / "train_state.json").write_text(json.dumps({"global_step": 40, "finished": False}))
+    assert estimate_seconds(1000, cfg, 2.0) == pytest.approx(120.0)
+    (last / "train_state.json").write_text(json.dumps({"global_step": 100, "finished": True}))
+    assert estimate_seconds(1000, cfg, 2.0) == 0.0

@@ -203,15 +203,25 @@ def seconds_per_step(cfg: Config, repeats: int = 3) -> tuple[float, int]:
 
 
 def estimate_seconds(questions: int, cfg: Config, step: float) -> float:
-    """Training time of ``questions`` under ``cfg`` at ``step`` seconds per step, plus a
-    validation pass per epoch (a forward pass is about a third of a step)."""
+    """Training time left of ``questions`` under ``cfg`` at ``step`` seconds per step, plus a
+    validation pass per epoch (a forward pass is about a third of a step); a run stopped part
+    way (its ``last/``) counts only the share of its steps still to take."""
     windows = questions * WINDOWS_PER_QUESTION
     steps = cfg.train.max_steps or math.ceil(windows / cfg.train.batch_size) * cfg.train.epochs
     validation = 0.0
     fraction = cfg.data.validation
     if fraction is not None and str(fraction).replace(".", "", 1).isdigit():
         validation = windows * float(fraction) / cfg.train.batch_size * step / 3 * cfg.train.epochs
-    return steps * step + validation
+    left = max(0.0, 1.0 - _steps_taken(cfg) / steps) if steps else 1.0
+    return (steps * step + validation) * left
+
+
+def _steps_taken(cfg: Config) -> int:
+    """The optimisation steps the run in cfg's output directory has saved (0 if none)."""
+    state = Path(cfg.train.output_dir) / "last" / "train_state.json"
+    if not state.is_file():
+        return 0
+    return int(json.loads(state.read_text()).get("global_step", 0))
 
 
 def _format_duration(seconds: float) -> str:
@@ -359,7 +369,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
     left = [m for m in member_cfgs if not _trained(m)]
     if done(opts.out, "train") is None and left:
         step, length = seconds_per_step(cfg)
-        total = estimate_seconds(data["counts"]["total"], cfg, step) * len(left)
+        total = sum(estimate_seconds(data["counts"]["total"], m, step) for m in left)
         if opts.baseline and done(opts.out, "baseline") is None:
             total += estimate_seconds(data["counts"]["pool"], base_cfg, step)
         device = default_device()
