@@ -115,7 +115,7 @@ def test_build_stops_resumes_and_is_found(
     from tiny import interrupt_at_batch
 
     out = tmp_path / "reader"
-    args = _build_args(out, small_data, tiny_checkpoint)
+    args = [*_build_args(out, small_data, tiny_checkpoint), "--members=1"]  # one run
     real_collate = interrupt_at_batch(monkeypatch, 2)
     assert main(args) == 130  # stopped inside training: resumable, not done
     assert "run the same command again" in capsys.readouterr().err
@@ -173,7 +173,7 @@ def test_a_soup_of_runs_is_built_stopped_resumed_and_calibrated(
 
     out = tmp_path / "reader"
     args = [a for a in _build_args(out, small_data, tiny_checkpoint) if a != "--baseline"]
-    args.append("--members=2")
+    # the default: two runs from one start
     real_collate = interrupt_at_batch(monkeypatch, 5)  # in the second run
     assert main(args) == 130
     assert (out / "stages" / "member-0.json").is_file()
@@ -199,7 +199,7 @@ def test_a_soup_of_runs_is_built_stopped_resumed_and_calibrated(
     assert "greedy soup" in (out / "MODEL_CARD.md").read_text()
     assert find_reader(str(out)) == best
     # the same directory with another --members is refused, naming what it holds
-    single = [a for a in args if a != "--members=2"]
+    single = [*args, "--members=1"]
     assert main(single) == 2
     assert "built with --members 2, not 1" in capsys.readouterr().err
 

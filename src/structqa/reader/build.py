@@ -5,7 +5,7 @@ the same command run again goes on from where it stopped.
 2. **train**: the recipe (:data:`RECIPE`) on them, ``best/`` chosen on a 5 % validation slice
    (by passage), then calibrated there: answer probabilities, the no-answer threshold and the
    answerability verifier (the training run resumes from its last checkpoint). With
-   ``members`` K > 1, K runs from one start (``train.init_seed``) and K batch orders
+   ``members`` K > 1 (default 2), K runs from one start (``train.init_seed``) and K batch orders
    (``train.seed`` S..S+K-1), each recorded as it finishes (``members/mI``), then their greedy
    soup on the slice (:func:`greedy_soup`) as ``run/best``, calibrated there;
 3. **export**: the int8 ONNX graph beside the checkpoint (``run/best/onnx``);
@@ -102,7 +102,7 @@ class BuildOptions:
     overrides: tuple[str, ...] = ()
     command: str = "structqa reader build"
     heldout_size: int | None = None
-    members: int = 1
+    members: int = 2
 
 
 class Stopped(Exception):
