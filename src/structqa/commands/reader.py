@@ -48,8 +48,9 @@ The general reader is the most accurate span reader the public SQuAD data on thi
 
 _BUILD_TEXT = """train, calibrate, export and score the general reader (resumable)
 
-Trains the general reader on the SQuAD 1.1 training pool, the SQuAD 2.0 training split and
-unanswerable rewrites (every passage of both held-out splits excluded), chooses and calibrates
+Trains the general reader (by default two runs from one start, their weights averaged: see
+--members) on the SQuAD 1.1 training pool, the SQuAD 2.0 training split and unanswerable
+rewrites (every passage of both held-out splits excluded), chooses and calibrates
 it on a validation slice (answer probabilities, no-answer threshold, answerability verifier),
 exports it to int8 ONNX, scores both held-out splits and writes a model card. It says how long
 training will take before it starts; stopped, the same command goes on from where it was.
