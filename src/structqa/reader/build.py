@@ -212,16 +212,15 @@ def estimate_seconds(questions: int, cfg: Config, step: float) -> float:
     fraction = cfg.data.validation
     if fraction is not None and str(fraction).replace(".", "", 1).isdigit():
         validation = windows * float(fraction) / cfg.train.batch_size * step / 3 * cfg.train.epochs
-    left = max(0.0, 1.0 - _steps_taken(cfg) / steps) if steps else 1.0
+    taken = int((_last_state(cfg) or {}).get("global_step", 0))
+    left = max(0.0, 1.0 - taken / steps) if steps else 1.0
     return (steps * step + validation) * left
 
 
-def _steps_taken(cfg: Config) -> int:
-    """The optimisation steps the run in cfg's output directory has saved (0 if none)."""
+def _last_state(cfg: Config) -> dict[str, Any] | None:
+    """The train state the run in cfg's output directory last saved (``last/``), or None."""
     state = Path(cfg.train.output_dir) / "last" / "train_state.json"
-    if not state.is_file():
-        return 0
-    return int(json.loads(state.read_text()).get("global_step", 0))
+    return json.loads(state.read_text()) if state.is_file() else None
 
 
 def _format_duration(seconds: float) -> str:
@@ -231,8 +230,7 @@ def _format_duration(seconds: float) -> str:
 
 def _trained(cfg: Config) -> bool:
     """Whether the run in cfg's output directory finished its training (its record may not)."""
-    state = Path(cfg.train.output_dir) / "last" / "train_state.json"
-    return state.is_file() and bool(json.loads(state.read_text()).get("finished"))
+    return bool((_last_state(cfg) or {}).get("finished"))
 
 
 def _train(cfg: Config, progress: bool) -> dict[str, Any]:
@@ -241,7 +239,7 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
 
     output = Path(cfg.train.output_dir)
     calibrate = CalibrateOnce()
-    resume = (output / "last" / "train_state.json").is_file()
+    resume = _last_state(cfg) is not None
     result = run(cfg, resume=resume, progress=progress, calibrate=calibrate)
     if not _trained(cfg):
         raise Stopped(f"training in {output} stopped before finishing")
