@@ -105,7 +105,7 @@ def next_commands(best: Path) -> list[str]:
         "--train.output_dir=runs/mine",
         f"  structqa serve {best}        # a page at http://127.0.0.1:8000/",
         "  structqa reader build         # the general reader from all the public SQuAD data "
-        "(3 h 30 min to 4 h 15 min on 2 cores; it says how long first): held-out F1 74.6 "
+        "(3 h 30 min to 5 h 35 min on 2 cores; it says how long first): held-out F1 74.6 "
         "against this reader's 45.9; ask, serve and --model.init_from=reader then use it",
         "  structqa config               # every setting, with its default and help",
     ]
