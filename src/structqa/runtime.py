@@ -75,7 +75,7 @@ def cpu_has_native_bf16() -> bool:
 def onednn_has_bf16() -> bool:
     """Whether torch's oneDNN has bf16 kernels on this CPU (under ``ONEDNN_MAX_CPU_ISA``):
     its fused linear layers refuse bf16 where it has none; torch's stock operators then
-    emulate bf16, correct but about 30x slower than fp32."""
+    emulate bf16, correct but 30x to 100x slower than fp32."""
     if not torch.backends.mkldnn.is_available():
         return False
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -231,7 +231,7 @@ def _refuse_emulated_bf16() -> None:
     if not onednn_has_bf16():
         raise ValueError(
             "bf16 on: this CPU has no bf16 kernels (oneDNN reports none: an AVX2 CPU, or "
-            f"{MAX_ISA_ENV} caps it), so bf16 would be emulated, about 30x slower than "
+            f"{MAX_ISA_ENV} caps it), so bf16 would be emulated, 30x to 100x slower than "
             "fp32; use bf16 auto (fp32 here) or off"
         )
 
