@@ -191,3 +191,31 @@ def test_7bit_weights_keep_avx2s_fast_kernel_exact(graphs, monkeypatch) -> None:
     fp32 = x @ weight
     scale = np.abs(fp32).max(axis=1)
     assert (np.abs(got - fp32).max(axis=1) < 0.05 * scale).all()
+
+
+def test_the_reference_of_avx2s_kernel_is_what_this_cpu_computes(graphs, monkeypatch) -> None:
+    """The premise of the 7-bit default, checked on the CPU that runs the tests, not on a
+    reference: with the 8-bit weights as exported, onnxruntime's uint8 x int8 product
+    saturates exactly as the reference of AVX2's pair sums says on an x86 CPU without VNNI
+    (its kernels follow CPUID, which no ISA cap changes), and is exact on one with VNNI."""
+    import platform
+
+    from structqa.runtime import cpu_flags
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("onnxruntime's x86 integer kernels only")
+    tmp, _ = graphs
+    x = _outlier_tokens()
+    wq, w_scale = _weights(tmp / "per-token.onnx")
+    s = np.abs(x).max(axis=1, keepdims=True) / 127
+    xq = np.clip(np.round(x / s), -128, 127)
+    exact = xq.astype(np.int64) @ wq.astype(np.int64)
+    pair_sums = _avx2_uint8_int8_sums((xq + 128).astype(np.uint8), wq) - 128 * wq.astype(
+        np.int64
+    ).sum(axis=0)
+    assert (pair_sums != exact).sum() > 0  # these tokens do saturate AVX2's pair sums
+    monkeypatch.setenv(INT8_WEIGHTS_ENV, "s8")
+    got = _run(tmp / "per-token.onnx", x)
+    vnni = bool(cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    expected = exact if vnni else pair_sums
+    np.testing.assert_allclose(got, expected * s * w_scale, rtol=1e-5, atol=1e-4)
