@@ -83,6 +83,21 @@ def _avx2_uint8_int8_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.clip(pairs, -32768, 32767).sum(axis=1)
 
 
+def _exact_and_avx2_sums(
+    x: np.ndarray, wq: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each token's scale, the exact integer products of its int8 values with ``wq``, and
+    what AVX2's uint8 x int8 kernel sums them to (uint8 activations at zero point 128:
+    sum((xq + 128) w) - 128 sum(w))."""
+    s = np.abs(x).max(axis=1, keepdims=True) / 127
+    xq = np.clip(np.round(x / s), -128, 127)
+    exact = xq.astype(np.int64) @ wq.astype(np.int64)
+    avx2 = _avx2_uint8_int8_sums((xq + 128).astype(np.uint8), wq) - 128 * wq.astype(np.int64).sum(
+        axis=0
+    )
+    return s, exact, avx2
+
+
 def test_each_token_is_quantized_with_its_own_scale(graphs) -> None:
     tmp, weight = graphs
     x = _outlier_tokens()
@@ -123,13 +138,7 @@ def test_uint8_weights_compute_exactly_what_avx2_would_saturate(graphs, monkeypa
     tmp, _ = graphs
     x = _outlier_tokens()
     wq, w_scale = _weights(tmp / "per-token.onnx")
-    s = np.abs(x).max(axis=1, keepdims=True) / 127
-    xq = np.clip(np.round(x / s), -128, 127)
-    exact = xq.astype(np.int64) @ wq.astype(np.int64)
-    # uint8 activations (zero point 128): sum((xq + 128) w) - 128 sum(w) is the product
-    saturating = _avx2_uint8_int8_sums((xq + 128).astype(np.uint8), wq) - 128 * wq.astype(
-        np.int64
-    ).sum(axis=0)
+    s, exact, saturating = _exact_and_avx2_sums(x, wq)
     assert (saturating != exact).sum() > 0  # the fault is real for these tokens
     model = onnx.load(str(tmp / "per-token.onnx"))
     assert as_uint8_weights(model) == 1
@@ -177,12 +186,7 @@ def test_7bit_weights_keep_avx2s_fast_kernel_exact(graphs, monkeypatch) -> None:
     s7 = next(v for k, v in held.items() if k.endswith("_scale_7bit"))
     assert w7.min() >= -64 and w7.max() <= 63
     np.testing.assert_allclose(s7, 2 * w_scale)
-    s = np.abs(x).max(axis=1, keepdims=True) / 127
-    xq = np.clip(np.round(x / s), -128, 127)
-    exact = xq.astype(np.int64) @ w7.astype(np.int64)
-    avx2 = _avx2_uint8_int8_sums((xq + 128).astype(np.uint8), w7) - 128 * w7.astype(np.int64).sum(
-        axis=0
-    )
+    s, exact, avx2 = _exact_and_avx2_sums(x, w7)
     np.testing.assert_array_equal(avx2, exact)  # no pair saturates
     monkeypatch.setenv(INT8_WEIGHTS_ENV, "s7")
     got = _run(tmp / "per-token.onnx", x)
@@ -207,12 +211,7 @@ def test_the_reference_of_avx2s_kernel_is_what_this_cpu_computes(graphs, monkeyp
     tmp, _ = graphs
     x = _outlier_tokens()
     wq, w_scale = _weights(tmp / "per-token.onnx")
-    s = np.abs(x).max(axis=1, keepdims=True) / 127
-    xq = np.clip(np.round(x / s), -128, 127)
-    exact = xq.astype(np.int64) @ wq.astype(np.int64)
-    pair_sums = _avx2_uint8_int8_sums((xq + 128).astype(np.uint8), wq) - 128 * wq.astype(
-        np.int64
-    ).sum(axis=0)
+    s, exact, pair_sums = _exact_and_avx2_sums(x, wq)
     assert (pair_sums != exact).sum() > 0  # these tokens do saturate AVX2's pair sums
     monkeypatch.setenv(INT8_WEIGHTS_ENV, "s8")
     got = _run(tmp / "per-token.onnx", x)
