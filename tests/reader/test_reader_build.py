@@ -145,6 +145,9 @@ def test_build_stops_resumes_and_is_found(
     card = json.loads((out / "card.json").read_text())
     assert card["data"]["counts"]["pool"] > 0 and card["baseline"]["squad1/torch"]["f1"] >= 0
     assert "| reader, onnx-int8 |" in (out / "MODEL_CARD.md").read_text()
+    # the card's training time is the run's over both starts, as its train state sums it
+    assert card["training_seconds"] == state["seconds"]
+    assert "every start counted" in (out / "MODEL_CARD.md").read_text()
 
     # run again: every stage is done, nothing trains
     mtime = (out / "run" / "best" / "model.safetensors").stat().st_mtime_ns
@@ -196,6 +199,12 @@ def test_a_soup_of_runs_is_built_stopped_resumed_and_calibrated(
     assert read_extractive(out / "run" / "validation.v2.json").examples
     card = json.loads((out / "card.json").read_text())
     assert card["soup"]["members"] == soup["members"] and card["heldout"]["squad1/torch"]
+    states = [
+        json.loads((out / "members" / f"m{i}" / "last" / "train_state.json").read_text())
+        for i in (0, 1)
+    ]
+    # member 0 trained in the first command, member 1 in both: the card counts all of it
+    assert card["training_seconds"] == pytest.approx(sum(s["seconds"] for s in states))
     assert "greedy soup" in (out / "MODEL_CARD.md").read_text()
     assert find_reader(str(out)) == best
     # the same directory with another --members is refused, naming what it holds
@@ -230,3 +239,28 @@ def test_the_estimate_counts_only_the_steps_a_stopped_run_has_left(tmp_path: Pat
     assert estimate_seconds(1000, cfg, 2.0) == pytest.approx(120.0)
     (last / "train_state.json").write_text(json.dumps({"global_step": 100, "finished": True}))
     assert estimate_seconds(1000, cfg, 2.0) == 0.0
+
+
+def test_the_build_time_counts_training_over_every_start() -> None:
+    """A run stopped and resumed records only its last start in its stage's seconds; the
+    card's build time takes the training time the run's train state summed over its starts,
+    and falls back to the stage's time where a run did not record it."""
+    from structqa.reader.card import build_seconds
+
+    records = {
+        "data": {"seconds": 60.0},
+        "train": {"seconds": 600.0, "training_seconds": 3000.0},
+        "export": {"seconds": 20.0},
+        "heldout": {"seconds": 300.0},
+        "baseline": None,
+        "card": None,
+    }
+    assert build_seconds(records) == (3380.0, 3000.0)
+    soup = {
+        "seconds": 100.0,  # member 0 was trained by an earlier command
+        "members": [{"training_seconds": 2000.0}, {"training_seconds": 2100.0}],
+        "soup_seconds": 70.0,
+    }
+    assert build_seconds({**records, "train": soup}) == (60 + 20 + 300 + 4100 + 70.0, 4100.0)
+    older = {"seconds": 600.0, "training_seconds": None}  # a run from before the count
+    assert build_seconds({**records, "train": older}) == (980.0, None)

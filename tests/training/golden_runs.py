@@ -32,6 +32,13 @@ TIMING_KEYS = ("features_per_s", "windows_per_s", "questions_per_s", "tokens_per
 CHECKPOINT_DIRS = ("best", "last", "final")
 
 
+def _without_clock(state: dict[str, Any]) -> dict[str, Any]:
+    """A train state without its wall time (recorded, never reproducible; a float >= 0)."""
+    seconds = state.pop("seconds")
+    assert isinstance(seconds, float) and seconds >= 0, seconds
+    return state
+
+
 def _record(out: Path, result: Any) -> dict[str, Any]:
     """What a finished run in ``out`` logged and saved, and its return value's metrics."""
     log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -42,7 +49,7 @@ def _record(out: Path, result: Any) -> dict[str, Any]:
             continue
         entry: dict[str, Any] = {
             "files": sorted(p.name for p in directory.iterdir()),
-            "train_state": json.loads((directory / "train_state.json").read_text()),
+            "train_state": _without_clock(json.loads((directory / "train_state.json").read_text())),
         }
         if (directory / "metrics.json").exists():
             entry["metrics"] = json.loads((directory / "metrics.json").read_text())

@@ -19,6 +19,7 @@ from tiny import interrupt_at_batch, weights_sha256
 
 from structqa.cli import main
 from structqa.config import load_config
+from structqa.manifest import seal_file
 from structqa.training import loop
 
 MINI = "fixtures/squad-v1.1-mini.json"
@@ -106,6 +107,12 @@ def test_resume_continues_exactly(
     loop.run(interrupted, progress=False)
     state = json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())
     assert state["global_step"] == 5 and not state["finished"]
+    # the state's wall time goes on from what earlier starts spent (stated large here, so
+    # that a resumed run counting only its own time would show)
+    assert state["seconds"] > 0
+    state["seconds"] = 1000.0
+    (tmp_path / "b" / "last" / "train_state.json").write_text(json.dumps(state))
+    seal_file(tmp_path / "b" / "last", "train_state.json")
 
     # and then a crash between the two renames of a checkpoint swap: last/ gone, the
     # previous checkpoint at last.old, a half-written last.tmp; resume must use last.old
@@ -120,7 +127,8 @@ def test_resume_continues_exactly(
     assert "recovered from" in caplog.text and "resumed at epoch 1, batch 1, step 5" in caplog.text
     assert not (run_dir / "last.old").exists() and not (run_dir / "last.tmp").exists()
     resumed = load_file(str(tmp_path / "b" / "last" / "model.safetensors"))
-    assert json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())["finished"]
+    final = json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())
+    assert final["finished"] and 1000.0 <= final["seconds"] < 1000.0 + 600
     for name, tensor in expected.items():
         assert torch.equal(tensor, resumed[name]), name
     # the same weights hash, as each checkpoint's manifest records it

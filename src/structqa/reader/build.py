@@ -250,6 +250,9 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
     return {
         "validation_file": validation,
         "checkpoint": str(output / "best"),
+        # the run's training time over every start (a stopped and resumed run, or one an
+        # earlier command trained), which the stage's own seconds do not see
+        "training_seconds": (_last_state(cfg) or {}).get("seconds"),
         "validation": dict(result.metrics) if result is not None else None,
         "calibration": None
         if cal is None

@@ -50,6 +50,19 @@ def _soup_lines(soup: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def build_seconds(records: dict[str, dict[str, Any] | None]) -> tuple[float, float | None]:
+    """The whole build's seconds and its training's: every stage's time, with the training
+    counted over every start of each run (stopped and resumed, or trained by an earlier
+    command) where the runs recorded it, else the train stage's own time (training None)."""
+    train = records.get("train") or {}
+    other = sum(r["seconds"] for s, r in records.items() if r and s != "train" and "seconds" in r)
+    trained = [r.get("training_seconds") for r in train.get("members") or [train]]
+    if not train or not all(isinstance(s, int | float) for s in trained):
+        return other + float(train.get("seconds", 0.0)), None
+    training = float(sum(trained))
+    return other + training + float(train.get("soup_seconds", 0.0)), training
+
+
 def write_card(
     out: Path,
     command: str,
@@ -77,8 +90,16 @@ def write_card(
         "machine": machine_info(),
         "cpu_kind": cpu_kind(),
     }
+    seconds, training = build_seconds(records)
+    card["build_seconds"], card["training_seconds"] = seconds, training
     write_json(out / READER_CARD, card)
-    seconds = sum(card["seconds"].values())
+    runs = len((records.get("train") or {}).get("members") or [None])
+    timed = (
+        ""
+        if training is None
+        else f" (training {training / 60:.0f} min over {runs} run{'s' * (runs > 1)}, "
+        "every start counted)"
+    )
     commit = card["commit"].get("commit") or "unknown"
     lines = [
         "# General reader",
@@ -89,7 +110,7 @@ def write_card(
         f"- recipe: `{' '.join(card['recipe'])}`",
         *_soup_lines(card["soup"]),
         f"- checkpoint: `{card['checkpoint']}`; int8 graph: `{card['int8']}`",
-        f"- commit: `{commit}`; CPU: {card['cpu_kind']}; build time {seconds / 60:.0f} min",
+        f"- commit: `{commit}`; CPU: {card['cpu_kind']}; build time {seconds / 60:.0f} min{timed}",
         "- held-out scores: SQuAD 1.1 with every question answered (no abstention), SQuAD "
         "2.0 at the no-answer threshold fitted on the validation slice",
         *_table(card["heldout"] or {}, card["baseline"]),

@@ -10,6 +10,7 @@ slice as a single run's ``best/`` is."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ def soup_members(
     from structqa.prediction.calibrate import calibrate_checkpoint
     from structqa.training.soup import greedy_soup
 
+    t0 = time.perf_counter()
     run = out / RUN
     run.mkdir(parents=True, exist_ok=True)
     best = run / "best"
@@ -69,6 +71,7 @@ def soup_members(
             "verifier": None if cal.verifier is None else cal.verifier.names,
             "fit": cal.fit,
         },
+        "soup_seconds": round(time.perf_counter() - t0, 1),
     }
 
 

@@ -67,6 +67,7 @@ class TrainState:
     best_f1: float = -1.0
     best_epoch: int = -1
     finished: bool = False
+    seconds: float = 0.0  # wall time spent training, summed over every start that trained it
 
 
 def save_checkpoint(

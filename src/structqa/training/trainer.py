@@ -342,7 +342,14 @@ def fit(
             write_json(out / name, content)
         start_log(log_path, state.global_step)
 
+    started, before = time.perf_counter(), state.seconds
+
+    def clock() -> None:
+        """The train state's time: what earlier starts spent, plus this one's so far."""
+        state.seconds = round(before + time.perf_counter() - started, 1)
+
     def save(target: Path, metrics: dict[str, Any] | None = None, resumable: bool = True) -> None:
+        clock()
         if accelerator.is_main_process:
             opt, sched = (optimizer, scheduler) if resumable else (None, None)
             task.save(target, raw_model, state, opt, sched, metrics)
@@ -360,6 +367,7 @@ def fit(
             bar.note(f"step {state.global_step}: {evaluation.note}")
             if evaluation.score is not None and evaluation.score > state.best_f1:
                 state.best_f1, state.best_epoch, best = evaluation.score, epoch, evaluation
+                clock()
                 task.save(best_dir, raw_model, state, None, None, evaluation.saved)
                 if evaluation.outputs is not None:
                     evaluation.outputs(best_dir)
