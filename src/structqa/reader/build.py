@@ -172,10 +172,11 @@ def typical_length(cfg: Config, tokenizer: Any, sample: int = 256) -> int:
     return max(16, round(sum(lengths) / max(1, len(lengths))))
 
 
-def seconds_per_step(cfg: Config, repeats: int = 3) -> tuple[float, int]:
+def seconds_per_step(cfg: Config, repeats: int = 6) -> tuple[float, int]:
     """One optimisation step of ``cfg``'s model on a batch of windows of the training file's
     typical length, timed here (forward, backward, the precision training will use): the
-    median of ``repeats`` after a warm-up step; and that length."""
+    median of ``repeats`` after a warm-up step (6: a median of three was once 30 % above the
+    run's own rate, four medians of six within 10 % of it); and that length."""
     from structqa.models.build import build_model
 
     model, tokenizer = build_model(cfg)
