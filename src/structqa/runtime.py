@@ -168,13 +168,17 @@ def cpu_bf16_pays() -> bool:
     return cpu_has_native_bf16() and bf16_speedup() >= MIN_BF16_SPEEDUP
 
 
+#: CPU flags of integer products summed in 32 bits without saturating (what onnxruntime's
+#: kernels look for in CPUID, whatever ISA cap torch is under)
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
 def cpu_has_vnni() -> bool:
     """True where the CPU multiplies uint8 by int8 into int32 sums without saturating
     (AVX512-VNNI, AVX-VNNI, AMX); not on x86 CPUs with AVX2 only."""
     if _isa_capped_below("vnni"):
         return False
-    flags = cpu_flags()
-    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    return bool(cpu_flags() & VNNI_FLAGS)
 
 
 def int8_weight_type() -> str:
