@@ -132,6 +132,31 @@ def test_an_update_stopped_half_way_is_redone_by_the_next(
     assert not (out / "updating").exists()
 
 
+def test_a_stop_while_embedding_leaves_the_index_as_it_was(
+    small: Path, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Ctrl-C while a new file is embedded: the database and the faiss file have not changed
+    on disk, so the next update embeds that file alone, not every file again."""
+    out = tmp_path / "index"
+    DocumentIndex(out).update([small])
+    (small / "sahara.txt").write_text("The Sahara is a large desert in Africa.", encoding="utf-8")
+
+    def stopped(self, ids, vectors) -> None:  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FaissStore, "add", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            DocumentIndex(out).update([small])
+    with caplog.at_level(logging.WARNING), DocumentIndex.open(out) as index:
+        assert len(index.dense) == len(index) == 2  # whole, as before the update
+    assert "stopped before it finished" not in caplog.text
+    with DocumentIndex(out) as index:
+        report = index.update([small])
+        assert (report.added_files, report.unchanged_files) == (1, 2)
+        assert index.search("a desert in Africa", k=1)[0].source.endswith("sahara.txt")
+
+
 def test_command_line_mistakes_are_errors_that_say_what_to_do(
     small: Path, tmp_path: Path, capsys
 ) -> None:
@@ -353,3 +378,22 @@ def test_an_unreachable_qdrant_server_is_a_clear_error(small: Path, tmp_path: Pa
     assert main(["index", str(small), "--out", str(out), "--store", f"qdrant:{url}"]) == 2
     err = capsys.readouterr().err
     assert f"cannot reach the Qdrant server at {url}" in err and "Traceback" not in err
+
+
+def test_recall_at_k_ranks_k_documents_not_k_chunks(small: Path, tmp_path: Path) -> None:
+    from structqa.documents.metrics import ranked_documents, read_qrels
+
+    long = " ".join(f"Bees visit flower number {i} of the meadow today." for i in range(200))
+    (small / "meadow.txt").write_text(long, encoding="utf-8")
+    with DocumentIndex(tmp_path / "index") as index:
+        index.update([small])
+        chunks = [h.doc_id for h in index.search("bees visit flowers", k=2, retriever="bm25")]
+        assert len(set(chunks)) == 1  # the long file's chunks fill the first places
+        (ranked,) = ranked_documents(index, ["bees visit flowers"], 2, "bm25")
+        assert len(ranked) == 2 and ranked[0] == chunks[0]
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1.0\nq1\td2\t2\n", encoding="utf-8")
+    assert read_qrels(qrels) == {"q1": {"d1": 1, "d2": 2}}
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\tyes\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"qrels.tsv: line 2: the score 'yes' is not a number"):
+        read_qrels(qrels)

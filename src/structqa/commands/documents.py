@@ -190,17 +190,19 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
 
 def cmd_evaluate_retrieval(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     from structqa.documents import DocumentIndex
-    from structqa.documents.metrics import read_qrels, read_queries, score_runs
+    from structqa.documents.metrics import ranked_documents, read_qrels, read_queries, score_runs
 
     queries, qrels = read_queries(args.queries), read_qrels(args.qrels)
     judged = [q for q in queries if q in qrels]
     depth = max(100, args.depth)
-    runs = {}
     with DocumentIndex.open(args.index) as index:
-        hits = index.search_many([queries[q] for q in judged], depth, args.retriever)
-    for q, ranked in zip(judged, hits, strict=True):
-        runs[q] = list(dict.fromkeys(h.doc_id for h in ranked))  # documents, best chunk first
-    scores = {"retriever": args.retriever, **score_runs(runs, qrels)}
+        ranked = ranked_documents(index, [queries[q] for q in judged], depth, args.retriever)
+    runs = dict(zip(judged, ranked, strict=True))
+    scores = {
+        "retriever": args.retriever,
+        **score_runs(runs, qrels),
+        "documents_ranked": min((len(r) for r in ranked), default=0),
+    }
     print(json.dumps(scores, indent=2))
     if args.out:
         out = Path(args.out)
@@ -470,6 +472,8 @@ def add_parser(sub) -> None:
     ev.add_argument("--queries", required=True, help="BEIR queries .jsonl (_id, text)")
     ev.add_argument("--qrels", required=True, help="BEIR qrels .tsv (query-id, corpus-id, score)")
     ev.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
-    ev.add_argument("--depth", type=int, default=100, help="chunks retrieved per query")
+    ev.add_argument(
+        "--depth", type=int, default=100, help="documents ranked per query (at least 100)"
+    )
     ev.add_argument("--out", help="also write the scores as JSON")
     ev.set_defaults(func=cmd_evaluate_retrieval)

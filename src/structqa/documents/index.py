@@ -26,6 +26,7 @@ import logging
 import shutil
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ from structqa.documents.ingest import (
     read_all,
     reader_kind,
 )
-from structqa.documents.vectors import VectorStore, open_store
+from structqa.documents.vectors import COLLECTION, VectorStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ create table if not exists chunks (
     id integer primary key, path text not null, doc_id text not null, title text not null,
     start integer not null, end integer not null, page integer, text text not null);
 create index if not exists chunks_path on chunks(path);
+create table if not exists meta (key text primary key, value text not null);
 """
 
 
@@ -126,15 +128,38 @@ class DocumentIndex:
         self.store_spec = store or recorded or "faiss"
         self.db = sqlite3.connect(self.directory / "chunks.sqlite")
         self.db.executescript(_SCHEMA)
+        self.collection = self._collection(meta)
         self._encoder = encoder
         self._dense: VectorStore | None = None
         self._bm25 = None
-        fusion = self.directory / FUSION_FILE
-        self.bm25_weight = (
-            float(json.loads(fusion.read_text())["bm25_weight"])
-            if fusion.is_file()
-            else BM25_WEIGHT
-        )
+        self.bm25_weight = self._fusion_weight(self.directory / FUSION_FILE)
+
+    @staticmethod
+    def _fusion_weight(fusion: Path) -> float:
+        """BM25's share of the hybrid score: the fitted one (``fusion.json``), else the default."""
+        if not fusion.is_file():
+            return BM25_WEIGHT
+        try:
+            weight = float(json.loads(fusion.read_text())["bm25_weight"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(
+                f"{fusion}: not a fusion fit ({type(err).__name__}: {err}); run `structqa "
+                "fit-fusion` again, or delete the file to use the default weight"
+            ) from None
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"{fusion}: bm25_weight {weight} is not between 0 and 1")
+        return weight
+
+    def _collection(self, meta: Path) -> str:
+        """The Qdrant collection of this index's vectors: named once, when the index is made,
+        and kept in its database (an index made before: the one name all shared)."""
+        row = self.db.execute("select value from meta where key = 'collection'").fetchone()
+        if row is not None:
+            return str(row[0])
+        name = COLLECTION if meta.is_file() else f"{COLLECTION}_{uuid.uuid4().hex[:16]}"
+        self.db.execute("insert into meta values ('collection', ?)", (name,))
+        self.db.commit()
+        return name
 
     @property
     def encoder(self):
@@ -146,7 +171,9 @@ class DocumentIndex:
     def dense(self) -> VectorStore:
         if self._dense is None:
             made = (self.directory / INDEX_FILE).is_file()
-            self._dense = open_store(self.directory, self.store_spec, None if made else self._dim())
+            self._dense = open_store(
+                self.directory, self.store_spec, None if made else self._dim(), self.collection
+            )
         return self._dense
 
     @classmethod
@@ -212,7 +239,12 @@ class DocumentIndex:
             self.db.execute("delete from chunks")
             self.db.execute("delete from files")
             dense.reset()
-        _write_atomic(updating, "an update is writing this index\n")
+        # a Qdrant store takes each write at once, so the stores can part from the start; the
+        # faiss file and the database change on disk only at the end (a stop while embedding
+        # leaves both as they were: nothing to redo; a first build is marked throughout)
+        apart_from_start = self.store_spec != "faiss" or not (self.directory / INDEX_FILE).is_file()
+        if apart_from_start:
+            _write_atomic(updating, "an update is writing this index\n")
         known = dict(self.db.execute("select path, sha256 from files"))
         present = {str(f) for f in files}
         gone: dict[str, list[str]] = {}  # content hash -> the paths no longer given
@@ -263,6 +295,8 @@ class DocumentIndex:
             known_now = (str(path), digests[path])
             self.db.execute("insert or replace into files values (?, ?)", known_now)
             report.added_files += 1
+        if not apart_from_start:
+            _write_atomic(updating, "an update is writing this index\n")
         self.db.commit()
         dense.save()
         self._build_bm25()
@@ -271,6 +305,7 @@ class DocumentIndex:
         meta = {
             "encoder": "all-MiniLM-L6-v2 (the default encoder as shipped)",
             "store": self.store_spec,
+            "collection": self.collection if self.store_spec != "faiss" else None,
             "chunk_tokens": CHUNK_TOKENS,
             "chunks": report.chunks,
             "files": self.db.execute("select count(*) from files").fetchone()[0],

@@ -23,19 +23,23 @@ import gzip
 import hashlib
 import html.parser
 import json
-import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from structqa.data.hygiene import text_problem
 from structqa.text.spans import pieces
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
 HTML_SUFFIXES = (".html", ".htm")
 QA_SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".json.gz")
-ENCODINGS = ("utf-8", "cp1252")  # tried in order; cp1252 reads Latin-1 text as well
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n\s*\n")
+ENCODINGS = ("utf-8", "cp1252")  # tried in order; then Latin-1, which reads any byte
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Latin sentence ends before a capital or digit; CJK ones (no space follows them) anywhere
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|(?<=[。！？])[」』）\"')]*\s*|\n\s*\n"
+)
 
 
 @dataclass(frozen=True)
@@ -138,12 +142,22 @@ def read_documents(path: Path, notes: list[str] | None = None) -> list[Document]
     if kind == "pdf":
         return [_pdf(path)]
     if kind == "html":
-        return [_one(path, _html_text(_decode(path, notes)))]
+        return [_one(path, _html_text(_checked(_decode(path, notes))))]
     if kind == "text":
-        return [_one(path, _decode(path, notes))]
+        return [_one(path, _checked(_decode(path, notes)))]
     if kind == "qa":
         return _collection(path, notes)
     raise Unreadable(f"not a document type read here ({path.suffix or 'no suffix'})")
+
+
+def _checked(text: str) -> str:
+    """``text``, or :class:`Unreadable` where it breaks the text rule anywhere (a NUL past the
+    part read to tell text from binary once reached the reader and failed every question that
+    retrieved its chunk)."""
+    problem = text_problem(text)
+    if problem is not None:
+        raise Unreadable(f"the text contains {problem}; remove it, or save the file again as text")
+    return text
 
 
 def _one(path: Path, text: str) -> Document:
@@ -178,37 +192,67 @@ def _decode(path: Path, notes: list[str] | None) -> str:
             return text
     if b"\x00" in data[:4096]:
         raise Unreadable("binary content (NUL bytes), not text")
-    for encoding in ENCODINGS:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        first = err.start
+    said = notes if notes is not None else []
+    mended = data.decode("utf-8", errors="replace")
+    if any(ord(c) > 127 and c != "\ufffd" for c in mended):
+        # UTF-8 text with a few stray bytes (a Latin-1 character pasted in): read as UTF-8,
+        # the stray bytes shown as U+FFFD, rather than the whole file misread as cp1252
+        bad = mended.count("\ufffd") - data.count("\ufffd".encode())
+        said.append(
+            f"UTF-8 with {bad} byte sequence(s) that are not, read as U+FFFD (the first at "
+            f"byte {first}); save the file as UTF-8 to keep those characters"
+        )
+        return mended
+    for encoding in ENCODINGS[1:]:
         try:
             text = data.decode(encoding)
         except UnicodeDecodeError:
             continue
-        if encoding != ENCODINGS[0]:
-            if notes is not None:
-                notes.append(f"not UTF-8; read as {encoding} (Latin-1 and Windows text)")
+        said.append(f"not UTF-8; read as {encoding} (Latin-1 and Windows text)")
         return text
-    raise Unreadable(f"text in none of the encodings {', '.join(ENCODINGS)}")
+    said.append("not UTF-8 nor cp1252; read as Latin-1 (ISO 8859-1), which reads any byte")
+    return data.decode("latin-1")
 
 
 class _TextOf(html.parser.HTMLParser):
-    """The visible text of an HTML page: no scripts or styles, blocks on lines of their own."""
+    """The visible text of an HTML page: no scripts or styles, blocks on lines of their own,
+    a table's cells apart (``a | b``: glued cells once read as one word)."""
 
-    BLOCKS = {"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section"}
+    BLOCKS = frozenset(
+        "p div br li h1 h2 h3 h4 h5 h6 tr section article header footer nav aside main "
+        "table thead tbody tfoot caption ul ol dl dt dd blockquote pre figure figcaption hr "
+        "title address details summary form fieldset".split()
+    )
+    CELLS = frozenset(("td", "th"))
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self.hidden = 0
+        self.cells = 0  # cells opened in the current row
 
     def handle_starttag(self, tag: str, attrs) -> None:  # noqa: ARG002
         if tag in ("script", "style", "noscript"):
             self.hidden += 1
+        elif tag in self.CELLS:
+            self.parts.append(" | " if self.cells else " ")
+            self.cells += 1
         elif tag in self.BLOCKS:
             self.parts.append("\n\n")
+            self.cells = 0
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("script", "style", "noscript"):
             self.hidden = max(0, self.hidden - 1)
+        elif tag in self.CELLS:
+            self.parts.append(" ")
+        elif tag in self.BLOCKS:
+            self.parts.append("\n\n")
+            self.cells = 0
 
     def handle_data(self, data: str) -> None:
         if not self.hidden:
@@ -219,7 +263,7 @@ def _html_text(source: str) -> str:
     parser = _TextOf()
     parser.feed(source)
     text = re.sub(r"[ \t\r\f\v]+", " ", "".join(parser.parts))
-    return re.sub(r"\n\s*\n\s*", "\n\n", text).strip()
+    return re.sub(r" *\n\s*\n\s*", "\n\n", text).strip()
 
 
 def _pdf(path: Path) -> Document:
@@ -238,6 +282,9 @@ def _pdf(path: Path) -> Document:
             f"not a readable PDF ({type(err).__name__}: {err}); open and re-save it as PDF, "
             "or export its text"
         ) from None
+    # a NUL or lone surrogate in extracted text is the extractor's (an unmapped glyph), not
+    # the document's: a space or U+FFFD in its place keeps every offset
+    texts = [_LONE_SURROGATE.sub("\ufffd", text.replace("\x00", " ")) for text in texts]
     pages, parts, at = [], [], 0
     for number, text in enumerate(texts, start=1):
         pages.append((at, number))
@@ -265,27 +312,78 @@ def _collection(path: Path, notes: list[str] | None = None) -> list[Document]:
     lines = [line for line in head.splitlines()[:5] if line.strip()]
     # a BEIR corpus: records of one line each, with an _id (a bad first line is skipped later)
     if lines and lines[0].lstrip()[:1] == "{" and any('"_id"' in line for line in lines):
+        if path.name.lower().startswith("queries"):  # BEIR's questions, beside its corpus
+            raise Unreadable(
+                "a BEIR queries file (its questions, not documents); index the corpus alone, "
+                "and give this file to `structqa evaluate-retrieval --queries`"
+            )
         return _beir(path, opener, notes)
-    from structqa.data.readers import read_extractive
-
-    data_log = logging.getLogger("structqa.data")  # its notes on the questions and answers
-    level = data_log.level  # (repaired offsets, skipped questions) say nothing of the passages
-    data_log.setLevel(logging.ERROR)
     try:
-        examples = read_extractive(path).examples
+        contexts = _qa_contexts(path, notes)
     except (ValueError, OSError) as err:
         raise Unreadable(f"neither a BEIR corpus nor a SQuAD/MRQA file ({err})") from None
-    finally:
-        data_log.setLevel(level)
     docs: dict[str, Document] = {}
-    for ex in examples:
-        key = context_key(ex.context)
+    for title, context in contexts:
+        key = context_key(context)
         if key not in docs:
-            title = getattr(ex, "title", "") or f"{path.stem} context {len(docs) + 1}"
-            docs[key] = Document(f"{path}#{key}", str(path), title, ex.context)
+            title = title or f"{path.stem} context {len(docs) + 1}"
+            docs[key] = Document(f"{path}#{key}", str(path), title, context)
     if not docs:
         raise Unreadable("no contexts")
     return list(docs.values())
+
+
+def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
+    """(title, context) of every passage of a SQuAD/MRQA file, read from the passages alone:
+    a passage is a document whether or not its questions are well formed (a repeated
+    question id once cost a whole file, a passage without questions went missing). A
+    passage that is not valid text is skipped and named in ``notes``."""
+    from structqa.data.readers import detect_format
+    from structqa.data.squad import load_json, open_text
+
+    kind = detect_format(path)
+    found: list[tuple[str, str, str]] = []  # (where, title, context)
+    if kind == "squad":
+        doc = load_json(path)
+        for i, article in enumerate(doc.get("data") or [] if isinstance(doc, dict) else []):
+            if not isinstance(article, dict):
+                continue
+            title = article.get("title") if isinstance(article.get("title"), str) else ""
+            for j, paragraph in enumerate(article.get("paragraphs") or []):
+                context = paragraph.get("context") if isinstance(paragraph, dict) else None
+                found.append((f"data[{i}].paragraphs[{j}]", title, context))
+    elif kind == "mrqa":
+        with open_text(path) as handle:
+            for lineno, line in enumerate(handle, start=1):
+                try:
+                    record = json.loads(line) if line.strip() else None
+                except json.JSONDecodeError:
+                    record = {}
+                if isinstance(record, dict) and "header" not in record:
+                    found.append((f"line {lineno}", "", record.get("context")))
+    else:
+        raise ValueError(f"a {kind} file")
+    contexts, bad = [], []
+    for where, title, context in found:
+        problem = "no context" if not isinstance(context, str) else text_problem(context)
+        if problem is None and context.strip():
+            contexts.append((title, context))
+        elif problem is not None:
+            bad.append(f"{where} ({problem})")
+    if bad and notes is not None:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        notes.append(f"{len(bad)} passage(s) skipped: {', '.join(bad[:5])}{more}")
+    return contexts
+
+
+def _field(record: dict, name: str) -> str:
+    """A BEIR record's text field: a string, or missing or null (empty)."""
+    value = record.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"its {name} is a {type(value).__name__}, not a string")
+    return value
 
 
 def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[Document]:
@@ -302,13 +400,15 @@ def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[
                     continue
                 try:
                     rec = json.loads(line)
-                    doc_id, text = str(rec["_id"]), str(rec.get("text", ""))
-                except (json.JSONDecodeError, KeyError, TypeError) as err:
+                    doc_id, text, title = str(rec["_id"]), _field(rec, "text"), _field(rec, "title")
+                    problem = text_problem(f"{title}\n\n{text}")
+                    if problem is not None:
+                        raise ValueError(f"its title or text contains {problem}")
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                     bad.append(lineno)
                     first_error = first_error or f"line {lineno}: {type(err).__name__} {err}"
                     continue
-                title = str(rec.get("title") or "")
-                full = f"{title}\n\n{text}" if title else text
+                full = "\n\n".join(part for part in (title, text) if part.strip())
                 if full.strip():
                     docs.append(Document(doc_id, str(path), title, full))
     # damage past the part read to recognise the format: a truncated .gz, bytes not UTF-8
@@ -325,7 +425,7 @@ def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[
         )
         notes.append(
             f"{len(bad)} line(s) not corpus records, skipped: {shown} ({first_error}); "
-            "each record needs an _id and a text"
+            "each record needs an _id and a text (a string of valid Unicode)"
         )
     return docs
 
@@ -365,18 +465,22 @@ def _chunk_pieces(
     doc: Document, pieces: list[tuple[int, int, int]], max_tokens: int
 ) -> list[Chunk]:
     chunks: list[Chunk] = []
-    i = 0
+    i, overlapping = 0, False
     while i < len(pieces):
         j, used = i, 0
         while j < len(pieces) and used + pieces[j][2] <= max_tokens:
             used += pieces[j][2]
             j += 1
         j = max(j, i + 1)
+        if overlapping and j == i + 1:  # the boundary sentence alone: a copy of the last
+            i, overlapping = i + 1, False  # chunk's end, so the next chunk starts after it
+            continue
         a, b = pieces[i][0], pieces[j - 1][1]
         chunks.append(Chunk(doc.doc_id, a, b, doc.text[a:b], doc.page_at(a)))
         if j >= len(pieces):
             break
-        i = j - 1 if j - 1 > i else j  # overlap: the boundary sentence opens the next chunk
+        overlapping = j - 1 > i  # overlap: the boundary sentence opens the next chunk
+        i = j - 1 if overlapping else j
     return chunks
 
 
@@ -397,7 +501,31 @@ def _pieces(
         step = max(1, len(words) * max_tokens // (2 * n))  # about half the limit a piece
         for k in range(0, len(words), step):
             s, e = a + words[k][0], a + words[min(k + step, len(words)) - 1][1]
-            out.append((s, e, count_tokens([text[s:e]])[0]))
+            out += _fit(text, s, e, count_tokens([text[s:e]])[0], count_tokens, max_tokens)
+    return out
+
+
+def _fit(
+    text: str, a: int, b: int, n: int, count: Callable[[Sequence[str]], list[int]], limit: int
+) -> list[tuple[int, int, int]]:
+    """``text[a:b]`` (``n`` tokens) as pieces of at most ``limit`` tokens: halved at the space
+    nearest its middle, else at its middle character (text without spaces, a long token)."""
+    if n <= limit or b - a < 2:
+        return [(a, b, n)]
+    middle = (a + b) // 2
+    spaces = [m.start() + a for m in re.finditer(r"\s+", text[a:b])]
+    cut = min(spaces, key=lambda i: abs(i - middle)) if spaces else middle
+    if not a < cut < b:
+        cut = middle
+    left, right = (a, cut), (cut, b)
+    while left[1] > left[0] and text[left[1] - 1].isspace():
+        left = (left[0], left[1] - 1)
+    while right[0] < right[1] and text[right[0]].isspace():
+        right = (right[0] + 1, right[1])
+    out = []
+    for s, e in (left, right):
+        if e > s:
+            out += _fit(text, s, e, count([text[s:e]])[0], count, limit)
     return out
 
 

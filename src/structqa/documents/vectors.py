@@ -17,6 +17,9 @@ from typing import Protocol
 import numpy as np
 
 STORES = ("faiss", "qdrant")  # and qdrant:URL, a Qdrant server or cluster
+# the collection of an index built before each index named its own (on a server, indexes
+# sharing one name overwrote each other's vectors: points are keyed by chunk id, which starts at
+# 1 in every index); a new index's is this name and a random suffix, kept in its database
 COLLECTION = "structqa_chunks"
 
 
@@ -90,15 +93,23 @@ class FaissStore:
 
 class QdrantStore:
     """A Qdrant collection of the chunks' vectors: embedded (files in ``INDEX/qdrant``) or on
-    a server or cluster (``url``), through the same client API."""
+    a server or cluster (``url``), through the same client API; ``collection`` is the index's
+    own, so that indexes sharing a server keep apart."""
 
-    def __init__(self, directory: Path, dim: int | None, url: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        dim: int | None,
+        url: str | None = None,
+        collection: str = COLLECTION,
+    ) -> None:
         from qdrant_client import QdrantClient, models
 
         self.models = models
+        self.collection = collection
         self.client = QdrantClient(url=url) if url else QdrantClient(path=str(directory / "qdrant"))
         try:
-            exists = self.client.collection_exists(COLLECTION)
+            exists = self.client.collection_exists(self.collection)
         except Exception as err:  # qdrant-client wraps httpx's and grpc's errors its own ways
             if not url:
                 raise
@@ -109,9 +120,9 @@ class QdrantStore:
             ) from None
         if not exists:
             if dim is None:
-                raise FileNotFoundError(f"{url or directory}: no {COLLECTION} collection")
+                raise FileNotFoundError(f"{url or directory}: no {self.collection} collection")
             self.client.create_collection(
-                COLLECTION,
+                self.collection,
                 vectors_config=models.VectorParams(size=dim, distance=models.Distance.DOT),
             )
 
@@ -121,22 +132,22 @@ class QdrantStore:
             for i, v in zip(ids, vectors, strict=True)
         ]
         for start in range(0, len(points), 512):
-            self.client.upsert(COLLECTION, points=points[start : start + 512])
+            self.client.upsert(self.collection, points=points[start : start + 512])
 
     def remove(self, ids: Sequence[int]) -> None:
         if len(ids):
             selector = self.models.PointIdsList(points=[int(i) for i in ids])
-            self.client.delete(COLLECTION, points_selector=selector)
+            self.client.delete(self.collection, points_selector=selector)
 
     def reset(self) -> None:
         every = self.models.FilterSelector(filter=self.models.Filter())
-        self.client.delete(COLLECTION, points_selector=every)
+        self.client.delete(self.collection, points_selector=every)
 
     def search(self, vectors: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
         requests = [
             self.models.QueryRequest(query=v.astype(float).tolist(), limit=k) for v in vectors
         ]
-        found = self.client.query_batch_points(COLLECTION, requests=requests)  # one round trip
+        found = self.client.query_batch_points(self.collection, requests=requests)  # one round trip
         return [[(int(p.id), float(p.score)) for p in r.points] for r in found]
 
     def save(self) -> None:
@@ -147,16 +158,19 @@ class QdrantStore:
         self.client.close()
 
     def __len__(self) -> int:
-        return int(self.client.count(COLLECTION, exact=True).count)
+        return int(self.client.count(self.collection, exact=True).count)
 
 
-def open_store(directory: Path, spec: str, dim: int | None) -> VectorStore:
+def open_store(
+    directory: Path, spec: str, dim: int | None, collection: str = COLLECTION
+) -> VectorStore:
     """The store ``spec`` names (``faiss``, ``qdrant``, ``qdrant:URL``) for the index in
-    ``directory``; ``dim`` creates it where it does not exist yet (None: it must)."""
+    ``directory`` (a Qdrant one in ``collection``); ``dim`` creates it where it does not exist
+    yet (None: it must)."""
     if spec == "faiss":
         return FaissStore(directory, dim)
     if spec == "qdrant":
-        return QdrantStore(directory, dim)
+        return QdrantStore(directory, dim, collection=collection)
     if spec.startswith("qdrant:"):
-        return QdrantStore(directory, dim, url=spec.removeprefix("qdrant:"))
+        return QdrantStore(directory, dim, url=spec.removeprefix("qdrant:"), collection=collection)
     raise ValueError(f"store {spec!r}: one of faiss, qdrant (embedded), qdrant:URL")

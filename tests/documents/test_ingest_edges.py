@@ -1,0 +1,156 @@
+"""What a real folder holds past the happy path: a BEIR folder with its queries beside the
+corpus, records and files with damaged text, tables in HTML, text without spaces, a stray
+byte in UTF-8 text, QA files whose questions are not all well formed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from structqa.documents.ingest import (
+    Document,
+    ReadReport,
+    chunk_document,
+    read_all,
+    read_documents,
+)
+from structqa.paths import default_encoder_path
+
+
+def _read(paths: list[Path]) -> tuple[dict[str, list[Document]], ReadReport]:
+    report = ReadReport()
+    return {p.name: docs for p, docs in read_all(paths, report)}, report
+
+
+def _jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_a_beir_folders_queries_are_not_indexed_as_documents(tmp_path: Path) -> None:
+    corpus = _jsonl(tmp_path / "corpus.jsonl", [{"_id": "d1", "title": "Bees", "text": "Bees."}])
+    queries = _jsonl(tmp_path / "queries.jsonl", [{"_id": "q1", "text": "What dances?"}])
+    docs, report = _read([corpus, queries])
+    assert list(docs) == ["corpus.jsonl"] and report.documents == 1
+    ((name, why),) = report.skipped
+    assert name.endswith("queries.jsonl") and "evaluate-retrieval --queries" in why
+
+
+def test_damaged_corpus_records_are_skipped_and_named(tmp_path: Path) -> None:
+    corpus = _jsonl(
+        tmp_path / "corpus.jsonl",
+        [
+            {"_id": "ok", "title": "Etna", "text": "Etna is a volcano."},
+            {"_id": "cut", "title": "", "text": "half of a pair \ud800 here"},
+            {"_id": "null", "title": "Empty", "text": None},
+            {"_id": "list", "text": ["not", "text"]},
+        ],
+    )
+    docs, report = _read([corpus])
+    texts = [d.text for d in docs["corpus.jsonl"]]
+    # a null text is an empty one: the title alone is the document, never the word "None"
+    assert texts == ["Etna\n\nEtna is a volcano.", "Empty"]
+    ((_, note),) = report.notes
+    assert "2 line(s) not corpus records, skipped: 2, 4" in note and "lone surrogate" in note
+
+
+def test_a_nul_anywhere_in_a_text_file_skips_it_with_the_offset(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("Bees dance. " * 600 + "\x00 the end.", encoding="utf-8")
+    docs, report = _read([path])
+    assert not docs
+    ((_, why),) = report.skipped
+    assert f"NUL character (U+0000) at offset {12 * 600}" in why
+
+
+def test_html_table_cells_and_lists_stay_apart(tmp_path: Path) -> None:
+    page = tmp_path / "cities.html"
+    page.write_text(
+        "<table><tr><th>City</th><th>Country</th></tr><tr><td>Paris</td><td>France</td></tr>"
+        "</table><dl><dt>Capital</dt><dd>Rome</dd></dl><p>Bees <b>dance</b>.</p>",
+        encoding="utf-8",
+    )
+    (doc,) = read_documents(page)
+    assert doc.text == "City | Country\n\nParis | France\n\nCapital\n\nRome\n\nBees dance."
+
+
+def test_text_without_spaces_is_chunked_within_the_encoders_limit() -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(default_encoder_path()))
+
+    def count(texts):
+        return [len(x) for x in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+    for text in ("北京是中国的首都。" * 300, "北京是中国的首都" * 300):
+        chunks = chunk_document(Document("d", "d", "", text), count, 254)
+        assert len(chunks) > 5 and max(count([c.text for c in chunks])) <= 254
+        assert chunks[0].start == 0 and chunks[-1].end == len(text)
+        assert all(text[c.start : c.end] == c.text for c in chunks)
+    sentences = chunk_document(Document("d", "d", "", "北京是中国的首都。" * 300), count, 254)
+    assert all(c.text.endswith("。") for c in sentences)  # cut at sentence ends
+
+
+def test_a_boundary_sentence_is_not_a_chunk_of_its_own() -> None:
+    text = " ".join(["Alpha"] * 100) + ". " + " ".join(["Beta"] * 100) + ". "
+    text += " ".join(["Gamma"] * 200) + "."
+    chunks = chunk_document(Document("d", "d", "", text), lambda xs: [len(x.split()) for x in xs])
+    assert [len(c.text.split()) for c in chunks] == [200, 200]
+    pairs = zip(chunks[1:], chunks[:-1], strict=True)
+    assert not any(a.start >= b.start and a.end <= b.end for a, b in pairs)
+
+
+@pytest.mark.parametrize(
+    ("raw", "text", "said"),
+    [
+        (
+            "Le café de Zürich ".encode() + b"\xe9t\xe9.",
+            "Le café de Zürich \ufffdt\ufffd.",
+            "UTF-8 with 2",
+        ),
+        (b"Caf\xe9 \x81 cr\xe8me.", "Caf\xe9 \x81 cr\xe8me.", "read as Latin-1"),
+        (b"Caf\xe9 cr\xe8me \x93quoted\x94.", "Café crème \u201cquoted\u201d.", "read as cp1252"),
+    ],
+)
+def test_text_that_is_not_all_utf8_is_read_not_dropped(
+    tmp_path: Path, raw: bytes, text: str, said: str
+) -> None:
+    path = tmp_path / "note.txt"
+    path.write_bytes(raw)
+    notes: list[str] = []
+    (doc,) = read_documents(path, notes)
+    assert doc.text == text
+    (note,) = notes
+    assert said in note
+
+
+def test_a_qa_files_passages_do_not_depend_on_its_questions(tmp_path: Path) -> None:
+    qa = {"id": "q1", "question": "Who?", "answers": [{"text": "Bees", "answer_start": 0}]}
+    squad = {
+        "version": "v1.1",
+        "data": [
+            {
+                "title": "Insects",
+                "paragraphs": [
+                    {"context": "Bees dance to tell where flowers are.", "qas": [qa]},
+                    {"context": "Ants follow trails of scent.", "qas": [qa]},  # the id again
+                    {"context": "Moths fly at night.", "qas": []},
+                    {"context": "Cut \ud800 pair.", "qas": []},
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "insects.json"
+    path.write_text(json.dumps(squad), encoding="utf-8")
+    notes: list[str] = []
+    docs = read_documents(path, notes)
+    assert [d.text for d in docs] == [
+        "Bees dance to tell where flowers are.",
+        "Ants follow trails of scent.",
+        "Moths fly at night.",
+    ]
+    assert all(d.title == "Insects" for d in docs)
+    (note,) = notes
+    assert "1 passage(s) skipped: data[0].paragraphs[3] (a lone surrogate" in note
