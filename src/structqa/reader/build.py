@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from structqa.config import Config, load_config, validate
-from structqa.io import write_json
+from structqa.io import recover_dir, write_json
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL_FILE, TRAIN_FILE
 from structqa.reader.members import RUN, member_dir, soup_members
@@ -219,8 +219,11 @@ def estimate_seconds(questions: int, cfg: Config, step: float) -> float:
 
 
 def _last_state(cfg: Config) -> dict[str, Any] | None:
-    """The train state the run in cfg's output directory last saved (``last/``), or None."""
-    state = Path(cfg.train.output_dir) / "last" / "train_state.json"
+    """The train state the run in cfg's output directory last saved (``last/``, recovered
+    first from a stop in the middle of its swap), or None."""
+    last = Path(cfg.train.output_dir) / "last"
+    recover_dir(last)
+    state = last / "train_state.json"
     return json.loads(state.read_text()) if state.is_file() else None
 
 
@@ -236,14 +239,19 @@ def _trained(cfg: Config) -> bool:
 
 def _train(cfg: Config, progress: bool) -> dict[str, Any]:
     from structqa.calibration.report import CalibrateOnce
-    from structqa.training.loop import run
+    from structqa.training.loop import StopFlag, run
 
     output = Path(cfg.train.output_dir)
     calibrate = CalibrateOnce()
-    resume = _last_state(cfg) is not None
-    result = run(cfg, resume=resume, progress=progress, calibrate=calibrate)
+    StopFlag.received = None
+    # the build owns its output directory: whatever a stopped run left there is resumed
+    # (nothing resumable, e.g. a stop during its first save: a fresh start)
+    result = run(cfg, resume=True, progress=progress, calibrate=calibrate)
     if not _trained(cfg):
         raise Stopped(f"training in {output} stopped before finishing")
+    if StopFlag.received is not None:  # a signal in the run's last step or evaluation
+        StopFlag.received = None
+        raise Stopped(f"training in {output} finished as it was asked to stop")
     cal = calibrate.done(cfg)
     validation = None
     if cfg.data.validation is not None:
@@ -254,7 +262,9 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
         # the run's training time over every start (a stopped and resumed run, or one an
         # earlier command trained), which the stage's own seconds do not see
         "training_seconds": (_last_state(cfg) or {}).get("seconds"),
-        "validation": dict(result.metrics) if result is not None else None,
+        # best/'s validation scores: this start's evaluation, else (the run finished, or its
+        # best epoch came, before this start) the scores saved with best/
+        "validation": dict(result.metrics) if result is not None else _saved_metrics(output),
         "calibration": None
         if cal is None
         else {
@@ -264,6 +274,11 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
             "fit": cal.fit,
         },
     }
+
+
+def _saved_metrics(output: Path) -> dict[str, Any] | None:
+    path = output / "best" / "metrics.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _write_validation(cfg: Config, path: Path) -> Path:
@@ -327,6 +342,46 @@ def _check_members(opts: BuildOptions) -> None:
         )
 
 
+OPTIONS_FILE = "build.json"  # the options a build in this folder was started with
+
+
+def _check_options(opts: BuildOptions) -> None:
+    """Refuse to go on with a build in ``opts.out`` started with another seed, number of
+    members or recipe settings (its stages would mix two readers, and its card describe the
+    wrong one); record them when the build starts. ``--heldout-size`` may change: the
+    held-out stages are scored again."""
+    path = opts.out / OPTIONS_FILE
+    now = {"seed": opts.seed, "members": opts.members, "settings": list(opts.overrides)}
+    if not path.is_file():
+        if not (opts.out / "stages").exists():
+            write_json(path, now)
+        return  # (a build begun before the options were recorded: --members is checked)
+    was = json.loads(path.read_text())
+
+    def shown(value: Any) -> str:
+        return (" ".join(value) or "none") if isinstance(value, list) else str(value)
+
+    for key, flag in {"seed": "--seed", "members": "--members", "settings": "settings"}.items():
+        if key in was and was[key] != now[key]:
+            raise ValueError(
+                f"{opts.out} holds a reader built with {flag} {shown(was[key])}, not "
+                f"{shown(now[key])}: build into another --out, or run the same command as before"
+            )
+
+
+def _drop_if_resized(opts: BuildOptions, stage: str) -> None:
+    """A held-out stage scored on another ``--heldout-size`` is scored again."""
+    record = done(opts.out, stage)
+    if record is not None and record.get("heldout_size") != opts.heldout_size:
+        log.info(
+            "reader build: %s was scored on %s held-out questions; scoring it on %s",
+            stage,
+            record.get("heldout_size") or "all",
+            opts.heldout_size or "all",
+        )
+        _record_path(opts.out, stage).unlink()
+
+
 def _say(text: str) -> None:
     print(text, flush=True)  # a log file gets the time estimate when it is made, not at the end
 
@@ -338,6 +393,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
     from structqa.text.annotate import Annotator
 
     opts.out.mkdir(parents=True, exist_ok=True)
+    _check_options(opts)
     data_dir = resolve_data_dir(opts.data_dir)
     data_out = opts.out / "data"
 
@@ -408,16 +464,20 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
 
     _run_stage(opts, "export", export_stage)
     heldout_dir = opts.out / "heldout"
+    _drop_if_resized(opts, "heldout")
     _run_stage(
         opts,
         "heldout",
-        lambda: _heldout(
-            checkpoint,
-            heldout_dir / "reader",
-            data_dir,
-            ("torch", "onnx-int8"),
-            opts.heldout_size,
-        ),
+        lambda: {
+            **_heldout(
+                checkpoint,
+                heldout_dir / "reader",
+                data_dir,
+                ("torch", "onnx-int8"),
+                opts.heldout_size,
+            ),
+            "heldout_size": opts.heldout_size,
+        },
     )
     if opts.baseline:
 
@@ -427,8 +487,10 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
             return {
                 **trained,
                 **_heldout(best, heldout_dir / "baseline", data_dir, ("torch",), opts.heldout_size),
+                "heldout_size": opts.heldout_size,
             }
 
+        _drop_if_resized(opts, "baseline")
         _run_stage(opts, "baseline", baseline_stage)
     records = {stage: done(opts.out, stage) for stage in STAGES}
     recipe = [*RECIPE, *opts.overrides]
