@@ -41,3 +41,38 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
         io.write_json(target, {"v": 2})
     assert json.loads(target.read_text()) == {"v": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # the temporary is removed
+
+
+def test_a_directory_swap_is_on_disk_before_the_old_one_goes(tmp_path, monkeypatch):
+    """Every file of the new directory, the directory and the swap are flushed before
+    ``.old`` is removed: a power cut cannot leave a checkpoint of files cut short and nothing
+    to go back to."""
+    target, tmp = tmp_path / "last", tmp_path / "last.tmp"
+    (target).mkdir()
+    (target / "model.safetensors").write_bytes(b"old")
+    (tmp / "sub").mkdir(parents=True)
+    (tmp / "model.safetensors").write_bytes(b"new")
+    (tmp / "sub" / "state.json").write_text("{}")
+    synced, real_fsync = [], os.fsync
+    events = []
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        events.append("sync")
+        real_fsync(fd)
+
+    real_rmtree = io.shutil.rmtree
+
+    def rmtree(path, *a, **k):
+        events.append(f"rm {os.path.basename(path)}")
+        real_rmtree(path, *a, **k)
+
+    monkeypatch.setattr(io.os, "fsync", fsync)
+    monkeypatch.setattr(io.shutil, "rmtree", rmtree)
+    io.replace_dir(tmp, target)
+    names = {os.path.relpath(p, tmp_path) for p in synced}
+    assert {"last.tmp/model.safetensors", "last.tmp/sub/state.json", "last.tmp"} <= names
+    assert "." in names  # the parent, after the renames
+    assert events[-1] == "rm last.old" and events[-2] == "sync"
+    assert (target / "model.safetensors").read_bytes() == b"new"
+    assert not (tmp_path / "last.old").exists()

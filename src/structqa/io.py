@@ -74,14 +74,34 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
     write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
 
 
+def _sync(path: Path) -> None:
+    """Flush a file's or a directory's entries to disk (a directory where the OS allows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a directory
+        pass
+    finally:
+        os.close(fd)
+
+
 def replace_dir(tmp_dir: Path, target: Path) -> None:
-    """Swap a fully written directory into place; the old one is removed only afterwards."""
+    """Swap a fully written directory into place; the old one is removed only afterwards,
+    once the new one's files and the swap itself are on disk (a power cut after the rename
+    could otherwise leave ``target`` with files cut short and no ``.old`` to go back to)."""
+    for path in sorted(tmp_dir.rglob("*"), key=lambda p: -len(p.parts)):
+        _sync(path)
+    _sync(tmp_dir)
     old = target.with_name(target.name + ".old")
     if old.exists():
         shutil.rmtree(old)
     if target.exists():
         os.replace(target, old)
     os.replace(tmp_dir, target)
+    _sync(target.parent)
     if old.exists():
         shutil.rmtree(old)
 

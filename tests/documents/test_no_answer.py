@@ -96,6 +96,11 @@ def test_fit_no_answer_is_saved_for_its_reader_and_used(
     assert for_reader(index, reader, "hybrid", 2) == fitted
     assert for_reader(index, reader, "hybrid", 10) is None  # fitted for 2 chunks
     assert for_reader(index, tmp_path, "hybrid", 2) is None  # another reader
+    assert fitted.bm25_weight == 0.5  # the hybrid's weight it was fitted under
+    (index / "fusion.json").write_text(json.dumps({"bm25_weight": 0.7}), encoding="utf-8")
+    assert for_reader(index, reader, "hybrid", 2) is None  # `fit-fusion` changed the ranking
+    assert for_reader(index, reader, "bm25", 2) is None and load(index) == fitted
+    (index / "fusion.json").unlink()
     ask = ["ask", str(index), "--question", "Who painted the moon?", "--json"]
     ask += ["--checkpoint", str(reader), "--bf16", "off", "--top-k-chunks", "2"]
     assert main(ask) == 0

@@ -77,6 +77,7 @@ def test_the_training_data_leaves_out_both_held_out_splits(small_data: Path, tmp
     assert len(pool) == counts.pool and len(train) == counts.total
     assert counts.squad2_repeated > 0  # SQuAD 2.0 repeats SQuAD 1.1's questions
     assert counts.squad2_unanswerable > 0 and counts.rewrites > 0
+    assert sum(counts.rewrites_by_rule.values()) == counts.rewrites  # those kept, by rule
     assert len({ex.id for ex in train}) == len(train)
     # what the pool gains repeats no question (SQuAD itself asks a few twice of one passage)
     pool_keys = {(passage_key(ex.context), passage_key(ex.question)) for ex in pool}

@@ -268,6 +268,7 @@ def cmd_fit_no_answer(args: argparse.Namespace, extra: list[str]) -> int:  # noq
             unanswerable=unanswerable,
             f1=f1,
             f1_always_answer=always,
+            bm25_weight=index.bm25_weight,
         )
         path = na.save(args.index, fitted)
         print(

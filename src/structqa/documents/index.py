@@ -132,10 +132,10 @@ class DocumentIndex:
         self._encoder = encoder
         self._dense: VectorStore | None = None
         self._bm25 = None
-        self.bm25_weight = self._fusion_weight(self.directory / FUSION_FILE)
+        self.bm25_weight = self.fusion_weight(self.directory / FUSION_FILE)
 
     @staticmethod
-    def _fusion_weight(fusion: Path) -> float:
+    def fusion_weight(fusion: Path) -> float:
         """BM25's share of the hybrid score: the fitted one (``fusion.json``), else the default."""
         if not fusion.is_file():
             return BM25_WEIGHT

@@ -54,13 +54,24 @@ class SetThreshold:
     unanswerable: int
     f1: float  # mean F1 of the fitting questions at the threshold
     f1_always_answer: float  # and with no abstention
+    # the hybrid's BM25 share when fitted (None: a fit made before it was recorded)
+    bm25_weight: float | None = None
 
-    def applies_to(self, reader: str, retriever: str, top_k_chunks: int) -> bool:
-        return (self.reader, self.retriever, self.top_k_chunks) == (
+    def applies_to(
+        self, reader: str, retriever: str, top_k_chunks: int, bm25_weight: float | None = None
+    ) -> bool:
+        """Whether the fit holds for this reader, retriever and depth, and (hybrid) the
+        index's BM25 weight now: `fit-fusion` changes the ranking that the threshold was
+        fitted on."""
+        same = (self.reader, self.retriever, self.top_k_chunks) == (
             reader,
             retriever,
             top_k_chunks,
         )
+        fitted_weight = self.bm25_weight
+        if same and retriever == "hybrid" and fitted_weight is not None and bm25_weight is not None:
+            same = abs(fitted_weight - bm25_weight) < 1e-9
+        return same
 
 
 def question_f1(result: AskResult, example: Example) -> float:
@@ -139,13 +150,18 @@ def for_reader(
     fitted = load(index_dir)
     if fitted is None:
         return None
-    if fitted.applies_to(reader_id(checkpoint), retriever, top_k_chunks):
+    from structqa.documents.index import FUSION_FILE, DocumentIndex
+
+    weight = DocumentIndex.fusion_weight(Path(index_dir) / FUSION_FILE)
+    if fitted.applies_to(reader_id(checkpoint), retriever, top_k_chunks, weight):
         return fitted
     log.warning(
-        "%s was fitted for another reader, retriever or --top-k-chunks (%s, %d chunks); "
-        "the passage threshold decides instead: fit it again with `structqa fit-no-answer`",
+        "%s was fitted for another reader, retriever, --top-k-chunks or fusion weight (%s, "
+        "%d chunks, BM25 weight %s); the passage threshold decides instead: fit it again with "
+        "`structqa fit-no-answer`",
         Path(index_dir) / FILE,
         fitted.retriever,
         fitted.top_k_chunks,
+        fitted.bm25_weight,
     )
     return None

@@ -17,6 +17,7 @@ questions, without the additions.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -117,7 +118,8 @@ def assemble(
             seen.add(_question_key(ex))
             rewrites.append(ex)
     counts.rewrites = len(rewrites)
-    counts.rewrites_by_rule = dict(report.made)
+    # by rule among those kept (the ids end "-neg-RULE"), so the rules sum to the rewrites
+    counts.rewrites_by_rule = dict(Counter(ex.id.rsplit("-neg-", 1)[-1] for ex in rewrites))
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, examples in ((POOL_FILE, pool), (TRAIN_FILE, [*pool, *added, *rewrites])):
         write_squad_json(out_dir / name, examples)

@@ -212,7 +212,7 @@ def add_document_routes(app: FastAPI, docs: DocumentService, errors: dict) -> No
                 raise
         fitted = docs.fitted
         if fitted is not None and fitted.applies_to(
-            fitted.reader, body.retriever, body.top_k_chunks
+            fitted.reader, body.retriever, body.top_k_chunks, docs.index.bm25_weight
         ):  # one decision over the retrieved set
             result = decide(ranked(body.question, hits, read, forced=True), fitted.threshold)
         else:
