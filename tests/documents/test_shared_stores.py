@@ -88,3 +88,12 @@ def test_an_index_made_before_collections_were_named_keeps_the_shared_name(
         assert index.collection == COLLECTION
     with DocumentIndex.open(tmp_path / "index") as index:
         assert index.collection == COLLECTION  # recorded now
+
+
+def test_an_embedded_store_open_elsewhere_is_a_clear_error(tmp_path: Path) -> None:
+    folder = _one_file(tmp_path / "docs", BEES)
+    with DocumentIndex(tmp_path / "index", store="qdrant") as served:
+        served.update([folder])  # (a server holds the store open like this)
+        with pytest.raises(ValueError, match="open in another process") as err:
+            DocumentIndex.open(tmp_path / "index").update([folder])
+        assert "--store faiss or --store qdrant:URL" in str(err.value)

@@ -174,6 +174,32 @@ def test_a_txt_file_fills_the_passage(driver, page_url, tmp_path):
     assert "passage.txt" in driver.find_element(By.ID, "status").text
 
 
+def test_an_answer_after_emoji_is_marked_where_the_api_says(driver, page_url):
+    """The API's offsets count code points; the page's strings count UTF-16 units, two for
+    an emoji: the mark (and the attention spans) must convert, or it lands a character early
+    for each emoji before the answer."""
+    context = "\U0001f600\U0001f600\U0001f600 The Denver Broncos won Super Bowl 50 \U0001f3c8."
+    start = context.index("Denver")
+    end = start + len("Denver Broncos")
+    driver.get(page_url + "/")
+    shown = driver.execute_script(
+        """
+        state.context = arguments[0];
+        state.results = [{question: "Who won?", no_answer: false, answer: arguments[0],
+          probability: 0.5, calibrated: false, start: arguments[1], end: arguments[2],
+          nbest: []}];
+        state.selected = 0;
+        renderPassage();
+        return [document.getElementById("answer-mark").textContent,
+                document.getElementById("passage-view").textContent];
+        """,
+        context,
+        start,
+        end,
+    )
+    assert shown == [context[start:end], context]
+
+
 @pytest.fixture(scope="module")
 def documents_url(tiny_dyrex_run: Path, shared_data: Path, tmp_path_factory):
     """A server started with --index over the mini SQuAD fixture's passages."""

@@ -260,7 +260,7 @@ def test_an_over_long_question_is_a_422_naming_the_limit_in_both_modes(
             ],
         )
         assert many.status_code == 422 and "pair 1: the question has" in many.text
-        assert many.json()["fields"][0]["field"] == "1.question"
+        assert many.json()["fields"][0]["field"] == "[1].question"  # as validation names it
         # the service goes on answering
         ok = client.post("/v1/answer", json={"question": "Who won?", "context": "The Broncos won."})
         assert ok.status_code == 200

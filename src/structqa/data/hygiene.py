@@ -13,6 +13,7 @@ meant.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _INVALID = re.compile("[\x00\ud800-\udfff]")
 
@@ -41,3 +42,18 @@ def check_text(text: str, what: str) -> str:
     if problem is not None:
         raise InvalidText(f"{what} contains {problem}; send valid UTF-8 text without it")
     return text
+
+
+# what a WordPiece tokenizer drops before it splits words: control and format characters
+# (zero-width spaces, a byte-order mark), combining marks with nothing to combine with (an
+# uncased model strips accents), U+FFFD, and whitespace
+_UNREAD = frozenset(("Cc", "Cf", "Mn", "Me", "Zs", "Zl", "Zp"))
+
+
+def has_readable_text(text: str) -> bool:
+    """Whether ``text`` holds a character a model reads: text of only spaces, zero-width,
+    control or combining characters becomes no token, and an answer to it is noise."""
+    return any(
+        ch != "\ufffd" and not ch.isspace() and unicodedata.category(ch) not in _UNREAD
+        for ch in text
+    )

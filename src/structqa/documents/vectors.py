@@ -107,7 +107,19 @@ class QdrantStore:
 
         self.models = models
         self.collection = collection
-        self.client = QdrantClient(url=url) if url else QdrantClient(path=str(directory / "qdrant"))
+        try:
+            self.client = (
+                QdrantClient(url=url) if url else QdrantClient(path=str(directory / "qdrant"))
+            )
+        except RuntimeError as err:  # an embedded store takes one client at a time
+            if url or "already accessed" not in str(err):
+                raise
+            raise ValueError(
+                f"{directory}: its vectors (an embedded Qdrant store) are open in another "
+                "process, such as `structqa serve --index` or another `structqa index`: stop "
+                "it first; an index updated while it is served keeps its vectors with --store "
+                "faiss or --store qdrant:URL"
+            ) from None
         try:
             exists = self.client.collection_exists(self.collection)
         except Exception as err:  # qdrant-client wraps httpx's and grpc's errors its own ways

@@ -11,7 +11,7 @@ from typing import Any
 
 from structqa.calibration import Calibrator, load_calibration, returned_probabilities
 from structqa.cpu import tune_allocator
-from structqa.data.hygiene import InvalidText, check_text
+from structqa.data.hygiene import InvalidText, check_text, has_readable_text
 from structqa.data.records import Example
 from structqa.decoding import Candidate, DecodeConfig, Prediction
 from structqa.encoders.bert import BertEncoder
@@ -251,6 +251,12 @@ class Predictor:
         for ex in examples:
             if not ex.question.strip() or not ex.context.strip():
                 raise ValueError(f"{prefix(ex)}question and context must be non-empty")
+            for what, text in (("question", ex.question), ("context", ex.context)):
+                if not has_readable_text(text):
+                    raise InvalidText(
+                        f"{prefix(ex)}the {what} has no character a model reads (only spaces, "
+                        "zero-width, control or combining characters)"
+                    )
             check_text(ex.question, f"{prefix(ex)}the question")
             check_text(ex.context, f"{prefix(ex)}the context")
         try:

@@ -143,6 +143,10 @@ class Service:
             self.featurizer.close()
 
     def _admit(self) -> None:
+        if self.status == "failed":  # no retry helps: the warm-up's error is in the log
+            raise ApiError(
+                503, "the model failed to answer its warm-up question; see the server's log"
+            )
         if self.status != "ready":
             raise ApiError(
                 503,
@@ -200,7 +204,7 @@ class Service:
             job = self.batcher.submit(examples, features)
             return await self._within(job.future, deadline, gone)
         except QuestionTooLong as err:  # the Predictor's one policy, in both modes
-            where = "question" if len(pairs) == 1 else f"{err.index}.question"
+            where = "question" if len(pairs) == 1 else f"[{err.index}].question"  # as pydantic's
             raise ApiError(422, str(err), fields=[{"field": where, "message": str(err)}]) from None
         finally:
             self.admitted -= 1
@@ -314,7 +318,14 @@ def create_app(
     legacy_body = Depends(
         questions_body(settings.max_questions, settings.max_context_chars, legacy=True)
     )
-    explain_request = Depends(explain_body(min(settings.max_context_chars, EXPLAIN_MAX_CHARS)))
+    explain_limit = (
+        "--max-context-chars"
+        if settings.max_context_chars <= EXPLAIN_MAX_CHARS
+        else "explain's own limit: each window is read twice; /v1/answer takes longer passages"
+    )
+    explain_request = Depends(
+        explain_body(min(settings.max_context_chars, EXPLAIN_MAX_CHARS), explain_limit)
+    )
 
     @app.post(
         "/v1/answer",
@@ -352,9 +363,15 @@ def create_app(
     if documents is not None:
         add_document_routes(app, documents, errors)
 
-    @app.get("/health", response_model=Health, summary="Liveness")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    @app.get(
+        "/health", response_model=Health, responses={503: {"model": Health}}, summary="Liveness"
+    )
+    async def health() -> Response:
+        # a model that failed its warm-up never answers: dead to a liveness probe, which
+        # then restarts the server, rather than alive and refusing every request
+        if service.status == "failed":
+            return JSONResponse({"status": "failed"}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/ready", response_model=Readiness, responses={503: {"model": Readiness}})
     async def ready() -> Response:

@@ -102,6 +102,8 @@ class DocumentService:
         self.fitted = self._fit()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index")
         self._seen = self._on_disk()
+        self.chunks = 0  # counted on the index's thread (SQLite's) as it is opened: /ready
+        # reads this, never waiting on that thread (a search or a reopen holds it for seconds)
         self.index: DocumentIndex = self._thread.submit(self._open).result()
 
     def _fit(self) -> no_answer.SetThreshold | None:
@@ -129,6 +131,7 @@ class DocumentService:
         index = DocumentIndex.open(self.directory, encoder)
         # load the retrievers now, not on the first request: the first search would wait
         index.search("warm up", 1, "hybrid")
+        self.chunks = len(index)
         return index
 
     def _current(self) -> DocumentIndex:
@@ -163,7 +166,7 @@ class DocumentService:
 
     @property
     def info(self) -> dict[str, Any]:
-        chunks = self._thread.submit(lambda: len(self.index)).result()  # as now served
+        chunks = self.chunks  # as now served
         fit = self.fitted
         decision = (
             "per passage"

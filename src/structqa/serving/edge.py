@@ -32,6 +32,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 API_KEY_HEADER = "x-api-key"
+# the methods the metrics name; any other (a client may send any token) counts as "other",
+# so that clients cannot grow the metrics without bound
+METHODS = frozenset(("GET", "POST", "HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"))
 
 
 def error_body(status: int, message: str, fields: list[dict[str, str]] | None = None) -> bytes:
@@ -164,8 +167,9 @@ class HttpMetrics:
         try:
             await self.app(scope, receive, send_counted)
         finally:
+            method = scope["method"] if scope["method"] in METHODS else "other"
             self.metrics.observe_request(
-                self.route_of(scope["path"]), scope["method"], status, time.perf_counter() - t0
+                self.route_of(scope["path"]), method, status, time.perf_counter() - t0
             )
 
 

@@ -61,6 +61,8 @@ def parse_json(body: bytes) -> Any:
         ) from None
     except RecursionError:
         raise ApiError(400, "the body's JSON is nested too deeply to parse") from None
+    except ValueError as e:  # Python's limit on an integer's digits (4,300), for one
+        raise ApiError(400, f"the body's JSON cannot be read: {e}") from None
 
 
 def field_path(loc: Sequence[Any]) -> str:
@@ -143,8 +145,11 @@ def explain_item(value: Any) -> ExplainItem:
         raise _invalid(e, '{"question": str, "context": str}') from None
 
 
-def check_context_sizes(items: Sequence[QAItem | ExplainItem], max_chars: int) -> None:
-    """413 for a context over the server's limit, naming the item, its size and the limit."""
+def check_context_sizes(
+    items: Sequence[QAItem | ExplainItem], max_chars: int, limit: str = "--max-context-chars"
+) -> None:
+    """413 for a context over the server's limit, naming the item, its size, the limit and
+    what sets it (``limit``)."""
     for i, item in enumerate(items):
         n = len(item.context)
         if n > max_chars:
@@ -152,7 +157,7 @@ def check_context_sizes(items: Sequence[QAItem | ExplainItem], max_chars: int) -
             raise ApiError(
                 413,
                 f"{where}the context has {n:,} characters; this server accepts at most "
-                f"{max_chars:,} (--max-context-chars): send a shorter passage",
+                f"{max_chars:,} ({limit}): send a shorter passage",
             )
 
 
@@ -183,12 +188,14 @@ def questions_body(
     return questions
 
 
-def explain_body(max_chars: int) -> Callable[[Request], Awaitable[ExplainItem]]:
+def explain_body(
+    max_chars: int, limit: str = "--max-context-chars"
+) -> Callable[[Request], Awaitable[ExplainItem]]:
     """The FastAPI dependency that turns a POST /v1/explain body into an :class:`ExplainItem`."""
 
     async def explain(request: Request) -> ExplainItem:
         item = explain_item(parse_json(await request.body()))
-        check_context_sizes([item], max_chars)
+        check_context_sizes([item], max_chars, limit)
         return item
 
     return explain

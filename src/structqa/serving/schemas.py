@@ -21,6 +21,8 @@ from pydantic import (
     field_validator,
 )
 
+from structqa.data.hygiene import has_readable_text
+
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 20
 
@@ -30,6 +32,11 @@ def check_text(value: str) -> str:
     turns it into a 422 naming the field)."""
     if not value.strip():
         raise ValueError("must not be empty or only whitespace")
+    if not has_readable_text(value):
+        raise ValueError(
+            "has no character a model reads (only spaces, zero-width, control or combining "
+            "characters)"
+        )
     nul = value.find("\0")
     if nul >= 0:
         raise ValueError(f"contains a NUL character (U+0000) at character {nul}; remove it")

@@ -55,6 +55,18 @@ async function loadInfo() {
   }
 }
 
+// The server's offsets count code points (Python's str); JavaScript strings index UTF-16
+// units, so each character outside the BMP (an emoji) before an answer once shifted the mark.
+function codeUnits(text) {
+  const at = [0];
+  let unit = 0;
+  for (const ch of text) {
+    unit += ch.length;
+    at.push(unit);
+  }
+  return (cp) => at[Math.max(0, Math.min(cp, at.length - 1))];
+}
+
 function renderPassage() {
   const view = $("passage-view");
   view.replaceChildren();
@@ -73,10 +85,12 @@ function renderPassage() {
     view.textContent = ctx;
     return;
   }
+  const unit = codeUnits(ctx);
+  const [start, end] = [unit(r.start), unit(r.end)];
   const mark = document.createElement("mark");
   mark.id = "answer-mark";
-  mark.textContent = ctx.slice(r.start, r.end);
-  view.append(ctx.slice(0, r.start), mark, ctx.slice(r.end));
+  mark.textContent = ctx.slice(start, end);
+  view.append(ctx.slice(0, start), mark, ctx.slice(end));
   mark.scrollIntoView({ block: "nearest" });
 }
 
@@ -85,11 +99,12 @@ function renderAttention(view, ctx, att, r) {
   const toks = [];
   att.offsets.forEach(([s, e], i) => { if (s >= 0) toks.push([s, e, att.start_weights[i], att.end_weights[i]]); });
   const top = Math.max(1e-9, ...toks.map((t) => Math.max(t[2], t[3])));
+  const unit = codeUnits(ctx);
   let pos = 0;
   for (const [s, e, ws, we] of toks) {
-    if (s > pos) view.append(ctx.slice(pos, s));
+    if (s > pos) view.append(ctx.slice(unit(pos), unit(s)));
     const span = document.createElement("span");
-    span.textContent = ctx.slice(s, e);
+    span.textContent = ctx.slice(unit(s), unit(e));
     const a = (Math.max(ws, we) / top) ** 2;  // squared: max-pooled maps are high almost everywhere
     span.style.backgroundColor = ws >= we ? `rgba(37, 99, 235, ${a.toFixed(3)})` : `rgba(234, 88, 12, ${a.toFixed(3)})`;
     span.title = `start ${ws.toFixed(3)} · end ${we.toFixed(3)}`;
@@ -97,7 +112,7 @@ function renderAttention(view, ctx, att, r) {
     view.append(span);
     pos = e;
   }
-  view.append(ctx.slice(pos));
+  view.append(ctx.slice(unit(pos)));
 }
 
 function renderResults(latencyMs) {
