@@ -122,6 +122,8 @@ def test_build_stops_resumes_and_is_found(
     assert "run the same command again" in capsys.readouterr().err
     assert (out / "stages" / "data.json").is_file()
     assert not (out / "stages" / "train.json").is_file()
+    spent = json.loads((out / "stages" / "train.spent").read_text())  # the stopped start's time
+    assert spent > 0
     state = json.loads((out / "run" / "last" / "train_state.json").read_text())
     assert not state.get("finished")
     steps_before = state["global_step"]
@@ -136,6 +138,8 @@ def test_build_stops_resumes_and_is_found(
     assert state["finished"] and state["global_step"] == 3 > steps_before
     for stage in ("data", "train", "export", "heldout", "baseline"):
         assert (out / "stages" / f"{stage}.json").is_file(), stage
+    assert not (out / "stages" / "train.spent").exists()
+    assert json.loads((out / "stages" / "train.json").read_text())["seconds"] >= spent
     heldout = json.loads((out / "stages" / "heldout.json").read_text())
     assert set(heldout) >= {"squad1/torch", "squad1/onnx-int8", "squad2/torch", "squad2/onnx-int8"}
     assert "NoAns_f1" in heldout["squad2/torch"] and "ece" in heldout["squad2/torch"]
@@ -265,3 +269,7 @@ def test_the_build_time_counts_training_over_every_start() -> None:
     assert build_seconds({**records, "train": soup}) == (60 + 20 + 300 + 4100 + 70.0, 4100.0)
     older = {"seconds": 600.0, "training_seconds": None}  # a run from before the count
     assert build_seconds({**records, "train": older}) == (980.0, None)
+    # a stage that counted its stopped starts too (featurizing, calibrating each run) is
+    # longer than its runs' training: its own time is the build's
+    counted = {**soup, "seconds": 4400.0}
+    assert build_seconds({**records, "train": counted}) == (60 + 20 + 300 + 4400.0, 4100.0)

@@ -127,10 +127,18 @@ def _run_stage(
         log.info("reader build: %s already done (%s)", stage, _record_path(opts.out, stage))
         return record
     log.info("reader build: %s", stage)
+    # the stage's time over every start: a stopped start's seconds wait in stages/STAGE.spent
+    spent_file = _record_path(opts.out, stage).with_suffix(".spent")
+    spent = float(json.loads(spent_file.read_text())) if spent_file.is_file() else 0.0
     t0 = time.perf_counter()
-    record = body()
-    record["seconds"] = round(time.perf_counter() - t0, 1)
+    try:
+        record = body()
+    except BaseException:
+        write_json(spent_file, round(spent + time.perf_counter() - t0, 1))
+        raise
+    record["seconds"] = round(spent + time.perf_counter() - t0, 1)
     write_json(_record_path(opts.out, stage), record)
+    spent_file.unlink(missing_ok=True)
     return record
 
 

@@ -60,16 +60,19 @@ def _sized(size: int | None) -> str:
 
 
 def build_seconds(records: dict[str, dict[str, Any] | None]) -> tuple[float, float | None]:
-    """The whole build's seconds and its training's: every stage's time, with the training
-    counted over every start of each run (stopped and resumed, or trained by an earlier
-    command) where the runs recorded it, else the train stage's own time (training None)."""
+    """The whole build's seconds and its training's: every stage's time over every start
+    (the stages count their stopped starts), the train stage's at least its runs' training
+    time over every start of each run (a run trained by an earlier command, or recorded
+    before stages counted their starts) where the runs recorded it (training None where
+    not)."""
     train = records.get("train") or {}
     other = sum(r["seconds"] for s, r in records.items() if r and s != "train" and "seconds" in r)
+    stage = float(train.get("seconds", 0.0))
     trained = [r.get("training_seconds") for r in train.get("members") or [train]]
     if not train or not all(isinstance(s, int | float) for s in trained):
-        return other + float(train.get("seconds", 0.0)), None
+        return other + stage, None
     training = float(sum(trained))
-    return other + training + float(train.get("soup_seconds", 0.0)), training
+    return other + max(stage, training + float(train.get("soup_seconds", 0.0))), training
 
 
 def write_card(
