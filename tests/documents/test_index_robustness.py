@@ -144,10 +144,11 @@ def test_a_stop_while_embedding_leaves_the_index_as_it_was(
     def stopped(self, ids, vectors) -> None:  # noqa: ARG001
         raise KeyboardInterrupt
 
+    stopped_index = DocumentIndex(out)  # kept, as a notebook or a server keeps it
     with monkeypatch.context() as patch:
         patch.setattr(FaissStore, "add", stopped)
         with pytest.raises(KeyboardInterrupt):
-            DocumentIndex(out).update([small])
+            stopped_index.update([small])
     with caplog.at_level(logging.WARNING), DocumentIndex.open(out) as index:
         assert len(index.dense) == len(index) == 2  # whole, as before the update
     assert "stopped before it finished" not in caplog.text
@@ -155,6 +156,7 @@ def test_a_stop_while_embedding_leaves_the_index_as_it_was(
         report = index.update([small])
         assert (report.added_files, report.unchanged_files) == (1, 2)
         assert index.search("a desert in Africa", k=1)[0].source.endswith("sahara.txt")
+    stopped_index.close()  # (its stopped update let go of the database's lock at once)
 
 
 def test_command_line_mistakes_are_errors_that_say_what_to_do(

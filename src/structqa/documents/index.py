@@ -225,7 +225,18 @@ class DocumentIndex:
         """Index the files under ``paths``: new and changed ones (by content hash) are
         chunked and embedded, those no longer under ``paths`` dropped; files that cannot be
         read are skipped and reported (a changed one keeps its earlier version), the rest
-        indexed. ``progress(chunks embedded, chunks to embed)``."""
+        indexed. ``progress(chunks embedded, chunks to embed)``. Stopped (Ctrl-C, an
+        error), the database's uncommitted changes are rolled back at once: an index object
+        kept after the stop does not hold its write lock."""
+        try:
+            return self._update(paths, progress)
+        except BaseException:
+            self.db.rollback()
+            raise
+
+    def _update(
+        self, paths: Sequence[str | Path], progress: Callable[[int, int], None] | None
+    ) -> IndexReport:
         t0 = time.perf_counter()
         files = files_under(paths)
         report = IndexReport(ReadReport())
