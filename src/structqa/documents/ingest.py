@@ -401,9 +401,9 @@ def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[
                 try:
                     rec = json.loads(line)
                     doc_id, text, title = str(rec["_id"]), _field(rec, "text"), _field(rec, "title")
-                    problem = text_problem(f"{title}\n\n{text}")
-                    if problem is not None:
-                        raise ValueError(f"its title or text contains {problem}")
+                    for name, value in (("title", title), ("text", text)):
+                        if (problem := text_problem(value)) is not None:
+                            raise ValueError(f"its {name} contains {problem}")
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                     bad.append(lineno)
                     first_error = first_error or f"line {lineno}: {type(err).__name__} {err}"
