@@ -34,11 +34,13 @@ class ServeMetrics:
             buckets=LATENCY_BUCKETS,
         )
         self.batch_windows = histogram(
-            "structqa_batch_windows", "Windows scored by one forward pass", buckets=WINDOW_BUCKETS
+            "structqa_batch_windows",
+            "Windows scored by one batch (one or more forward passes)",
+            buckets=WINDOW_BUCKETS,
         )
         self.batch_requests = histogram(
             "structqa_batch_requests",
-            "Requests whose windows shared one forward pass",
+            "Requests whose windows shared one batch",
             buckets=WINDOW_BUCKETS,
         )
         self.batch_passes = histogram(
@@ -48,7 +50,7 @@ class ServeMetrics:
         )
         self.batch_seconds = histogram(
             "structqa_batch_seconds",
-            "Time of one forward pass and its decoding",
+            "Time of one batch: its forward passes and their decoding",
             buckets=LATENCY_BUCKETS,
         )
         self.queue_requests = gauge(
