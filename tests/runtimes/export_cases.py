@@ -27,6 +27,8 @@ CASES: dict[str, list[str]] = {
     "naa-independent": ["model.head=independent", "model.block=[naa,ffn]"],
     "anna-dyref+joint": ["model.head=dyref+joint", "model.block=[sa,naa,ffn]"],
     "tagged-dyrex+joint": ["model.head=dyrex+joint", "model.dyrex_layers=1", "ENCODER=tagged"],
+    # an answerability classifier decides no-answer: its odds are a graph output too
+    "classifier-dyrex": ["model.head=dyrex", "model.dyrex_layers=1", "model.null_head=queries"],
 }
 
 

@@ -45,7 +45,9 @@ def test_onnx_fp32_matches_torch(case, checkpoint_of, heldout, tmp_path) -> None
     assert done.max_abs_diff["fp32"] <= ATOL
     meta = read_export(done.directory)
     joint = "joint" in case
+    classifier = case.startswith("classifier")
     assert ("span_scores" in meta["outputs"]) == joint
+    assert ("null_odds" in meta["outputs"]) == classifier
     assert ("pos_tag_ids" in meta["inputs"]) == case.startswith("tagged")
 
     onnx_model = OnnxSpanModel(done.directory)
@@ -56,6 +58,7 @@ def test_onnx_fp32_matches_torch(case, checkpoint_of, heldout, tmp_path) -> None
             ref = model(batch)
         got = onnx_model(batch)
         fields = ["start_logits", "end_logits"] + (["span_scores", "null_scores"] if joint else [])
+        fields += ["null_odds"] if classifier else []
         for name in fields:
             r, o = getattr(ref, name), getattr(got, name)
             assert r.shape == o.shape, name
@@ -255,3 +258,40 @@ def test_an_export_keeps_the_checkpoints_calibration(checkpoint_of, tmp_path) ->
     done = export_onnx(ckpt, tmp_path / "onnx")
     assert load_calibration(done.directory) == cal
     assert Predictor.from_checkpoint(done.directory, runtime="onnx-fp32").calibrator == cal
+
+
+def test_an_export_without_the_classifiers_odds_is_not_used(checkpoint_of, tmp_path) -> None:
+    """An export made before the answerability classifier's odds were a graph output never
+    abstains: predict and serve do not answer with it (they export again)."""
+    import json
+
+    from structqa.runtimes import select
+    from structqa.runtimes.onnx_model import EXPORT_FILE
+
+    ckpt = checkpoint_of("classifier-dyrex")
+    done = export_onnx(ckpt, tmp_path / "onnx")
+    assert select._current(ckpt, done.directory) == done.directory
+    meta = json.loads((done.directory / EXPORT_FILE).read_text())
+    meta["outputs"] = [o for o in meta["outputs"] if o != "null_odds"]  # as an older export
+    (done.directory / EXPORT_FILE).write_text(json.dumps(meta))
+    assert select._current(ckpt, done.directory) is None
+
+
+def test_an_export_never_replaces_what_it_should_not(checkpoint_of, tmp_path) -> None:
+    from structqa.runtimes.onnx_export import ExportRefused
+
+    ckpt = checkpoint_of("independent")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("important")
+    for out, said in (
+        (mine, "is not an earlier export"),
+        (ckpt, "would replace the checkpoint"),
+        (ckpt.parent, "would replace the checkpoint"),
+    ):
+        with pytest.raises(ExportRefused, match=said):
+            export_onnx(ckpt, out)
+    assert (mine / "notes.txt").read_text() == "important"
+    assert (ckpt / "model.safetensors").is_file()
+    again = export_onnx(ckpt, tmp_path / "onnx")  # an earlier export is replaced
+    assert export_onnx(ckpt, again.directory).directory == again.directory

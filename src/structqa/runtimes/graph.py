@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from structqa.features.batching import Batch
+from structqa.heads.answerability import AnswerabilityHead
 from structqa.heads.joint import JointScorer
 from structqa.models.extractive import ExtractiveQAModel
 
@@ -35,6 +36,10 @@ BASE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "answer_mask")
 TAG_INPUTS = ("pos_tag_ids", "entity_mask")
 TOKEN_OUTPUTS = ("start_logits", "end_logits")
 SPAN_OUTPUTS = ("span_scores", "null_scores")
+#: (B,) the answerability classifier's no-answer log-odds (``model.null_head`` cls/queries)
+ODDS_OUTPUTS = ("null_odds",)
+#: outputs of one value per window, not per token
+PER_WINDOW = ("null_scores", "null_odds")
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class GraphSignature:
     def dynamic_axes(self) -> dict[str, dict[int, str]]:
         axes: dict[str, dict[int, str]] = {name: {0: "batch", 1: "tokens"} for name in self.inputs}
         for name in self.outputs:
-            axes[name] = {0: "batch"} if name == "null_scores" else {0: "batch", 1: "tokens"}
+            axes[name] = {0: "batch"} if name in PER_WINDOW else {0: "batch", 1: "tokens"}
         return axes
 
 
@@ -57,9 +62,16 @@ def scores_spans(model: ExtractiveQAModel) -> bool:
     return any(isinstance(m, JointScorer) for m in model.head.modules())
 
 
+def classifies_answerability(model: ExtractiveQAModel) -> bool:
+    """Whether the model's no-answer decision is its own classifier's (its output has
+    null_odds): without that output in the graph, an export would never abstain."""
+    return isinstance(model.head, AnswerabilityHead)
+
+
 def signature(model: ExtractiveQAModel, tags: tuple[str, ...]) -> GraphSignature:
     """The graph signature of ``model`` fed the token-tag fields ``tags`` (of TAG_INPUTS)."""
     outputs = TOKEN_OUTPUTS + (SPAN_OUTPUTS if scores_spans(model) else ())
+    outputs += ODDS_OUTPUTS if classifies_answerability(model) else ()
     return GraphSignature(BASE_INPUTS + tuple(t for t in TAG_INPUTS if t in tags), outputs)
 
 
@@ -92,6 +104,7 @@ class SpanGraph(nn.Module):
             "end_logits": out.end_logits,
             "span_scores": out.span_scores,
             "null_scores": out.null_scores,
+            "null_odds": out.null_odds,
         }
         return tuple(values[name] for name in self.sig.outputs)
 

@@ -10,6 +10,7 @@ heads or encoders have no place in that class and are refused, with the reason.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -23,7 +24,13 @@ from structqa.heads.base import QueryHead
 from structqa.heads.independent import IndependentScorer, StaticQueries
 from structqa.io import replace_dir, write_json
 from structqa.manifest import write_manifest
-from structqa.runtimes.onnx_export import COPIED, Exported, ExportRefused, load_span_model
+from structqa.runtimes.onnx_export import (
+    COPIED,
+    Exported,
+    ExportRefused,
+    check_target,
+    load_span_model,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +61,24 @@ def refusal(model, head_name: str) -> str | None:
     return None
 
 
+def _is_transformers_export(out: Path) -> bool:
+    """Whether ``out`` holds an earlier export of this kind (a BertForQuestionAnswering
+    config beside a manifest), which a new one may replace."""
+    config = out / "config.json"
+    if not (config.is_file() and (out / "manifest.json").is_file()):
+        return False
+    try:
+        return "BertForQuestionAnswering" in json.loads(config.read_text()).get("architectures", [])
+    except (ValueError, AttributeError):
+        return False
+
+
 def export_transformers(checkpoint: str | Path, out: str | Path) -> Exported:
     from safetensors.torch import save_file
 
     t0 = time.perf_counter()
     checkpoint, out = Path(checkpoint), Path(out)
+    check_target(checkpoint, out, _is_transformers_export(out))
     model, tokenizer, cfg = load_span_model(checkpoint)
     why = refusal(model, cfg.model.head)
     if why:

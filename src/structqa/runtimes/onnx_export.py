@@ -65,6 +65,23 @@ class ExportRefused(ValueError):
     """A checkpoint that cannot be exported in the asked format, and why."""
 
 
+def check_target(checkpoint: Path, out: Path, earlier_export: bool) -> None:
+    """Refuse an ``--out`` whose contents the export would delete: the checkpoint itself or
+    a folder holding it, or an existing folder that is not an earlier export of this kind
+    (``earlier_export``, which is replaced whole)."""
+    src, dst = checkpoint.resolve(), out.resolve()
+    if dst == src or dst in src.parents:
+        raise ExportRefused(
+            f"--out {out}: the export would replace the checkpoint {checkpoint} (it replaces "
+            "its folder whole); give a new folder, e.g. the default inside the checkpoint"
+        )
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not earlier_export:
+        raise ExportRefused(
+            f"--out {out}: exists and is not an earlier export of this kind, which the export "
+            "would replace whole; give a new or empty folder, or remove this one first"
+        )
+
+
 @dataclass(frozen=True)
 class Exported:
     directory: Path
@@ -227,6 +244,7 @@ def export_onnx(
         raise ExportRefused(f"--quantize {quantize}: only int8 is supported")
     t0 = time.perf_counter()
     checkpoint, out = Path(checkpoint), Path(out)
+    check_target(checkpoint, out, (out / EXPORT_FILE).is_file())
     model, tokenizer, cfg = load_span_model(checkpoint)
     model = model.float().eval()
     tags = tag_fields(cfg.data.token_tags)

@@ -139,6 +139,7 @@ class OnnxSpanModel:
             as_tensor["end_logits"],
             span_scores=as_tensor.get("span_scores"),
             null_scores=as_tensor.get("null_scores"),
+            null_odds=as_tensor.get("null_odds"),
         )
 
     def _run_per_window(self, feed: dict[str, np.ndarray], lengths: list[int]) -> dict:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from structqa.io import read_json
 from structqa.manifest import verify_manifest
 from structqa.runtime import (
     bf16_speedup,
@@ -95,7 +96,25 @@ def _current(checkpoint: Path, export: Path) -> Path | None:
             checkpoint,
         )
         return None
+    if _classifier_left_out(checkpoint, export):
+        log.warning(
+            "%s: exported before a model's answerability classifier was part of the graph "
+            "(it would never abstain); not used (export again, or predict/serve make it "
+            "again where bf16 is not native)",
+            export,
+        )
+        return None
     return export
+
+
+def _classifier_left_out(checkpoint: Path, export: Path) -> bool:
+    """Whether ``checkpoint`` decides no-answer by its own classifier (``model.null_head``
+    cls or queries) and ``export`` has no ``null_odds`` output for it."""
+    config = checkpoint / "structqa_config.json"
+    if not config.is_file():
+        return False
+    null_head = (read_json(config).get("model") or {}).get("null_head", "span")
+    return null_head != "span" and "null_odds" not in read_export(export).get("outputs", [])
 
 
 def choose(
