@@ -60,6 +60,28 @@ def test_the_soup_is_the_mean_of_its_members_and_reads_as_a_checkpoint(
     assert answer.text in "It is a test of the soup."
 
 
+def test_a_members_test_scores_stay_with_the_member(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A member's end-of-training test (best/eval/) is its own: copied into the soup, it
+    read as the soup's scores and was sealed into its manifest, so scoring the soup into
+    eval/ (the command soup prints) made the soup unloadable."""
+    import shutil
+
+    members = []
+    for name in ("a", "b"):
+        member = tmp_path / name
+        shutil.copytree(runs[name], member)
+        (member / "eval").mkdir(exist_ok=True)
+        (member / "eval" / "metrics.json").write_text('{"f1": 12.5}')
+        members.append(member)
+    out = make_soup(members, tmp_path / "soup")
+    assert not (out / "eval").exists()
+    sealed = json.loads((out / "manifest.json").read_text())["files"]
+    assert sealed and not any(p.startswith("eval") for p in sealed)
+    (out / "eval").mkdir()
+    (out / "eval" / "metrics.json").write_text('{"f1": 20.0}')  # the soup's own score, later
+    assert verify_manifest(out)
+
+
 def test_a_soup_of_one_model_twice_answers_as_that_model(
     runs: dict[str, Path], tmp_path: Path
 ) -> None:

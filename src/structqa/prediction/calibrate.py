@@ -54,11 +54,16 @@ def calibrate_checkpoint(
     checkpoint's saved answers to the questions (else it answers them now)."""
     from structqa.models.build import checkpoint_config
     from structqa.prediction.predictor import Predictor
+    from structqa.prediction.scoring import default_runtime
     from structqa.training.data import data_path
 
     predictor = None
     if predictions_dir is None:
-        predictor = Predictor.from_checkpoint(checkpoint, bf16=bf16)
+        # torch, as evaluate reads by default: a fit on the int8 graph's scores (auto's choice
+        # where bf16 is not native) was applied to fp32 scores
+        predictor = Predictor.from_checkpoint(
+            checkpoint, bf16=bf16, runtime=default_runtime(checkpoint)
+        )
         cfg = predictor.config
     else:
         cfg = checkpoint_config(checkpoint)

@@ -47,6 +47,7 @@ MEMBER_ONLY = frozenset(
         "resume.pt",
         "onnx",
         "test",
+        "eval",  # the end-of-training test's scores (heldout.TEST_DIR): a member's, not the soup's
     }
 )
 
