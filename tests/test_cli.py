@@ -285,6 +285,14 @@ def test_evaluate_scores_the_whole_file_and_refuses_model_overrides(
     capsys.readouterr()
     assert main([*args, "--model.head=dyrex"]) == 2
     assert "--model.head cannot change a trained model" in capsys.readouterr().err
+    # sizes below 1 are refused, never read as "all but the last" or empty answers
+    for bad, said in (
+        (["--eval-size", "-1"], "--eval-size must be 1 or more, got -1"),
+        (["--decode.n_best=0"], "decode.n_best must be 1 or more"),
+        (["--decode.max_answer_length=0"], "decode.max_answer_length must be 1 or more"),
+    ):
+        assert main([*args, *bad, "--out", str(tmp_path / "bad")]) == 2
+        assert said in capsys.readouterr().err
 
 
 def test_checkpoint_errors_point_into_a_run_directory(tiny_trained_run, capsys):

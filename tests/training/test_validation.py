@@ -211,3 +211,38 @@ def test_a_squad2_test_file_is_scored_at_the_threshold_fitted_on_validation(
     odds = json.loads((out / "best" / "eval" / "null_odds.json").read_text())
     raw = json.loads((out / "best" / "null_odds.json").read_text())  # validation, the model's
     assert set(odds.values()).isdisjoint(raw.values())  # the verifier's odds on the test
+
+
+def test_a_broken_test_file_fails_before_training(tmp_path, tiny_checkpoint, capsys) -> None:
+    """data.eval is read when the data is, not after hours of training: a record without
+    its answers stops the run at once, naming it, and nothing is trained."""
+    doc = json.loads(Path(TEST).read_text())
+    del doc["data"][0]["paragraphs"][0]["qas"][0]["answers"]
+    broken = tmp_path / "test.json"
+    broken.write_text(json.dumps(doc))
+    out = tmp_path / "run"
+    args = [
+        "train",
+        f"--model.encoder={tiny_checkpoint}",
+        f"--data.train={TRAIN}",
+        f"--data.eval={broken}",
+        "--data.train_size=all",
+        f"--train.output_dir={out}",
+        "--train.max_steps=3",
+        "--train.bf16=off",
+        "--no-progress",
+    ]
+    assert main(args) == 2
+    assert "field 'answers'" in capsys.readouterr().err
+    assert not (out / "last").exists() and not (out / "best").exists()
+
+
+def test_an_excluded_file_with_a_repeated_question_id_still_excludes(tmp_path) -> None:
+    from structqa.data.overlap import passages
+
+    doc = json.loads(Path(TEST).read_text())
+    first, second = (a["paragraphs"][0]["qas"][0] for a in doc["data"][:2])
+    second["id"] = first["id"]  # an id asked twice
+    repeated = tmp_path / "test.json"
+    repeated.write_text(json.dumps(doc))
+    assert len(passages(repeated)) == len(passages(TEST)) > 1

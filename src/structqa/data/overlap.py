@@ -44,7 +44,8 @@ class OverlapReport:
 
 def passages(path: str | Path) -> set[str]:
     """The passage keys of an extractive QA file (SQuAD JSON or MRQA jsonl)."""
-    return {passage_key(ex.context) for ex in read_extractive(path).examples}
+    # only the passages count: a repeated question id is no reason to refuse the file
+    return {passage_key(ex.context) for ex in read_extractive(path, dedupe_ids=True).examples}
 
 
 def drop_overlap(

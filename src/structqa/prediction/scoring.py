@@ -61,6 +61,15 @@ def evaluate_checkpoint(
                 "train.eval_batch_size overrides apply here"
             )
     apply_overrides(cfg, list(overrides))  # the config's own checks and conversions
+    scoring = {
+        "--eval-size": cfg.data.eval_size,
+        "decode.n_best": cfg.decode.n_best,
+        "decode.max_answer_length": cfg.decode.max_answer_length,
+        "train.eval_batch_size": cfg.train.eval_batch_size,
+    }
+    for name, value in scoring.items():  # (-1 once scored all but the last question)
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be 1 or more, got {value}")
     t0 = time.perf_counter()
     precision = "on" if loaded.bf16 else "off"  # the runtime chosen above decides
     # the no-answer threshold fitted on validation questions (calibration.json), if any;

@@ -173,6 +173,7 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
             test = data_path(cfg, cfg.data.eval)
             if not test.is_file():
                 raise FileNotFoundError(f"data.eval: test file {test} does not exist")
+            load_eval_examples(cfg)  # ... or not readable (a malformed record), not featurized
     fc = feature_config(cfg)
     annotator = tag_annotator(fc)  # one spaCy pipeline and parse cache for both splits
     train_feats, rep = featurize(train, tokenizer, fc, training=True, annotator=annotator)
