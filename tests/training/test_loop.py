@@ -211,8 +211,20 @@ def test_a_fresh_run_does_not_overwrite_one(tmp_path, tiny_checkpoint, shared_da
     cfg = tiny_config(tmp_path / "once", tiny_checkpoint, shared_data, "train.max_steps=2")
     loop.run(cfg, progress=False)
     before = (tmp_path / "once" / "last" / "model.safetensors").read_bytes()
-    with pytest.raises(ValueError, match=r"already holds a run \(best, last\).*--resume"):
-        loop.run(cfg, progress=False)
+    read = []  # refused before any data is read (featurizing a real file takes minutes)
+    real = loop.prepare_data
+
+    def counted(*a, **k):
+        read.append(1)
+        return real(*a, **k)
+
+    loop.prepare_data = counted
+    try:
+        with pytest.raises(ValueError, match=r"already holds a run \(best, last\).*--resume"):
+            loop.run(cfg, progress=False)
+    finally:
+        loop.prepare_data = real
+    assert not read
     assert (tmp_path / "once" / "last" / "model.safetensors").read_bytes() == before
 
 

@@ -252,13 +252,7 @@ def resume_from(
         return restore(last_dir, load_weights, optimizer, scheduler)
     out = last_dir.parent
     if not resume:
-        held = [p.name for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
-        held = [n for n in held if n.split(".")[0] in _CHECKPOINT_DIRS]
-        if held:
-            raise RunExists(
-                f"{out} already holds a run ({', '.join(held)}); continue it with --resume, or "
-                "train into another output_dir (or delete this one)"
-            )
+        check_fresh_start(out)
     if resume:
         log.info("nothing to resume in %s; starting fresh", last_dir)
     return TrainState()
@@ -266,6 +260,18 @@ def resume_from(
 
 class RunExists(ValueError):
     """A fresh run was asked to train into a directory that holds another run."""
+
+
+def check_fresh_start(out: Path) -> None:
+    """Refuse a fresh run into ``out`` when it holds another run's checkpoints (:class:`
+    RunExists`): a loop calls it before it reads any data, so the refusal costs a second."""
+    held = [p.name for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
+    held = [n for n in held if n.split(".")[0] in _CHECKPOINT_DIRS]
+    if held:
+        raise RunExists(
+            f"{out} already holds a run ({', '.join(held)}); continue it with --resume, or "
+            "train into another output_dir (or delete this one)"
+        )
 
 
 # checkpoint directories of the training loops (a ".tmp" or ".old" twin counts too)

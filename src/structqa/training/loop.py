@@ -29,6 +29,7 @@ from structqa.io import write_json
 from structqa.models.build import build_model, describe_start
 from structqa.models.extractive import ExtractiveQAModel
 from structqa.provenance import INIT_RECORD
+from structqa.training.checkpoint import check_fresh_start
 from structqa.training.data import TrainData, prepare_data
 from structqa.training.heldout import Calibrate, score_best_once
 from structqa.training.trainer import (
@@ -108,6 +109,8 @@ def run(
     of the calibration ``calibrate`` fits on that validation data first (without it, a SQuAD
     2.0 test file has its threshold tuned on itself)."""
     validate(cfg)
+    if not resume:  # before the model, the data or the start's record: a second, not minutes
+        check_fresh_start(Path(cfg.train.output_dir))
     model, tokenizer = build_seeded(cfg)
     record_start(cfg, resume)
     data = prepare_data(cfg, tokenizer)
