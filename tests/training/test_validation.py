@@ -91,11 +91,14 @@ def test_best_is_chosen_on_validation_and_the_test_file_is_read_once_after_train
         "--no-progress",
     ]
     assert main(args) == 0
-    # the test file once, after training and after the calibration (its null threshold is
-    # the one the test is scored at) took its validation questions from the training file
-    # again (the same seeded split), never from the test file; that one fit is the one kept
+    # the test file parsed before training (a malformed record fails then, not after hours;
+    # nothing of it is scored or featurized), and scored once after training and after the
+    # calibration (its null threshold is the one the test is scored at) took its validation
+    # questions from the training file again (the same seeded split), never from the test
+    # file; that one fit is the one kept
     assert reads == [
         ("bees-train.json", False),
+        ("bees-test.json", False),
         ("bees-train.json", True),
         ("bees-test.json", True),
     ]
@@ -246,3 +249,26 @@ def test_an_excluded_file_with_a_repeated_question_id_still_excludes(tmp_path) -
     repeated = tmp_path / "test.json"
     repeated.write_text(json.dumps(doc))
     assert len(passages(repeated)) == len(passages(TEST)) > 1
+
+
+def test_a_validation_file_that_is_the_training_file_is_warned(
+    tmp_path, tiny_checkpoint, caplog
+) -> None:
+    import logging
+
+    args = [
+        "train",
+        f"--model.encoder={tiny_checkpoint}",
+        f"--data.train={TRAIN}",
+        f"--data.validation={TRAIN}",
+        "--data.train_size=all",
+        f"--train.output_dir={tmp_path / 'run'}",
+        "--train.max_steps=1",
+        "--train.bf16=off",
+        "--no-progress",
+    ]
+    with caplog.at_level(logging.WARNING):
+        assert main(args) == 0
+    assert "the validation questions: 40 of 40 questions ask about passages the run trains on" in (
+        caplog.text
+    )

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from structqa.config import Config, validation_fraction
 from structqa.data import parse_train_size, train_subset, validation_split
-from structqa.data.overlap import drop_overlap
+from structqa.data.overlap import drop_overlap, passage_key
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.features.squad import Feature, FeatureConfig, featurize, tag_annotator
@@ -141,9 +142,25 @@ def feature_config(cfg: Config) -> FeatureConfig:
     )
 
 
+def _warn_trained_on(examples: Sequence[Example], trained: set[str], what: str) -> None:
+    """Warn where ``examples`` ask about passages the run trains on: its scores then measure
+    memory, not reading (a file given as both data.train and data.validation or data.eval)."""
+    shared = sum(passage_key(ex.context) in trained for ex in examples)
+    if shared:
+        log.warning(
+            "%s: %d of %d questions ask about passages the run trains on, so their scores "
+            "overstate it; give files apart, or data.exclude=[FILE] to drop those passages "
+            "from training",
+            what,
+            shared,
+            len(examples),
+        )
+
+
 def prepare_data(cfg: Config, tokenizer) -> TrainData:
-    """Training features and the features that choose best/. The test file (data.eval) is not
-    read here unless ``data.validation`` is none."""
+    """Training features and the features that choose best/. The test file (data.eval) is
+    only parsed here (a malformed record fails before training; questions about passages the
+    run trains on are warned of), unless ``data.validation`` is none: then it chooses best/."""
     pool, val, selection = split_training_file(cfg)  # the readers log their reports
     try:
         train = list(train_subset(pool, parse_train_size(cfg.data.train_size), cfg.train.seed))
@@ -163,17 +180,21 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
                 f"{cfg.data.train} has an answer"
             )
         train = kept
+    trained = {passage_key(ex.context) for ex in train}
     if val is None:
         val, v2 = load_eval_examples(cfg)
         selection = str(data_path(cfg, str(cfg.data.eval)))
         log.info("data.validation is none: best/ is chosen on data.eval (%s)", selection)
+        _warn_trained_on(val, trained, "data.eval, which chooses best/,")
     else:
         v2 = _version_2(cfg, val)
+        _warn_trained_on(val, trained, "the validation questions")
         if cfg.data.eval:  # fail now, not after training, if the test file is missing
             test = data_path(cfg, cfg.data.eval)
             if not test.is_file():
                 raise FileNotFoundError(f"data.eval: test file {test} does not exist")
-            load_eval_examples(cfg)  # ... or not readable (a malformed record), not featurized
+            # ... or not readable (a malformed record); read, not featurized
+            _warn_trained_on(load_eval_examples(cfg)[0], trained, "data.eval, the test file,")
     fc = feature_config(cfg)
     annotator = tag_annotator(fc)  # one spaCy pipeline and parse cache for both splits
     train_feats, rep = featurize(train, tokenizer, fc, training=True, annotator=annotator)
