@@ -150,6 +150,32 @@ def test_pool_slice_leaves_out_every_trained_paragraph(shared_data):
     assert len(sliced) == 300 and not trained & {ex.context for ex in sliced}
 
 
+def test_a_pool_slice_holds_no_paragraph_the_run_trained_on(shared_data):
+    """The run's training subset was drawn after the validation split (and data.exclude)
+    took their questions off the file: the slice is drawn from that same pool, not from the
+    whole file, whose subset of the same size and seed is other paragraphs."""
+    from structqa.config import load_config
+    from structqa.data import train_subset
+    from structqa.prediction.calibrate import pool_slice_examples
+    from structqa.training.data import split_training_file
+
+    cfg = load_config(
+        None,
+        [
+            f"data.dir={shared_data}",
+            "data.train=splits/squad1-train.mrqa.jsonl.gz",
+            "data.train_size=512",
+            "data.validation=0.1",
+        ],
+    )
+    pool, _, _ = split_training_file(cfg)
+    trained = {ex.context for ex in train_subset(pool, 512, cfg.train.seed)}
+    sliced = pool_slice_examples(cfg, 300)
+    assert len(sliced) == 300 and not trained & {ex.context for ex in sliced}
+    whole = read_extractive(shared_data / "splits/squad1-train.mrqa.jsonl.gz").examples
+    assert trained - {ex.context for ex in train_subset(whole, 512, cfg.train.seed)}
+
+
 def test_calibrating_on_a_pool_slice_never_reads_the_evaluation_file(checkpoint, monkeypatch):
     import structqa.prediction.calibrate as command
 
@@ -160,7 +186,10 @@ def test_calibrating_on_a_pool_slice_never_reads_the_evaluation_file(checkpoint,
         read.append(Path(path).name)
         return real(path, *args, **kwargs)
 
+    import structqa.training.data as training_data
+
     monkeypatch.setattr(command, "read_extractive", spy)
+    monkeypatch.setattr(training_data, "read_extractive", spy)
     cfg = json.loads((checkpoint / "structqa_config.json").read_text())
     cfg["data"]["eval"] = "splits/squad1-heldout.mrqa.jsonl.gz"
     cfg["data"]["train"] = "splits/squad1-train.mrqa.jsonl.gz"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from structqa.calibration.report import (
     calibrate,
@@ -23,19 +24,39 @@ log = logging.getLogger(__name__)
 
 
 def unseen_pool_slice(
-    pool: Sequence[Example], train_size: str, seed: int, size: int, slice_seed: int = 1
+    pool: Sequence[Example],
+    train_size: str,
+    seed: int,
+    size: int,
+    slice_seed: int = 1,
+    held_out: Sequence[Example] = (),
 ) -> list[Example]:
-    """``size`` questions of ``pool`` whose paragraphs have no question in the training subset
-    ``train_subset(pool, train_size, seed)``, drawn by ``slice_seed``."""
+    """``size`` questions, drawn by ``slice_seed``, of ``pool`` whose paragraphs have no
+    question in the training subset ``train_subset(pool, train_size, seed)``, and of
+    ``held_out`` (the validation questions training split off the same file)."""
     trained = train_subset(pool, parse_train_size(train_size), seed)
     seen = {ex.context for ex in trained}
     rest = [ex for ex in pool if ex.context not in seen]
+    rest += [ex for ex in held_out if ex.context not in seen]
     if not rest:
         raise ValueError(
             f"every paragraph of the training pool has a training question (train_size "
             f"{train_size}): no unseen slice left; give a validation file with --on"
         )
     return list(train_subset(rest, min(size, len(rest)), slice_seed))
+
+
+def pool_slice_examples(cfg: Any, size: int, slice_seed: int = 1) -> list[Example]:
+    """``--pool-slice``'s questions for a run of config ``cfg``: from the pool as training
+    drew from it (data.exclude's passages and the validation split taken off first; drawn
+    from the whole file, the slice once held paragraphs the run trained on), and from that
+    validation split."""
+    from structqa.training.data import split_training_file
+
+    pool, held_out, _ = split_training_file(cfg)
+    return unseen_pool_slice(
+        pool, cfg.data.train_size, cfg.train.seed, size, slice_seed, held_out or ()
+    )
 
 
 def calibrate_checkpoint(
@@ -76,9 +97,8 @@ def calibrate_checkpoint(
         examples = list(read_extractive(path).examples)
         source = str(on)
     elif pool_slice is not None:
-        pool = read_extractive(data_path(cfg, cfg.data.train)).examples
+        examples = pool_slice_examples(cfg, pool_slice, slice_seed)
         size, seed = cfg.data.train_size, cfg.train.seed
-        examples = unseen_pool_slice(pool, size, seed, pool_slice, slice_seed)
         source = (
             f"{cfg.data.train}: {len(examples)} questions (slice seed {slice_seed}) from "
             f"paragraphs outside the training subset (train_size {size}, seed {seed})"
@@ -104,4 +124,4 @@ def calibrate_checkpoint(
     return cal
 
 
-__all__ = ["calibrate_checkpoint", "unseen_pool_slice"]
+__all__ = ["calibrate_checkpoint", "pool_slice_examples", "unseen_pool_slice"]
