@@ -152,11 +152,14 @@ def test_a_stop_while_embedding_leaves_the_index_as_it_was(
     with caplog.at_level(logging.WARNING), DocumentIndex.open(out) as index:
         assert len(index.dense) == len(index) == 2  # whole, as before the update
     assert "stopped before it finished" not in caplog.text
-    with DocumentIndex(out) as index:
-        report = index.update([small])
-        assert (report.added_files, report.unchanged_files) == (1, 2)
+    # the stopped object itself goes on (its database lock let go, its stores read again)
+    report = stopped_index.update([small])
+    assert (report.added_files, report.unchanged_files) == (1, 2)
+    assert len(stopped_index.dense) == len(stopped_index) == 3
+    stopped_index.close()
+    with DocumentIndex.open(out) as index:
+        assert len(index.dense) == len(index) == 3
         assert index.search("a desert in Africa", k=1)[0].source.endswith("sahara.txt")
-    stopped_index.close()  # (its stopped update let go of the database's lock at once)
 
 
 def test_command_line_mistakes_are_errors_that_say_what_to_do(

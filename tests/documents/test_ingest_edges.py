@@ -155,3 +155,21 @@ def test_a_qa_files_passages_do_not_depend_on_its_questions(tmp_path: Path) -> N
     assert all(d.title == "Insects" for d in docs)
     (note,) = notes
     assert "1 passage(s) skipped: data[0].paragraphs[3] (a lone surrogate" in note
+
+
+def test_a_damaged_qa_file_is_skipped_not_fatal(tmp_path: Path) -> None:
+    import gzip
+
+    lines = [json.dumps({"header": {"dataset": "x"}})] + [
+        json.dumps({"context": f"Passage {i} about bees. " * 40, "qas": []}) for i in range(400)
+    ]
+    whole = gzip.compress("\n".join(lines).encode())
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])  # a download cut short
+    odd = {"version": "v1.1", "data": [{"title": "T", "paragraphs": 5}]}
+    (tmp_path / "odd.json").write_text(json.dumps(odd), encoding="utf-8")
+    (tmp_path / "ok.txt").write_text("Bees dance.", encoding="utf-8")
+    docs, report = _read(sorted(tmp_path.iterdir()))
+    assert list(docs) == ["ok.txt"]
+    reasons = dict(report.skipped)
+    assert "neither a BEIR corpus nor a SQuAD/MRQA file" in reasons[str(tmp_path / "cut.jsonl.gz")]
+    assert "no contexts" in reasons[str(tmp_path / "odd.json")]

@@ -159,6 +159,18 @@ def test_build_stops_resumes_and_is_found(
     assert main(args) == 0
     assert "training will take" not in capsys.readouterr().out
     assert (out / "run" / "best" / "model.safetensors").stat().st_mtime_ns == mtime
+    # another --heldout-size: both held-out stages scored again, nothing trained or read again
+    from structqa.reader import build as build_module
+
+    trained = []
+    resized = [a for a in args if not a.startswith("--heldout-size")] + ["--heldout-size=4"]
+    with monkeypatch.context() as patch:
+        patch.setattr(build_module, "_train", lambda *a, **k: trained.append(a))
+        assert main(resized) == 0
+    assert not trained
+    for stage in ("heldout", "baseline"):
+        assert json.loads((out / "stages" / f"{stage}.json").read_text())["heldout_size"] == 4
+    assert json.loads((out / "stages" / "baseline.json").read_text())["checkpoint"]
 
     # the built reader is the default reader
     monkeypatch.setenv("STRUCTQA_HOME", str(tmp_path))

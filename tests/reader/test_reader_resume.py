@@ -38,9 +38,13 @@ def test_a_run_finished_but_not_recorded_goes_into_the_soup(
             raise KeyboardInterrupt
         return real(cfg, path)
 
+    # a mistyped setting stops the first start; it must not lock the folder to it
+    assert main([*args, "--model.blok=1"]) == 2
+    assert not (out / "build.json").exists()
     with monkeypatch.context() as patch:
         patch.setattr(build_module, "_write_validation", killed)
         assert main(args) == 130
+    assert json.loads((out / "build.json").read_text())["seed"] == 0
     assert (out / "stages" / "member-0.json").is_file()
     assert not (out / "stages" / "member-1.json").is_file()
     state = json.loads((out / "members" / "m1" / "last" / "train_state.json").read_text())

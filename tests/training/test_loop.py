@@ -207,7 +207,7 @@ def test_resume_refuses_a_changed_config(tmp_path, tiny_checkpoint, shared_data,
     assert json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())["finished"]
 
 
-def test_a_fresh_run_does_not_overwrite_one(tmp_path, tiny_checkpoint, shared_data):
+def test_a_fresh_run_does_not_overwrite_one(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
     cfg = tiny_config(tmp_path / "once", tiny_checkpoint, shared_data, "train.max_steps=2")
     loop.run(cfg, progress=False)
     before = (tmp_path / "once" / "last" / "model.safetensors").read_bytes()
@@ -218,12 +218,9 @@ def test_a_fresh_run_does_not_overwrite_one(tmp_path, tiny_checkpoint, shared_da
         read.append(1)
         return real(*a, **k)
 
-    loop.prepare_data = counted
-    try:
-        with pytest.raises(ValueError, match=r"already holds a run \(best, last\).*--resume"):
-            loop.run(cfg, progress=False)
-    finally:
-        loop.prepare_data = real
+    monkeypatch.setattr(loop, "prepare_data", counted)
+    with pytest.raises(ValueError, match=r"already holds a run \(best, last\).*--resume"):
+        loop.run(cfg, progress=False)
     assert not read
     assert (tmp_path / "once" / "last" / "model.safetensors").read_bytes() == before
 

@@ -327,7 +327,8 @@ files no longer under the PATHs given (deleted, or under a PATH not given this t
 give every folder each time (structqa index A B --out INDEX). A file moved or renamed, or the
 same folder typed from elsewhere, is recognised by its content and not embedded again; sources
 show the paths as last typed. Files that cannot be read are
-skipped, each named with the reason. A run stopped before it finished (Ctrl-C) is redone in
+skipped, each named with the reason. A run stopped while it embeds (Ctrl-C) leaves the index
+as it was; one stopped while it writes (or any stopped run of a Qdrant index) is redone in
 full by the next one.
 """
 

@@ -13,7 +13,9 @@ their text, page and character offsets), the chunks' unit vectors keyed by chunk
 :mod:`structqa.documents.vectors`) and ``bm25/``; by default no server. Re-indexing a changed
 folder embeds only the chunks of new and changed files (by content hash) and drops those of
 deleted files; BM25 is rebuilt from the chunk texts (seconds for 100k chunks). An update stopped
-before it finished (Ctrl-C, a crash) is redone from nothing by the next one (``updating``).
+while it embeds leaves a faiss index as it was (the database and the faiss file change on disk
+only at its end); one stopped while it writes its stores, or any stopped update of a Qdrant
+index (which takes each write at once), is redone from nothing by the next one (``updating``).
 
 The dense encoder is the sentence encoder as shipped (all-MiniLM-L6-v2, mean pooling, 256
 tokens), never a reader fine-tuned for spans: fine-tuning changes what its pooled states mean.
@@ -53,9 +55,10 @@ FUSION_FILE = "fusion.json"  # {"bm25_weight": w, ...}: written by `structqa fit
 ENCODER_TOKENS = 256  # all-MiniLM-L6-v2's limit; chunks are cut to fit it
 CHUNK_TOKENS = ENCODER_TOKENS - 2  # [CLS] and [SEP]
 INDEX_FILE = "index.json"
-# present while an update is writing: the database and the vectors are two stores, so an update
-# stopped between their writes (Ctrl-C, a crash) leaves them apart; the next update finds this
-# file and indexes every file afresh, and a search warns until then
+# present while an update writes its stores (a Qdrant index's: from its start; a faiss
+# index's: from its database commit on): the database and the vectors are two stores, so an
+# update stopped between their writes (Ctrl-C, a crash) leaves them apart; the next update
+# finds this file and indexes every file afresh, and a search warns until then
 UPDATING_FILE = "updating"
 EMBED_BATCH = 512  # chunks embedded between progress updates
 _SCHEMA = """
@@ -232,6 +235,12 @@ class DocumentIndex:
             return self._update(paths, progress)
         except BaseException:
             self.db.rollback()
+            # the vectors and BM25 in memory took part of the update: read them from disk
+            # again, as the database now is (reused, they wrote vectors of rolled-back ids)
+            if self._dense is not None:
+                self._dense.close()
+                self._dense = None
+            self._bm25 = None
             raise
 
     def _update(

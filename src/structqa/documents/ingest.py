@@ -24,6 +24,7 @@ import hashlib
 import html.parser
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,8 @@ ENCODINGS = ("utf-8", "cp1252")  # tried in order; then Latin-1, which reads any
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Latin sentence ends before a capital or digit; CJK ones (no space follows them) anywhere
 _SENTENCE_END = re.compile(
-    r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|(?<=[。！？])[」』）\"')]*\s*|\n\s*\n"
+    r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])"
+    r"|(?<=[。！？])(?![」』）\"')])\s*|(?<=[。！？][」』）\"')])\s*|\n\s*\n"
 )
 
 
@@ -320,7 +322,7 @@ def _collection(path: Path, notes: list[str] | None = None) -> list[Document]:
         return _beir(path, opener, notes)
     try:
         contexts = _qa_contexts(path, notes)
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError, zlib.error) as err:  # (a .gz cut short, too)
         raise Unreadable(f"neither a BEIR corpus nor a SQuAD/MRQA file ({err})") from None
     docs: dict[str, Document] = {}
     for title, context in contexts:
@@ -345,11 +347,13 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
     found: list[tuple[str, str, str]] = []  # (where, title, context)
     if kind == "squad":
         doc = load_json(path)
-        for i, article in enumerate(doc.get("data") or [] if isinstance(doc, dict) else []):
+        data = doc.get("data") if isinstance(doc, dict) else None
+        for i, article in enumerate(data if isinstance(data, list) else []):
             if not isinstance(article, dict):
                 continue
             title = article.get("title") if isinstance(article.get("title"), str) else ""
-            for j, paragraph in enumerate(article.get("paragraphs") or []):
+            paragraphs = article.get("paragraphs")
+            for j, paragraph in enumerate(paragraphs if isinstance(paragraphs, list) else []):
                 context = paragraph.get("context") if isinstance(paragraph, dict) else None
                 found.append((f"data[{i}].paragraphs[{j}]", title, context))
     elif kind == "mrqa":

@@ -50,10 +50,13 @@ def pool_slice_examples(cfg: Any, size: int, slice_seed: int = 1) -> list[Exampl
     """``--pool-slice``'s questions for a run of config ``cfg``: from the pool as training
     drew from it (data.exclude's passages and the validation split taken off first; drawn
     from the whole file, the slice once held paragraphs the run trained on), and from that
-    validation split."""
+    validation split where it is a fraction of data.train."""
+    from structqa.config import validation_fraction
     from structqa.training.data import split_training_file
 
     pool, held_out, _ = split_training_file(cfg)
+    if validation_fraction(cfg.data.validation) is None:
+        held_out = None  # a validation file of its own: not data.train's, not drawn from
     return unseen_pool_slice(
         pool, cfg.data.train_size, cfg.train.seed, size, slice_seed, held_out or ()
     )

@@ -134,7 +134,10 @@ def _run_stage(
     try:
         record = body()
     except BaseException:
-        write_json(spent_file, round(spent + time.perf_counter() - t0, 1))
+        try:
+            write_json(spent_file, round(spent + time.perf_counter() - t0, 1))
+        except OSError:  # (a full disk: the stage's own error is the one to see)
+            log.warning("reader build: %s's time so far could not be saved", stage)
         raise
     record["seconds"] = round(spent + time.perf_counter() - t0, 1)
     write_json(_record_path(opts.out, stage), record)
@@ -350,6 +353,8 @@ def _check_members(opts: BuildOptions) -> None:
         )
 
 
+#: what :func:`_train` records of a run (the rest of a stage record is its scores)
+TRAINED_KEYS = ("validation_file", "checkpoint", "training_seconds", "validation", "calibration")
 OPTIONS_FILE = "build.json"  # the options a build in this folder was started with
 
 
@@ -359,10 +364,8 @@ def _check_options(opts: BuildOptions) -> None:
     wrong one); record them when the build starts. ``--heldout-size`` may change: the
     held-out stages are scored again."""
     path = opts.out / OPTIONS_FILE
-    now = {"seed": opts.seed, "members": opts.members, "settings": list(opts.overrides)}
+    now = _options(opts)
     if not path.is_file():
-        if not (opts.out / "stages").exists():
-            write_json(path, now)
         return  # (a build begun before the options were recorded: --members is checked)
     was = json.loads(path.read_text())
 
@@ -377,8 +380,21 @@ def _check_options(opts: BuildOptions) -> None:
             )
 
 
-def _drop_if_resized(opts: BuildOptions, stage: str) -> None:
-    """A held-out stage scored on another ``--heldout-size`` is scored again."""
+def _options(opts: BuildOptions) -> dict[str, Any]:
+    return {"seed": opts.seed, "members": opts.members, "settings": list(opts.overrides)}
+
+
+def _record_options(opts: BuildOptions) -> None:
+    """Record the options of a build in a new folder, once its settings were found valid (a
+    first start stopped by a mistyped setting must not lock the folder to it)."""
+    path = opts.out / OPTIONS_FILE
+    if not path.is_file() and done(opts.out, "train") is None:
+        write_json(path, _options(opts))
+
+
+def _drop_if_resized(opts: BuildOptions, stage: str) -> dict[str, Any] | None:
+    """A held-out stage scored on another ``--heldout-size`` is scored again: its record is
+    removed (and returned, for what it holds besides the scores)."""
     record = done(opts.out, stage)
     if record is not None and record.get("heldout_size") != opts.heldout_size:
         log.info(
@@ -388,6 +404,8 @@ def _drop_if_resized(opts: BuildOptions, stage: str) -> None:
             opts.heldout_size or "all",
         )
         _record_path(opts.out, stage).unlink()
+        return record
+    return None
 
 
 def _say(text: str) -> None:
@@ -432,6 +450,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
             for i in range(opts.members)
         ]
     _check_members(opts)
+    _record_options(opts)  # (the configs above checked every setting)
     left = [m for m in member_cfgs if not _trained(m)]
     if done(opts.out, "train") is None and left:
         step, length = seconds_per_step(cfg)
@@ -488,9 +507,16 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
         },
     )
     if opts.baseline:
+        rescored = _drop_if_resized(opts, "baseline")
 
         def baseline_stage() -> dict[str, Any]:
-            trained = _train(base_cfg, opts.progress)
+            # scored again for another --heldout-size: its training as recorded, not read,
+            # featurized and checked again (minutes for the SQuAD 1.1 pool)
+            trained = (
+                {k: v for k, v in rescored.items() if k in TRAINED_KEYS}
+                if rescored is not None and _trained(base_cfg)
+                else _train(base_cfg, opts.progress)
+            )
             best = Path(trained["checkpoint"])
             return {
                 **trained,
@@ -498,7 +524,6 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
                 "heldout_size": opts.heldout_size,
             }
 
-        _drop_if_resized(opts, "baseline")
         _run_stage(opts, "baseline", baseline_stage)
     records = {stage: done(opts.out, stage) for stage in STAGES}
     recipe = [*RECIPE, *opts.overrides]
