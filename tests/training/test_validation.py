@@ -216,6 +216,21 @@ def test_a_squad2_test_file_is_scored_at_the_threshold_fitted_on_validation(
     assert set(odds.values()).isdisjoint(raw.values())  # the verifier's odds on the test
 
 
+def _bees_args(encoder: Path, out: Path, *extra: str) -> list[str]:
+    """`structqa train` on the bees file, one step, with ``extra`` settings."""
+    return [
+        "train",
+        f"--model.encoder={encoder}",
+        f"--data.train={TRAIN}",
+        "--data.train_size=all",
+        f"--train.output_dir={out}",
+        "--train.max_steps=1",
+        "--train.bf16=off",
+        "--no-progress",
+        *extra,
+    ]
+
+
 def test_a_broken_test_file_fails_before_training(tmp_path, tiny_checkpoint, capsys) -> None:
     """data.eval is read when the data is, not after hours of training: a record without
     its answers stops the run at once, naming it, and nothing is trained."""
@@ -224,18 +239,7 @@ def test_a_broken_test_file_fails_before_training(tmp_path, tiny_checkpoint, cap
     broken = tmp_path / "test.json"
     broken.write_text(json.dumps(doc))
     out = tmp_path / "run"
-    args = [
-        "train",
-        f"--model.encoder={tiny_checkpoint}",
-        f"--data.train={TRAIN}",
-        f"--data.eval={broken}",
-        "--data.train_size=all",
-        f"--train.output_dir={out}",
-        "--train.max_steps=3",
-        "--train.bf16=off",
-        "--no-progress",
-    ]
-    assert main(args) == 2
+    assert main(_bees_args(tiny_checkpoint, out, f"--data.eval={broken}")) == 2
     assert "field 'answers'" in capsys.readouterr().err
     assert not (out / "last").exists() and not (out / "best").exists()
 
@@ -256,17 +260,7 @@ def test_a_validation_file_that_is_the_training_file_is_warned(
 ) -> None:
     import logging
 
-    args = [
-        "train",
-        f"--model.encoder={tiny_checkpoint}",
-        f"--data.train={TRAIN}",
-        f"--data.validation={TRAIN}",
-        "--data.train_size=all",
-        f"--train.output_dir={tmp_path / 'run'}",
-        "--train.max_steps=1",
-        "--train.bf16=off",
-        "--no-progress",
-    ]
+    args = _bees_args(tiny_checkpoint, tmp_path / "run", f"--data.validation={TRAIN}")
     with caplog.at_level(logging.WARNING):
         assert main(args) == 0
     assert "the validation questions: 40 of 40 questions ask about passages the run trains on" in (

@@ -46,14 +46,11 @@ def check_text(text: str, what: str) -> str:
 
 # what a WordPiece tokenizer drops before it splits words: control and format characters
 # (zero-width spaces, a byte-order mark), combining marks with nothing to combine with (an
-# uncased model strips accents), U+FFFD, and whitespace
+# uncased model strips accents), U+FFFD, and whitespace (every space is Cc, Zs, Zl or Zp)
 _UNREAD = frozenset(("Cc", "Cf", "Mn", "Me", "Zs", "Zl", "Zp"))
 
 
 def has_readable_text(text: str) -> bool:
     """Whether ``text`` holds a character a model reads: text of only spaces, zero-width,
     control or combining characters becomes no token, and an answer to it is noise."""
-    return any(
-        ch != "\ufffd" and not ch.isspace() and unicodedata.category(ch) not in _UNREAD
-        for ch in text
-    )
+    return any(ch != "\ufffd" and unicodedata.category(ch) not in _UNREAD for ch in text)

@@ -55,10 +55,10 @@ def pool_slice_examples(cfg: Any, size: int, slice_seed: int = 1) -> list[Exampl
     from structqa.training.data import split_training_file
 
     pool, held_out, _ = split_training_file(cfg)
-    if validation_fraction(cfg.data.validation) is None:
-        held_out = None  # a validation file of its own: not data.train's, not drawn from
+    # (a validation file of its own is not data.train's: not drawn from)
+    split_off = held_out if validation_fraction(cfg.data.validation) is not None else None
     return unseen_pool_slice(
-        pool, cfg.data.train_size, cfg.train.seed, size, slice_seed, held_out or ()
+        pool, cfg.data.train_size, cfg.train.seed, size, slice_seed, split_off or ()
     )
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from structqa.config import Config, load_config, validate
-from structqa.io import recover_dir, write_json
+from structqa.io import read_json, recover_dir, write_json
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL_FILE, TRAIN_FILE
 from structqa.reader.members import RUN, member_dir, soup_members
@@ -289,7 +289,7 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
 
 def _saved_metrics(output: Path) -> dict[str, Any] | None:
     path = output / "best" / "metrics.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json(path) if path.is_file() else None
 
 
 def _write_validation(cfg: Config, path: Path) -> Path:

@@ -10,7 +10,6 @@ heads or encoders have no place in that class and are refused, with the reason.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -22,7 +21,7 @@ from structqa.encoders import attention_options
 from structqa.encoders.bert import encoder_hf_state
 from structqa.heads.base import QueryHead
 from structqa.heads.independent import IndependentScorer, StaticQueries
-from structqa.io import replace_dir, write_json
+from structqa.io import read_json, replace_dir, write_json
 from structqa.manifest import write_manifest
 from structqa.runtimes.onnx_export import (
     COPIED,
@@ -68,8 +67,8 @@ def _is_transformers_export(out: Path) -> bool:
     if not (config.is_file() and (out / "manifest.json").is_file()):
         return False
     try:
-        return "BertForQuestionAnswering" in json.loads(config.read_text()).get("architectures", [])
-    except (ValueError, AttributeError):
+        return "BertForQuestionAnswering" in read_json(config).get("architectures", [])
+    except (ValueError, AttributeError):  # (read_json's UnreadableFile is a ValueError)
         return False
 
 
