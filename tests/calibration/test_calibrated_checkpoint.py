@@ -141,6 +141,21 @@ def test_calibrating_on_saved_answers_fits_what_answering_again_fits(checkpoint,
         calibrate_checkpoint(checkpoint, on=str(v2_file), predictions_dir=out)
 
 
+def test_calibration_reads_the_torch_weights_when_an_int8_export_sits_beside_them(
+    checkpoint, v2_file, caplog
+):
+    """The fit is applied to torch's scores by evaluate and the general reader's card: it is
+    fitted on them too, whatever ``auto`` would pick for answering on this CPU."""
+    from structqa.runtimes.onnx_export import export_onnx
+
+    before = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off", verifier=False)
+    export_onnx(checkpoint, checkpoint / "onnx", quantize="int8")
+    with caplog.at_level("INFO", logger="structqa.prediction.predictor"):
+        after = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off", verifier=False)
+    assert "runtime torch-fp32" in caplog.text and "onnx" not in caplog.text
+    assert after.null_threshold == before.null_threshold and after.t_span == before.t_span
+
+
 def test_pool_slice_leaves_out_every_trained_paragraph(shared_data):
     from structqa.data import train_subset
 

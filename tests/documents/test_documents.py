@@ -235,12 +235,15 @@ def test_ask_reads_the_retrieved_chunks_and_answers_with_sources(
 def test_identical_answers_from_overlapping_chunks_are_merged() -> None:
     from structqa.documents.ask import SourcedAnswer, merged
 
-    def answer(chunk: int, p: float, start: int = 10) -> SourcedAnswer:
-        where = ("d", "t", "f", None, start, start + 4, chunk, 0, 4, "x")
+    def answer(chunk: int, p: float, start: int = 10, file: str = "f") -> SourcedAnswer:
+        where = ("d", "t", file, None, start, start + 4, chunk, 0, 4, "x")
         return SourcedAnswer("Etna", p, 1.0, *where, rank_score=p)
 
     out = merged([answer(1, 0.4), answer(2, 0.7), answer(3, 0.5, start=90)])
     assert [(a.chunk_id, a.chunks, a.probability) for a in out] == [(2, 2, 0.7), (3, 1, 0.5)]
+    # the same corpus id in two files names two documents: both answers stay
+    out = merged([answer(1, 0.4), answer(2, 0.7, file="other.jsonl")])
+    assert [(a.source, a.chunks) for a in out] == [("other.jsonl", 1), ("f", 1)]
 
 
 def _readable(path: Path) -> list:

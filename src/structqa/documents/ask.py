@@ -180,11 +180,12 @@ def _sourced(h: Hit, a: Answer, rank: int, decay: float) -> SourcedAnswer:
 
 def merged(answers: Sequence[SourcedAnswer]) -> list[SourcedAnswer]:
     """One answer per span of a document (overlapping chunks read the same characters), as
-    read where it ranks highest, counting the chunks that gave it; best first."""
-    best: dict[tuple[str, int, int], SourcedAnswer] = {}
-    count: dict[tuple[str, int, int], int] = {}
+    read where it ranks highest, counting the chunks that gave it; best first. A document is
+    its file and id together: two corpus files may use the same ids for different texts."""
+    best: dict[tuple[str, str, int, int], SourcedAnswer] = {}
+    count: dict[tuple[str, str, int, int], int] = {}
     for a in answers:
-        key = (a.doc_id, a.start, a.end)
+        key = (a.source, a.doc_id, a.start, a.end)
         count[key] = count.get(key, 0) + 1
         if key not in best or a.rank_score > best[key].rank_score:
             best[key] = a

@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 
 from structqa.documents.ingest import (
-    Chunk,
     ReadReport,
     chunk_document,
     file_sha256,
@@ -477,13 +476,6 @@ class DocumentIndex:
                 self.db.execute(f"select id, doc_id from chunks where id in ({marks})", part)
             )
         return out
-
-    def chunks_of(self, doc_id: str) -> list[Chunk]:
-        rows = self.db.execute(
-            "select doc_id, start, end, text, page from chunks where doc_id = ? order by start",
-            (doc_id,),
-        )
-        return [Chunk(*r) for r in rows]
 
 
 def _min_max(ranking: Sequence[tuple[int, float]]) -> dict[int, float]:
