@@ -68,6 +68,13 @@ def test_entity_number_allows_entities_of_the_own_sentence_only() -> None:
     assert torch.equal(got[0, 0], ENTITY)
 
 
+def test_numbers_tagged_as_entities_are_no_entity_keys() -> None:
+    """spaCy tags numbers as entities (CARDINAL, DATE): a number still attends to the word
+    entities of its sentence only, never to itself or a number beside it."""
+    tagged = IS_ENTITY | IS_NUMBER
+    assert torch.equal(encoder_mask(entity_number(IS_NUMBER, tagged, SENTENCE))[0, 0], ENTITY)
+
+
 def test_noun_chunks_are_just_another_entity_table() -> None:
     chunks = torch.tensor([[0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 0, 0]], dtype=torch.bool)  # +goals
     got = encoder_mask(entity_number(IS_NUMBER, chunks, SENTENCE))

@@ -94,9 +94,22 @@ def test_features_realizations(tokenizer):
     assert number.number_values.tolist() == [24.0, 17.0]
     assert report.examples == 3 and report.without_realization == 0
     assert batch.input_ids.shape == batch.is_number.shape == batch.is_word.shape
+    # the type-number channel's words: no specials, numbers or punctuation ("?" and ".")
+    words = [number.span_text(i, i) for i in range(len(number)) if batch.is_word[0, i].item()]
+    tokens = [number.span_text(i, i) for i in range(1, len(number) - 1)]
+    assert "?" in tokens and "." in tokens and "2" in tokens  # in the sequence, not words:
+    assert "?" not in words and "." not in words and "2" not in words
+    assert "and" in words and all(any(c.isalnum() for c in w) for w in words)
     assert batch.passage_spans.shape[-1] == 2 and batch.decoder_mask.sum(-1).tolist() == [
         len(f.decoder_target) for f in features
     ]
+
+
+def test_dice_reads_a_negative_number_at_its_first_digit(tokenizer):
+    example = DropExample("n", "p", "How cold?", "It fell to -7 and then 12.", DropAnswer("5"))
+    (f,), _ = featurize_drop_examples([example], tokenizer, DropFeatureConfig())
+    assert [f.span_text(p, p) for p in f.number_positions] == ["7", "1"]
+    assert f.number_values.tolist() == [-7.0, 12.0]
 
 
 def test_truncation_keeps_first_window_and_whole_numbers(tokenizer):
@@ -260,6 +273,20 @@ def test_lsdf_targets_read_back(tokenizer):
     assert tokens == ["[CLS]", "7", "##2", "##1", "[SEP]"]
     assert from_lsdf(tokens[1:-1]) == "127" == tokens_to_text(tokens[1:-1], use_lsdf=True)
     assert tokens_to_text(["1", "##2", "##7"]) == "127" and tokens_to_text(["-", "7"]) == "-7"
+    # decoding reads every plain-number output back from LSDF: a year-only date and a
+    # digit-only span are written reversed too, and a date in words is not
+    cfg = DropFeatureConfig(lsdf=True, decode_spans=True)
+    for answer, text, reversed_ in (
+        (DropAnswer(date=("", "", "1990")), "1990", True),
+        (DropAnswer(spans=("25",)), "25", True),
+        (DropAnswer(date=("4", "March", "1990")), "4 March 1990", False),
+    ):
+        (f,), _ = featurize_drop_examples(
+            [DropExample("d", "p", "When?", "Then.", answer)], tokenizer, cfg
+        )
+        tokens = tokenizer.convert_ids_to_tokens(f.decoder_target.tolist())[1:-1]
+        assert tokens_to_text(tokens, use_lsdf=True) == text.lower()  # (an uncased vocabulary)
+        assert (tokens[0] == text[-1]) is reversed_
 
 
 def test_replaced_heads_patterns():

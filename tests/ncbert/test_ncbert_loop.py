@@ -155,6 +155,13 @@ def test_shipped_configs_load():
     assert base.data == nc.data.__class__(**{**vars(nc.data), "annotation_cache": None})
 
 
+def test_grad_accum_is_bounded_by_the_dice_seed_slots():
+    """Each micro-batch's DICE noise has its own seed, with room for 64 a step."""
+    assert load_drop_config(overrides=["train.grad_accum=64"]).train.grad_accum == 64
+    with pytest.raises(ConfigError, match="grad_accum must be at most 64"):
+        load_drop_config(overrides=["train.grad_accum=65"])
+
+
 def test_nc_heads_need_the_nc_layer():
     with pytest.raises(ConfigError, match="nc_layer"):
         load_drop_config(overrides=["model.nc_heads=[0]"])

@@ -178,6 +178,31 @@ def test_build_is_deterministic_and_replaces_stale_shards(built, annotator, tmp_
     assert sorted(p.name for p in tmp_path.glob("corpus-*.jsonl")) == ["corpus-00000.jsonl"]
 
 
+def test_sources_of_one_file_name_keep_every_chunk_and_its_own_annotation(annotator, tmp_path):
+    """Document ids are made from file names: a second ``notes.txt`` gets its source's
+    number, so pre-training reads both, each chunk with the parse of its own text."""
+    from structqa.pretrain.data import read_corpus as read_for_pretraining
+
+    for folder, prefix in (("a", "a"), ("b", "g")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "notes.txt").write_text(document(prefix, 5), encoding="utf-8")
+    sources = [tmp_path / "a" / "notes.txt", tmp_path / "b" / "notes.txt"]
+    config = CorpusConfig(chunk_words=100, min_doc_words=60, progress=False)
+    report = build_corpus(sources, tmp_path / "out", config, annotator=annotator)
+    assert report.counts["renamed_ids"] == 1 and report.counts["chunks_written"] == 2
+    chunks = read_for_pretraining(tmp_path / "out")
+    assert [c.id for c in chunks] == ["notes.txt:0:0", "notes.txt@2:0:0"]
+    for c in chunks:
+        assert " ".join(c.text[s:e] for s, e in c.annotation.sentences) == c.text
+    # annotation shards of another build beside these corpus shards: refused, named
+    shard = tmp_path / "out" / "annotations-00000.jsonl"
+    lines = shard.read_text().splitlines()
+    first, second = json.loads(lines[0]), json.loads(lines[1])
+    shard.write_text(json.dumps({**second, "id": first["id"]}) + "\n" + lines[1] + "\n")
+    with pytest.raises(ValueError, match="corpus-00000.jsonl:1: chunk 'notes.txt:0:0'.*another"):
+        read_for_pretraining(tmp_path / "out")
+
+
 def test_overlapping_chunks_share_sentences(built, annotator, tmp_path):
     _, _, sources, _, _ = built
     config = CorpusConfig(chunk_words=50, min_doc_words=60, overlap=1, progress=False)

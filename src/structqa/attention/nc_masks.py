@@ -34,8 +34,11 @@ from structqa.attention.masks import MaskMod, full, on_heads, on_queries, or_mas
 def entity_number(is_number: Tensor, is_entity: Tensor, sentence_id: Tensor) -> MaskMod:
     """Entity-number channel (Eq. 5): a number token attends only to entity tokens of its own
     sentence. Tables are (B, N); sentence ids compare by equality (give special tokens an id
-    no entity has, or mark them non-entity)."""
-    is_entity = is_entity.bool()
+    no entity has, or mark them non-entity). Number tokens are no entity keys, though spaCy
+    tags numbers as entities (CARDINAL, DATE, QUANTITY): a number does not attend to itself
+    nor to the other numbers of its sentence through this channel ("2010" in "in March 2010"
+    is not a key, "March" is)."""
+    is_entity = is_entity.bool() & ~is_number.bool()
 
     def entities_of_sentence(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
         return is_entity[b, kv] & (sentence_id[b, q] == sentence_id[b, kv])

@@ -19,7 +19,7 @@ import argparse
 import json
 
 from structqa.calibration.fit import METHODS
-from structqa.commands.common import add_sample_arguments
+from structqa.commands.common import add_bf16_argument, add_sample_arguments
 from structqa.config import VERIFIER_AUTO, VERIFIER_KINDS
 from structqa.prediction.calibrate import calibrate_checkpoint
 
@@ -50,7 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--method", choices=METHODS, default="auto")
     c.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
-    c.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_bf16_argument(c)
     c.add_argument(
         "--verifier",
         nargs="?",

@@ -75,6 +75,16 @@ def add_sample_arguments(
     parser.add_argument(seed_option, type=int, default=seed, help=f"draws the {option} questions")
 
 
+def add_bf16_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--bf16",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="bf16 autocast for torch: auto where the CPU computes bf16 natively (emulated bf16 "
+        "is many times slower) or the GPU supports it, on (refused where bf16 is emulated), off",
+    )
+
+
 def add_runtime_argument(
     parser: argparse.ArgumentParser, default: str | None = "auto", note: str = ""
 ) -> None:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from structqa.commands.common import (
+    add_bf16_argument,
     add_runtime_argument,
     add_sample_arguments,
     answering_predictor,
@@ -311,7 +312,7 @@ def _add_reader_arguments(p: argparse.ArgumentParser, progress: bool = True) -> 
     p.add_argument("--checkpoint", help=READER_HELP)
     p.add_argument("--top-k-chunks", type=int, default=10, help="chunks read per question")
     p.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
-    p.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_bf16_argument(p)
     if progress:
         p.add_argument("--no-progress", action="store_true")
     add_runtime_argument(p)

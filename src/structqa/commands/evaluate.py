@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from structqa.commands.common import command
+from structqa.commands.common import add_bf16_argument, command
 from structqa.commands.settings import sections_epilog
 
 log = logging.getLogger("structqa")
@@ -58,7 +58,7 @@ def add_parser(subparsers) -> None:
     e.add_argument("--data", help="data directory for relative paths")
     e.add_argument("--eval-size", type=int, help="score only the first N questions")
     e.add_argument("--out", help="output directory (default CHECKPOINT/eval)")
-    e.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_bf16_argument(e)
     add_runtime_argument(
         e, default=None, note="; default: torch for a checkpoint, the graph for an export"
     )

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from structqa.commands.common import WHOLE_WORDS_HELP
+from structqa.commands.common import WHOLE_WORDS_HELP, add_bf16_argument
 
 
 def cmd_explain(args: argparse.Namespace, extra: list[str]) -> int:
@@ -76,7 +76,7 @@ def add_parser(sub) -> None:
     x.add_argument("--question", required=True)
     x.add_argument("--context", required=True)
     x.add_argument("--out", default="explain", help="output directory (default ./explain)")
-    x.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_bf16_argument(x)
     x.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     x.set_defaults(func=cmd_explain)
 

@@ -8,7 +8,12 @@ import logging
 import sys
 from pathlib import Path
 
-from structqa.commands.common import WHOLE_WORDS_HELP, add_runtime_argument, answering_predictor
+from structqa.commands.common import (
+    WHOLE_WORDS_HELP,
+    add_bf16_argument,
+    add_runtime_argument,
+    answering_predictor,
+)
 
 log = logging.getLogger("structqa")
 
@@ -65,7 +70,7 @@ def add_parser(sub) -> None:
     pr.add_argument("--context")
     pr.add_argument("--file", help="SQuAD/MRQA file to answer")
     pr.add_argument("--out", help="predictions file (default predictions.json)")
-    pr.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_bf16_argument(pr)
     add_runtime_argument(pr)
     pr.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     pr.set_defaults(func=cmd_predict)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from structqa.commands.common import command
+from structqa.commands.common import add_bf16_argument, command
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     sv.add_argument("--port", type=int, default=8000, help="0: any free port (it is logged)")
-    sv.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_bf16_argument(sv)
     add_runtime_argument(sv)
     sv.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
 

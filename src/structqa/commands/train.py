@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from structqa.commands.common import INTERRUPTED, config_from_args, stopped
+from structqa.commands.common import INTERRUPTED, add_bf16_argument, config_from_args, stopped
 from structqa.commands.settings import sections_epilog
 
 log = __import__("logging").getLogger("structqa")
@@ -112,5 +112,5 @@ def add_parser(sub) -> None:
     dp.add_argument("checkpoint", help="a drop-train checkpoint directory (RUN/best)")
     dp.add_argument("drop_file", help="DROP JSON file to answer")
     dp.add_argument("--out", default="predictions.json", help="query id -> answer (JSON)")
-    dp.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
+    add_bf16_argument(dp)
     dp.set_defaults(func=cmd_drop_predict)

@@ -30,17 +30,19 @@ found in the passage, else 1 if in the question, else 0. The loss does not read 
 Per-token tables for the NC-Mask channels (:mod:`structqa.attention.nc_masks`):
 ``is_number``/``number_index`` (digit tokens of numbers, both segments, numbers indexed per
 sequence, question first), ``is_question``/``is_passage`` (no special tokens), ``is_word``
-(non-special, non-number tokens) and, when :class:`~structqa.text.Annotation` s are given,
-``is_entity``/``sentence_id`` (question sentences first, then passage sentences; -1 outside
-any sentence). Without annotations ``is_entity`` is all False, so the entity channel allows
-nothing. DICE reads ``number_positions`` (first digit of each passage number in the window)
-and ``number_values``.
+(non-special, non-number tokens with a letter or digit: no punctuation) and, when
+:class:`~structqa.text.Annotation` s are given, ``is_entity``/``sentence_id`` (question
+sentences first, then passage sentences; -1 outside any sentence). Without annotations
+``is_entity`` is all False, so the entity channel allows nothing. DICE reads
+``number_positions`` (first digit of each passage number in the window) and
+``number_values``.
 
 Dimension letters: B batch, N tokens, S gold spans, T decoder target tokens, M numbers.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -55,6 +57,7 @@ from structqa.features.numbers import (
     DigitTokens,
     WordPieceTokenizer,
     digit_tokenize,
+    is_plain_number,
     lsdf,
     number_text,
 )
@@ -130,6 +133,18 @@ class DropFeature:
     def is_passage(self) -> np.ndarray:
         return self.segment == PASSAGE
 
+    @functools.cached_property
+    def is_word(self) -> np.ndarray:
+        """Tokens that may type a number (the type-number channel's keys): question and
+        passage tokens that are no number tokens and hold a letter or digit, so punctuation
+        ("-" in "45-yard", a comma) takes none of a number's m word slots."""
+        out = np.zeros(len(self), dtype=bool)
+        for i in np.flatnonzero((self.segment != SPECIAL) & ~self.is_number):
+            text = self.question if self.segment[i] == QUESTION else self.passage
+            start, end = self.offsets[i]
+            out[i] = any(c.isalnum() for c in text[start:end])
+        return out
+
     def span_text(self, start: int, end: int) -> str:
         """The original text of tokens start..end (inclusive), both in one segment."""
         text = self.question if self.segment[start] == QUESTION else self.passage
@@ -174,13 +189,14 @@ def _number_answer_text(number: str) -> str:
         return number_text(float(plain))
 
 
-def decoder_target(
-    text: str, tokenizer: WordPieceTokenizer, is_number: bool, use_lsdf: bool
-) -> list[int]:
-    """``[CLS] tokens [SEP]`` of an answer text (numbers LSDF-reversed when ``use_lsdf``)."""
+def decoder_target(text: str, tokenizer: WordPieceTokenizer, use_lsdf: bool) -> list[int]:
+    """``[CLS] tokens [SEP]`` of an answer text. With ``use_lsdf`` every answer written as a
+    plain number is LSDF-reversed, whatever its kind (a year-only date, a digit-only span):
+    decoding reads every such output back with :func:`from_lsdf`, so a "1990" trained most
+    significant digit first would come out "0991"."""
     cls_id = tokenizer.convert_tokens_to_ids("[CLS]")
     sep_id = tokenizer.convert_tokens_to_ids("[SEP]")
-    if is_number and use_lsdf:
+    if use_lsdf and is_plain_number(text):
         ids = [int(tokenizer.convert_tokens_to_ids(p)) for p in lsdf(text, wordpiece=True)]
     else:
         ids = [int(i) for i in digit_tokenize(text, tokenizer).input_ids]
@@ -239,9 +255,10 @@ def featurize_drop(
     p_idx = p.number_index[:p_keep]
     number_index[p_at : p_at + p_keep] = np.where(p_idx >= 0, p_idx + len(q.numbers), -1)
     is_number = number_index >= 0
-    first_digit = {}  # passage number -> its first token in the sequence
+    first_digit = {}  # passage number -> its first digit token in the sequence (not a sign)
     for t in range(p_keep):
-        if p_idx[t] >= 0 and p_idx[t] not in first_digit:
+        digit = any(c.isdigit() for c in example.passage[p_off[t, 0] : p_off[t, 1]])
+        if p_idx[t] >= 0 and digit and p_idx[t] not in first_digit:
             first_digit[int(p_idx[t])] = p_at + t
     number_positions = np.asarray(list(first_digit.values()), dtype=np.int64)
     number_values = np.asarray([p.numbers[k].value for k in first_digit], dtype=np.float64)
@@ -273,7 +290,7 @@ def featurize_drop(
             report.spans_lost_to_truncation += 1
     target: list[int] = []
     if kind in ("number", "date") or cfg.decode_spans:
-        target = decoder_target(text, tokenizer, kind == "number", cfg.lsdf)
+        target = decoder_target(text, tokenizer, cfg.lsdf)
         if len(target) > cfg.max_decoder_len:
             report.decoder_targets_too_long += 1
             target = []
@@ -349,7 +366,7 @@ class DropBatch:
     number_index: Tensor  # long
     is_entity: Tensor  # bool
     sentence_id: Tensor  # long
-    is_word: Tensor  # bool: question or passage token that is not a number token
+    is_word: Tensor  # bool: question or passage token with a letter or digit, no number token
     number_positions: Tensor  # (B, M) long
     number_values: Tensor  # (B, M) float
     question_spans: Tensor  # (B, S, 2) long
@@ -383,7 +400,6 @@ def collate_drop(
     fs = [features[i] for i in idx]
     segment = _pad([f.segment for f in fs], SPECIAL, np.int64)
     is_number = _pad([f.is_number for f in fs], False, np.bool_)
-    is_text = segment >= 0
     return DropBatch(
         input_ids=_pad([f.input_ids for f in fs], pad_id, np.int64),
         attention_mask=_pad([np.ones(len(f), np.int64) for f in fs], 0, np.int64),
@@ -394,7 +410,7 @@ def collate_drop(
         number_index=_pad([f.number_index for f in fs], -1, np.int64),
         is_entity=_pad([f.is_entity for f in fs], False, np.bool_),
         sentence_id=_pad([f.sentence_id for f in fs], -1, np.int64),
-        is_word=is_text & ~is_number,
+        is_word=_pad([f.is_word for f in fs], False, np.bool_),
         number_positions=_pad([f.number_positions for f in fs], -1, np.int64),
         number_values=_pad([f.number_values for f in fs], 0.0, np.float32),
         question_spans=_pad([f.question_spans for f in fs], -1, np.int64),

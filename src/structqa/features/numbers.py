@@ -347,6 +347,12 @@ def digit_tokenize(text: str, tokenizer: WordPieceTokenizer) -> DigitTokens:
 _PLAIN_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 
 
+def is_plain_number(text: str) -> bool:
+    """Whether ``text`` is written as a plain number (``-?digits[.digits]``): what
+    :func:`lsdf` writes and :func:`from_lsdf` reads back."""
+    return _PLAIN_NUMBER.fullmatch(text) is not None
+
+
 def number_text(value: int | float | str) -> str:
     """The plain written form of a number: no exponent, no thousands commas, an integral
     float without ".0" (12.0 -> "12"); floats use their shortest round-trip digits, so

@@ -180,6 +180,10 @@ def validate(cfg: DropConfig) -> DropConfig:
     for name in ("batch_size", "eval_batch_size", "grad_accum", "log_every_steps"):
         if getattr(t, name) < 1:
             raise ConfigError(f"train.{name} must be >= 1, got {getattr(t, name)}")
+    if t.grad_accum > 64:  # DICE's noise seeds leave room for 64 micro-batches a step
+        raise ConfigError(
+            f"train.grad_accum must be at most 64, got {t.grad_accum}: raise train.batch_size"
+        )
     for name in ("save_every_steps", "eval_every_steps"):
         if getattr(t, name) is not None and getattr(t, name) < 1:
             raise ConfigError(f"train.{name} must be >= 1 or null, got {getattr(t, name)}")

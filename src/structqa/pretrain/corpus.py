@@ -381,6 +381,28 @@ def _annotate(
     return out
 
 
+def _unique_ids(
+    docs: list[Document], taken: set[str], source_number: int, counts: dict[str, int]
+) -> list[Document]:
+    """``docs`` with ids no earlier document has (two sources of one file name, a JSONL
+    file that repeats an id): a taken id gets the source's number (``notes.txt@2:0``), then a
+    counter; ``taken`` grows by the ids given."""
+    out = []
+    for d in docs:
+        new = d.id
+        if new in taken:
+            name, _, rest = d.id.partition(":")
+            new = f"{name}@{source_number}:{rest}"
+            n = 1
+            while new in taken:
+                n += 1
+                new = f"{name}@{source_number}.{n}:{rest}"
+            counts["renamed_ids"] += 1
+        taken.add(new)
+        out.append(d if new == d.id else Document(new, d.source, d.passages))
+    return out
+
+
 def build_corpus(
     sources: Sequence[str | Path],
     out_dir: str | Path,
@@ -401,9 +423,11 @@ def build_corpus(
         # 1-2. read, drop duplicate passages
         documents: list[Document] = []
         seen: set[str] = set()
-        counts.update(documents_in=0, passages_in=0, duplicate_passages=0)
-        for path in sources:
+        ids: set[str] = set()  # document ids, unique: chunk ids are made from them
+        counts.update(documents_in=0, passages_in=0, duplicate_passages=0, renamed_ids=0)
+        for number, path in enumerate(sources, start=1):
             kind, docs = read_documents(path, config)
+            docs = _unique_ids(docs, ids, number, counts)
             n_passages = sum(len(d.passages) for d in docs)
             report.sources.append(
                 {"path": str(path), "format": kind, "documents": len(docs), "passages": n_passages}

@@ -38,7 +38,13 @@ from torch import Tensor
 from structqa.features.coverage import check_covered, covered_ends
 from structqa.pretrain.config import PretrainConfig, PretrainMaskingConfig
 from structqa.pretrain.masking import IGNORE_INDEX, Masker, get_scheme
-from structqa.text.annotate import Annotation, Annotator, entity_token_mask, pos_tag_ids
+from structqa.text.annotate import (
+    Annotation,
+    Annotator,
+    entity_token_mask,
+    pos_tag_ids,
+    text_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +119,18 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
 
 def read_annotations(paths: Sequence[Path]) -> dict[str, Annotation]:
     """Chunk id -> Annotation from ``annotations-*.jsonl`` shards."""
-    out: dict[str, Annotation] = {}
+    return {chunk_id: a for chunk_id, (a, _) in _annotation_records(paths).items()}
+
+
+def _annotation_records(paths: Sequence[Path]) -> dict[str, tuple[Annotation, str | None]]:
+    """Chunk id -> (Annotation, the key of the text it was made for, when recorded)."""
+    out: dict[str, tuple[Annotation, str | None]] = {}
     for path in paths:
         for i, record in _read_jsonl(path):
             try:
-                out[str(record["id"])] = Annotation.from_dict(record)
-            except (KeyError, TypeError, ValueError) as err:
+                key = record.get("key")
+                out[str(record["id"])] = (Annotation.from_dict(record), key and str(key))
+            except (AttributeError, KeyError, TypeError, ValueError) as err:
                 log.warning("%s:%d: bad annotation skipped (%s)", path, i, err)
     return out
 
@@ -132,7 +144,7 @@ def read_corpus(path: str | Path) -> list[Chunk]:
             raise FileNotFoundError(
                 f"{path}: no {CORPUS_GLOB} shards (build the corpus with `structqa corpus`)"
             )
-        annotations = read_annotations(sorted(path.glob(ANNOTATIONS_GLOB)))
+        annotations = _annotation_records(sorted(path.glob(ANNOTATIONS_GLOB)))
         records = [(s, i, r) for s in shards for i, r in _read_jsonl(s)]
     elif path.name.endswith((".jsonl", ".jsonl.gz")):
         annotations = {}
@@ -153,19 +165,27 @@ def read_corpus(path: str | Path) -> list[Chunk]:
             log.warning("%s:%d: duplicate chunk id %r skipped", shard, i, chunk_id)
             continue
         seen.add(chunk_id)
-        annotation = annotations.get(chunk_id)
+        annotation, key = annotations.get(chunk_id, (None, None))
         if annotation is not None:
-            _check_annotation(chunk_id, record["text"], annotation)
+            _check_annotation(f"{shard}:{i}", chunk_id, record["text"], annotation, key)
         chunks.append(Chunk(chunk_id, record["text"], annotation))
     return chunks
 
 
-def _check_annotation(chunk_id: str, text: str, annotation: Annotation) -> None:
+def _check_annotation(
+    where: str, chunk_id: str, text: str, annotation: Annotation, key: str | None
+) -> None:
+    again = "build the corpus again with `structqa corpus`"
+    if key is not None and key != text_key(text):
+        raise ValueError(
+            f"{where}: chunk {chunk_id!r}: its annotation was made for another text "
+            f"(annotation shards of another build beside these corpus shards?); {again}"
+        )
     end = max((w[1] for w in annotation.words), default=0)
     if end > len(text):
         raise ValueError(
-            f"chunk {chunk_id!r}: annotation reaches char {end} of a {len(text)}-char text "
-            "(annotations of another corpus?)"
+            f"{where}: chunk {chunk_id!r}: annotation reaches char {end} of a {len(text)}-char "
+            f"text (annotations of another corpus?); {again}"
         )
 
 

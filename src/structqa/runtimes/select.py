@@ -193,7 +193,7 @@ def cache_int8_export(path: Path) -> Path | None:
                 out,
             )
             done = export_onnx(path, out, quantize="int8")
-    except (ExportRefused, OSError) as err:
+    except (ExportRefused, OSError, ImportError) as err:  # ImportError: onnx left out
         log.warning("%s: no int8 export (%s); torch fp32 answers", path, err)
         return None
     log.info("int8 export written to %s in %.0f s", done.directory, done.seconds)
