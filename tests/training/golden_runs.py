@@ -5,8 +5,9 @@ accumulation, an evaluation cadence, mid-run saves and dropout, and returns what
 and saved: every training step's loss and learning rate, every evaluation's metrics, the
 ``train_state.json`` and ``metrics.json`` of each checkpoint directory, and the value the
 run returned. ``golden/*.json`` hold these records as the training code produced them on
-2026-11-25 (commit 9addf9a, before the three task loops shared one scaffold);
-``test_golden.py`` reruns each and compares.
+2026-11-25 (commit 9addf9a, before the three task loops shared one scaffold), ``drop.json``
+again on 2026-11-29 (after ``da08ba0`` corrected the NC-BERT inputs: its losses moved by
+about 4e-5); ``test_golden.py`` reruns each and compares.
 
 Record again (only when a change to a run's numbers is intended, and say why in the commit):
 
