@@ -146,11 +146,20 @@ def add_parser(sub) -> None:
     co.add_argument("sources", nargs="+", help="text, JSONL ({'text'}) or SQuAD/MRQA/DROP files")
     co.add_argument("--out", required=True, help="output directory (shards, report.json)")
     co.add_argument("--exclude", nargs="+", action="extend", default=[], help="held-out files")
-    co.add_argument("--chunk-words", type=int, default=300)
+    co.add_argument(
+        "--chunk-words", type=int, default=300, help="most words a chunk holds (whole sentences)"
+    )
     co.add_argument("--overlap", type=int, default=0, help="sentences shared by chunks")
-    co.add_argument("--min-sentence-words", type=int, default=10)
-    co.add_argument("--min-doc-words", type=int, default=100)
+    co.add_argument(
+        "--min-sentence-words", type=int, default=10, help="shorter sentences are dropped"
+    )
+    co.add_argument(
+        "--min-doc-words",
+        type=int,
+        default=100,
+        help="documents with fewer words (after the short sentences) are dropped",
+    )
     co.add_argument("--lines", action="store_true", help="text files: a document per line")
-    co.add_argument("--shard-chunks", type=int, default=10_000)
-    co.add_argument("--no-progress", action="store_true")
+    co.add_argument("--shard-chunks", type=int, default=10_000, help="chunks per shard file")
+    co.add_argument("--no-progress", action="store_true", help="log lines instead of progress bars")
     co.set_defaults(func=cmd_corpus)

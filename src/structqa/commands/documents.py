@@ -314,7 +314,9 @@ def _add_reader_arguments(p: argparse.ArgumentParser, progress: bool = True) -> 
     p.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     add_bf16_argument(p)
     if progress:
-        p.add_argument("--no-progress", action="store_true")
+        p.add_argument(
+            "--no-progress", action="store_true", help="log lines instead of progress bars"
+        )
     add_runtime_argument(p)
 
 
@@ -413,7 +415,7 @@ def add_parser(sub) -> None:
         help="where the embeddings live: faiss (files in the index, the default), qdrant "
         "(Qdrant embedded, files in the index), or qdrant:URL (a Qdrant server or cluster)",
     )
-    ix.add_argument("--no-progress", action="store_true")
+    ix.add_argument("--no-progress", action="store_true", help="log lines instead of progress bars")
     ix.set_defaults(func=cmd_index)
 
     se = sub.add_parser("search", help="the best chunks of an index for a query")

@@ -91,5 +91,5 @@ def add_parser(sub) -> None:
         type=int,
         help="score only the first N questions of each held-out file (quick checks)",
     )
-    b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--no-progress", action="store_true", help="log lines instead of progress bars")
     b.set_defaults(func=cmd_reader_build)

@@ -74,7 +74,7 @@ def _task_parser(sub, name: str, config_help: str, data_help: str, func, **kw) -
     t.add_argument("config", nargs="?", help=config_help)
     t.add_argument("--data", help=data_help)
     t.add_argument("--resume", action="store_true", help="continue an interrupted run")
-    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--no-progress", action="store_true", help="log lines instead of progress bars")
     t.set_defaults(func=func)
 
 
