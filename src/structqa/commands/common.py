@@ -85,6 +85,12 @@ def add_bf16_argument(parser: Any) -> None:
     )
 
 
+def add_no_progress_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--no-progress", action="store_true", help="log lines instead of progress bars"
+    )
+
+
 def add_runtime_argument(
     parser: argparse.ArgumentParser, default: str | None = "auto", note: str = ""
 ) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from structqa.commands.common import command
+from structqa.commands.common import add_no_progress_argument, command
 
 
 def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
@@ -161,5 +161,5 @@ def add_parser(sub) -> None:
     )
     co.add_argument("--lines", action="store_true", help="text files: a document per line")
     co.add_argument("--shard-chunks", type=int, default=10_000, help="chunks per shard file")
-    co.add_argument("--no-progress", action="store_true", help="log lines instead of progress bars")
+    add_no_progress_argument(co)
     co.set_defaults(func=cmd_corpus)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from structqa.commands.common import (
     add_bf16_argument,
+    add_no_progress_argument,
     add_runtime_argument,
     add_sample_arguments,
     answering_predictor,
@@ -314,9 +315,7 @@ def _add_reader_arguments(p: argparse.ArgumentParser, progress: bool = True) -> 
     p.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     add_bf16_argument(p)
     if progress:
-        p.add_argument(
-            "--no-progress", action="store_true", help="log lines instead of progress bars"
-        )
+        add_no_progress_argument(p)
     add_runtime_argument(p)
 
 
@@ -415,7 +414,7 @@ def add_parser(sub) -> None:
         help="where the embeddings live: faiss (files in the index, the default), qdrant "
         "(Qdrant embedded, files in the index), or qdrant:URL (a Qdrant server or cluster)",
     )
-    ix.add_argument("--no-progress", action="store_true", help="log lines instead of progress bars")
+    add_no_progress_argument(ix)
     ix.set_defaults(func=cmd_index)
 
     se = sub.add_parser("search", help="the best chunks of an index for a query")

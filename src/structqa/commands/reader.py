@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from structqa.commands.common import INTERRUPTED, command
+from structqa.commands.common import INTERRUPTED, add_no_progress_argument, command
 from structqa.paths import READER_ENV, default_reader_dir
 
 
@@ -91,5 +91,5 @@ def add_parser(sub) -> None:
         type=int,
         help="score only the first N questions of each held-out file (quick checks)",
     )
-    b.add_argument("--no-progress", action="store_true", help="log lines instead of progress bars")
+    add_no_progress_argument(b)
     b.set_defaults(func=cmd_reader_build)

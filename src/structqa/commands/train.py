@@ -7,7 +7,13 @@ import argparse
 import json
 from pathlib import Path
 
-from structqa.commands.common import INTERRUPTED, add_bf16_argument, config_from_args, stopped
+from structqa.commands.common import (
+    INTERRUPTED,
+    add_bf16_argument,
+    add_no_progress_argument,
+    config_from_args,
+    stopped,
+)
 from structqa.commands.settings import sections_epilog
 
 log = __import__("logging").getLogger("structqa")
@@ -74,7 +80,7 @@ def _task_parser(sub, name: str, config_help: str, data_help: str, func, **kw) -
     t.add_argument("config", nargs="?", help=config_help)
     t.add_argument("--data", help=data_help)
     t.add_argument("--resume", action="store_true", help="continue an interrupted run")
-    t.add_argument("--no-progress", action="store_true", help="log lines instead of progress bars")
+    add_no_progress_argument(t)
     t.set_defaults(func=func)
 
 

@@ -257,8 +257,9 @@ def featurize_drop(
     is_number = number_index >= 0
     first_digit = {}  # passage number -> its first digit token in the sequence (not a sign)
     for t in range(p_keep):
-        digit = any(c.isdigit() for c in example.passage[p_off[t, 0] : p_off[t, 1]])
-        if p_idx[t] >= 0 and digit and p_idx[t] not in first_digit:
+        if p_idx[t] < 0 or p_idx[t] in first_digit:
+            continue
+        if any(c.isdigit() for c in example.passage[p_off[t, 0] : p_off[t, 1]]):
             first_digit[int(p_idx[t])] = p_at + t
     number_positions = np.asarray(list(first_digit.values()), dtype=np.int64)
     number_values = np.asarray([p.numbers[k].value for k in first_digit], dtype=np.float64)
