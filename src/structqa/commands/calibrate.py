@@ -48,7 +48,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--out DIR` directory; it may hold more) instead of answering them again (--bf16 "
         "then has nothing to do)",
     )
-    c.add_argument("--method", choices=METHODS, default="auto")
+    c.add_argument(
+        "--method",
+        choices=METHODS,
+        default="auto",
+        help="what follows the temperatures: nothing (temperature), Platt scaling or an "
+        "isotonic map; auto: the one of the three with the lowest calibration error on "
+        "held-back halves of the questions",
+    )
     c.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
     add_bf16_argument(c)
     c.add_argument(

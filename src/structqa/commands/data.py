@@ -116,9 +116,14 @@ the I-th fold.
 def add_parser(sub) -> None:
     sy = sub.add_parser("synth", help="write synthetic numerical QA data (DROP JSON)")
     sy.add_argument("--out", required=True, help="DROP JSON file to write")
-    sy.add_argument("--kind", default="both", choices=["numeric", "textual", "both"])
+    sy.add_argument(
+        "--kind",
+        default="both",
+        choices=["numeric", "textual", "both"],
+        help="numeric (arithmetic, comparisons, counts, sorting, dates), textual, or both",
+    )
     sy.add_argument("--n", type=int, default=1000, help="questions in all (both: half each)")
-    sy.add_argument("--seed", type=int, default=0)
+    sy.add_argument("--seed", type=int, default=0, help="draws the questions")
     sy.set_defaults(func=cmd_synth)
 
     mw = command(sub, "mwp", _MWP_TEXT)
@@ -138,8 +143,8 @@ def add_parser(sub) -> None:
     sp = command(sub, "split", _SPLIT_TEXT)
     sp.add_argument("source", help="SQuAD v1.1/v2.0 JSON or MRQA .jsonl[.gz]")
     sp.add_argument("--out", required=True, help="the folder for the fold files")
-    sp.add_argument("--folds", type=int, default=5)
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--folds", type=int, default=5, help="K: the files are K train/test pairs")
+    sp.add_argument("--seed", type=int, default=0, help="the passages' shuffle")
     sp.set_defaults(func=cmd_split)
 
     co = sub.add_parser("corpus", help="build a sentence-chunked pre-training corpus")

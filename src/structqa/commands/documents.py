@@ -419,15 +419,15 @@ def add_parser(sub) -> None:
 
     se = sub.add_parser("search", help="the best chunks of an index for a query")
     se.add_argument("index")
-    se.add_argument("--query", required=True)
-    se.add_argument("--k", type=int, default=10)
+    se.add_argument("--query", required=True, help="what to search for, in words")
+    se.add_argument("--k", type=int, default=10, help="chunks shown (default 10)")
     se.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     se.add_argument("--json", action="store_true", help="the hits as JSON, for scripts")
     se.set_defaults(func=cmd_search)
 
     ak = command(sub, "ask", _ASK_TEXT)
     ak.add_argument("index")
-    ak.add_argument("--question", required=True)
+    ak.add_argument("--question", required=True, help="the question to answer from the index")
     ak.add_argument("--answers", type=int, default=5, help="answers shown")
     ak.add_argument("--json", action="store_true", help="the answers as JSON, for scripts")
     _add_reader_arguments(ak, progress=False)

@@ -73,8 +73,8 @@ def cmd_analyze_numbers(args: argparse.Namespace, extra: list[str]) -> int:
 def add_parser(sub) -> None:
     x = sub.add_parser("explain", help="picture what the start/end queries attend to")
     x.add_argument("checkpoint")
-    x.add_argument("--question", required=True)
-    x.add_argument("--context", required=True)
+    x.add_argument("--question", required=True, help="the question")
+    x.add_argument("--context", required=True, help="the passage it is asked about")
     x.add_argument("--out", default="explain", help="output directory (default ./explain)")
     add_bf16_argument(x)
     x.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
@@ -100,5 +100,7 @@ def add_parser(sub) -> None:
         help="Table 1: number tokens to probe ('all': every digit token of the vocabulary)",
     )
     anum.add_argument("--subwords", action="store_true", help="Table 1: keep '##' word pieces")
-    anum.add_argument("--batch-size", type=int, default=8)
+    anum.add_argument(
+        "--batch-size", type=int, default=8, help="Tables 6 and 7: questions per forward pass"
+    )
     anum.set_defaults(func=cmd_analyze_numbers)

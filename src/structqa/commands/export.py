@@ -20,7 +20,13 @@ transformers BertForQuestionAnswering directory.
 def add_parser(subparsers) -> None:
     p = command(subparsers, "export", _EXPORT_TEXT)
     p.add_argument("checkpoint", help="a training checkpoint directory (e.g. runs/x/best)")
-    p.add_argument("--format", choices=["onnx", "transformers"], default="onnx")
+    p.add_argument(
+        "--format",
+        choices=["onnx", "transformers"],
+        default="onnx",
+        help="onnx (default): one graph for structqa's runtimes; transformers: a "
+        "BertForQuestionAnswering directory (Independent head, plain BERT only)",
+    )
     p.add_argument(
         "--quantize",
         choices=["int8"],

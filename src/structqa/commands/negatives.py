@@ -33,7 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--rate", type=float, default=1.0, help="fraction of answerable questions to rewrite"
     )
     n.add_argument("--seed", type=int, default=0, help="draws the rules' order and choices")
-    n.add_argument("--spacy-model", default=DEFAULT_MODEL)
+    n.add_argument(
+        "--spacy-model",
+        default=DEFAULT_MODEL,
+        help="the spaCy pipeline that finds the entities and verbs to rewrite "
+        f"(default {DEFAULT_MODEL})",
+    )
     n.set_defaults(func=cmd_negatives)
 
 

@@ -66,8 +66,8 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
 def add_parser(sub) -> None:
     pr = sub.add_parser("predict", help="answer one question, or every question of a file")
     pr.add_argument("checkpoint")
-    pr.add_argument("--question")
-    pr.add_argument("--context")
+    pr.add_argument("--question", help="one question (with --context)")
+    pr.add_argument("--context", help="the passage --question is asked about")
     pr.add_argument("--file", help="SQuAD/MRQA file to answer")
     pr.add_argument("--out", help="predictions file (default predictions.json)")
     add_bf16_argument(pr)

@@ -94,9 +94,11 @@ def add_parser(sub) -> None:
         help="the same for system B (the same seeds as A, in the same order, for the per-pair "
         "gaps; or any number of runs, averaged on their own)",
     )
-    cp.add_argument("--metric", choices=["f1", "em"], default="f1")
-    cp.add_argument("--resamples", type=int, default=10_000)
-    cp.add_argument("--confidence", type=float, default=0.95)
+    cp.add_argument("--metric", choices=["f1", "em"], default="f1", help="per-question score")
+    cp.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    cp.add_argument(
+        "--confidence", type=float, default=0.95, help="the interval's coverage (0.95: 95 %%)"
+    )
     cp.add_argument("--seed", type=int, default=0, help="bootstrap random seed")
     cp.add_argument(
         "--parts",
@@ -118,7 +120,13 @@ def add_parser(sub) -> None:
         "each test fold of a cross-validation, and must answer disjoint questions",
     )
     s.add_argument("--na-probs", help="SQuAD 2.0 no-answer probabilities (null_odds.json)")
-    s.add_argument("--na-prob-thresh", type=float, default=1.0)
+    s.add_argument(
+        "--na-prob-thresh",
+        type=float,
+        default=1.0,
+        help="SQuAD 2.0: a question whose --na-probs value exceeds this counts as answered "
+        "'no answer' in exact/f1 (the official script's option; default 1.0)",
+    )
     s.add_argument(
         "--by",
         metavar="FIELD",

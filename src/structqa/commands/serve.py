@@ -71,9 +71,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     setting(b, "queue_size", "requests in progress at once; more get 503 with Retry-After")
     lim = sv.add_argument_group("limits")
-    setting(lim, "max_context_chars")
+    setting(lim, "max_context_chars", "characters of one context; more get 413")
     setting(lim, "max_questions", "per request")
-    setting(lim, "max_body_bytes")
+    setting(lim, "max_body_bytes", "bytes of one request body; more get 413")
     setting(lim, "request_timeout", "seconds; then 504")
     setting(lim, "body_timeout", "seconds for a whole body to arrive; then 408")
     lim.add_argument(
