@@ -243,3 +243,49 @@ def test_cli_corpus(built, annotator, tmp_path, monkeypatch):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["counts"]["excluded_passages"] == 1
     assert report["config"]["min_doc_words"] == 60
+
+
+def test_a_rebuild_stopped_while_writing_leaves_the_earlier_corpus_whole(
+    built, annotator, tmp_path, monkeypatch
+):
+    """A rebuild that stops while writing its shards (here: the disk fills at the second file)
+    must leave the earlier build readable as it was; one stopped while moving them in is
+    refused by ``read_corpus``, and the next build clears what the stopped one left."""
+    import structqa.pretrain.corpus as corpus
+
+    report, out, sources, config, src = built
+    build_corpus(sources, tmp_path, config, annotator=annotator)
+    before = list(read_corpus(tmp_path))
+    small = CorpusConfig(chunk_words=50, min_doc_words=60, progress=False, shard_chunks=3)
+    real_write = corpus.write_text
+    calls = {"n": 0}
+
+    def disk_full(path, text):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        real_write(path, text)
+
+    monkeypatch.setattr(corpus, "write_text", disk_full)
+    with pytest.raises(OSError):
+        build_corpus(sources, tmp_path, small, annotator=annotator)
+    monkeypatch.setattr(corpus, "write_text", real_write)
+    assert list(read_corpus(tmp_path)) == before
+    assert sorted(p.name for p in tmp_path.glob("corpus-*.jsonl")) == ["corpus-00000.jsonl"]
+
+    real_replace = corpus.os.replace
+
+    def stop_midway(a, b):
+        if Path(b) == tmp_path / "corpus-00001.jsonl":  # the move, not a write into .incoming
+            raise KeyboardInterrupt
+        real_replace(a, b)
+
+    monkeypatch.setattr(corpus.os, "replace", stop_midway)
+    with pytest.raises(KeyboardInterrupt):
+        build_corpus(sources, tmp_path, small, annotator=annotator)
+    monkeypatch.setattr(corpus.os, "replace", real_replace)
+    with pytest.raises(ValueError, match="stopped while moving its shards in"):
+        list(read_corpus(tmp_path))
+    again = build_corpus(sources, tmp_path, small, annotator=annotator)
+    assert len(list(read_corpus(tmp_path))) == again.counts["chunks_written"]
+    assert not (tmp_path / ".incoming").exists()

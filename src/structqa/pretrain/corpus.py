@@ -28,6 +28,8 @@ Steps, each counted in the report, in this order:
 10. **shards**: ``corpus-NNNNN.jsonl`` (``{"id", "text", "source"}`` per chunk) and
     ``annotations-NNNNN.jsonl`` (the chunk's :class:`Annotation`, keyed by chunk ``id`` and by
     ``key``/``model`` so an ``Annotator`` reads the file as a cache), then ``report.json``.
+    The shards are written into ``.incoming`` and moved in only when all are written, so a
+    build stopped on the way leaves the earlier corpus whole.
 
 Chunk annotations are the passages' parses shifted into the chunk, not a re-parse: a chunk is
 whole sentences joined by one space, so every sentence, word, noun chunk and entity inside a
@@ -40,7 +42,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -58,6 +62,7 @@ SHARD_PATTERN = "corpus-{:05d}.jsonl"
 ANNOTATION_PATTERN = "annotations-{:05d}.jsonl"
 REPORT_FILE = "report.json"
 SPACY_CACHE = "spacy-cache.jsonl"
+SWAPPING = "SWAPPING"  # in .incoming while a build moves its shards into place
 _TEXT_SUFFIXES = {".txt", ".text", ".md"}
 # Shorter held-out sentences ("Notes.", "See also.") are too common to mean a leak.
 _MIN_EXCLUDED_SENTENCE_WORDS = 5
@@ -530,33 +535,51 @@ def build_corpus(
 def _write_shards(
     chunks: Sequence[Chunk], out: Path, per_shard: int, model_id: str, bar
 ) -> list[str]:
+    """Write every shard into ``out/.incoming`` first, then move them into ``out`` and drop
+    the earlier build's other shards: a build stopped while writing leaves the earlier
+    corpus whole (an unfinished ``.incoming`` is cleared by the next build)."""
+    incoming = out / ".incoming"
+    if incoming.exists():
+        shutil.rmtree(incoming)
+    incoming.mkdir()
     n_shards = max(1, -(-len(chunks) // per_shard))
     task = bar.add_task("write shards", total=n_shards) if bar is not None else None
     names = []
     for i in range(n_shards):
         part = chunks[i * per_shard : (i + 1) * per_shard]
         lines = [json.dumps({"id": c.id, "text": c.text, "source": c.source}) for c in part]
-        write_text(out / SHARD_PATTERN.format(i), "".join(line + "\n" for line in lines))
+        write_text(incoming / SHARD_PATTERN.format(i), "".join(line + "\n" for line in lines))
         notes = [
             json.dumps(
                 {"id": c.id, "key": text_key(c.text), "model": model_id, **c.annotation.to_dict()}
             )
             for c in part
         ]
-        write_text(out / ANNOTATION_PATTERN.format(i), "".join(line + "\n" for line in notes))
-        names.append(SHARD_PATTERN.format(i))
+        write_text(incoming / ANNOTATION_PATTERN.format(i), "".join(line + "\n" for line in notes))
+        names += [SHARD_PATTERN.format(i), ANNOTATION_PATTERN.format(i)]
         if bar is not None:
             bar.advance(task)
+    # from here until .incoming is gone, out/ holds shards of two builds: read_corpus refuses
+    write_text(incoming / SWAPPING, "")
     # shards of an earlier, larger build would otherwise be read as part of this one
     for stale in sorted(out.glob("corpus-*.jsonl")) + sorted(out.glob("annotations-*.jsonl")):
-        if stale.name not in names and stale.name.replace("annotations", "corpus") not in names:
+        if stale.name not in names:
             stale.unlink()
-    return names
+    for name in names:
+        os.replace(incoming / name, out / name)
+    (incoming / SWAPPING).unlink()
+    incoming.rmdir()
+    return names[::2]
 
 
 def read_corpus(out_dir: str | Path) -> Iterator[tuple[str, str, Annotation]]:
     """``(id, text, annotation)`` of every chunk of a built corpus, in shard order."""
     out = Path(out_dir)
+    if (out / ".incoming" / SWAPPING).exists():
+        raise ValueError(
+            f"{out}: a corpus build stopped while moving its shards in; build it again "
+            "(`structqa corpus` with the same sources and --out)"
+        )
     for shard in sorted(out.glob("corpus-*.jsonl")):
         notes = out / shard.name.replace("corpus", "annotations")
         with open(shard, encoding="utf-8") as f, open(notes, encoding="utf-8") as g:
