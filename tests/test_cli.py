@@ -397,3 +397,21 @@ def test_an_unknown_option_shows_the_commands_usage_and_the_option_meant(capsys)
         main(["ask", "idx", "--question", "Who?", "stray"])
     err = capsys.readouterr().err
     assert err.startswith("usage: structqa ask") and "did you mean" not in err
+
+
+def test_the_quickstarts_next_train_command_reads_every_question_from_its_reader():
+    """The train command the quickstart prints must parse, and train on the whole of a user's
+    file (the default train_size, 512, refuses a smaller file and cuts a larger one) from the
+    quickstart's reader with its head."""
+    import shlex
+    from pathlib import Path
+
+    from structqa.commands.quickstart import next_commands
+    from structqa.config import load_config
+
+    best = Path("runs/quickstart/best")
+    line = next(x for x in next_commands(best) if x.strip().startswith("structqa train"))
+    words = shlex.split(line, comments=True)
+    cfg = load_config(None, words[2:])
+    assert cfg.data.train_size == "all" and "YOUR_TRAIN.json" in str(cfg.data.train)
+    assert cfg.model.init_from == str(best) and cfg.model.head == "dyrex"
