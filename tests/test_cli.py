@@ -179,7 +179,9 @@ def test_quickstart_trains_dyrex_and_shows_answers_by_a_fixed_rule(
     assert abs(float(shown) - 100 * returned) < 0.2
     assert "Next:" in printed and "structqa evaluate" in printed and (out / "best").is_dir()
     # and a user's override of one of them wins
-    assert main([*args, "--model.head=independent", f"--train.output_dir={tmp_path / 'q2'}"]) == 0
+    # (as from a script writing a log file: log lines, no progress bars)
+    second = [*args, "--no-progress", "--model.head=independent"]
+    assert main([*second, f"--train.output_dir={tmp_path / 'q2'}"]) == 0
     assert json.loads((tmp_path / "q2" / "config.json").read_text())["model"]["head"] == (
         "independent"
     )

@@ -10,7 +10,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from structqa.commands.common import INTERRUPTED, command, config_from_args, stopped
+from structqa.commands.common import (
+    INTERRUPTED,
+    add_no_progress_argument,
+    command,
+    config_from_args,
+    stopped,
+)
 from structqa.commands.settings import sections_epilog
 from structqa.config import validation_fraction
 
@@ -136,7 +142,7 @@ def cmd_quickstart(args: argparse.Namespace, extra: list[str]) -> int:
     calibrate = CalibrateOnce()
     t0 = time.perf_counter()
     try:  # calibrated on the validation slice before the test: the probabilities shown below
-        run(cfg, resume=args.resume, progress=True, calibrate=calibrate)
+        run(cfg, resume=args.resume, progress=not args.no_progress, calibrate=calibrate)
     except RunExists as err:
         raise ValueError(
             f"{err}. `structqa quickstart --resume` shows that run's result again"
@@ -179,4 +185,5 @@ def add_parser(subparsers) -> None:
     )
     q.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
     q.add_argument("--resume", action="store_true", help="continue or re-show the run")
+    add_no_progress_argument(q)
     q.set_defaults(func=cmd_quickstart, config=None)
