@@ -1,14 +1,34 @@
-"""The training progress bar: steps, loss and throughput (rich), silent when disabled."""
+"""Training progress: a rich bar with loss and throughput, or, for a log file
+(``--no-progress``), a log line every :data:`LINE_EVERY_S` seconds; silent on other processes."""
 
 from __future__ import annotations
 
+import logging
+import time
+
+log = logging.getLogger("structqa.training")
+
+#: seconds between two progress lines when there is no bar
+LINE_EVERY_S = 120.0
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
 
 class Progress:
-    """A rich progress bar with loss and throughput (silent when disabled)."""
+    """``mode``: ``"bar"`` (a rich progress bar), ``"lines"`` (log lines: step, share done,
+    epoch, loss, throughput, time so far and left) or ``"off"``."""
 
-    def __init__(self, total: int, enabled: bool):
-        self.enabled = enabled
-        if enabled:
+    def __init__(self, total: int, mode: str, every_s: float = LINE_EVERY_S):
+        if mode not in ("bar", "lines", "off"):
+            raise ValueError(f"progress mode must be bar, lines or off, not {mode!r}")
+        self.mode, self.total, self.every_s = mode, total, every_s
+        self.step = 0
+        self.started_at: int | None = None  # the step this process started from (resume)
+        self.t0 = self.last_line = time.perf_counter()
+        if mode == "bar":
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -29,20 +49,51 @@ class Progress:
             self.task = self.p.add_task("train", total=total, info="")
             self.p.start()
 
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
     def advance(self, n: int) -> None:
-        if self.enabled and n:
+        """Steps already done before this process started (a resumed run)."""
+        self.step += n
+        if self.mode == "bar" and n:
             self.p.update(self.task, advance=n)
 
     def update(self, loss: float, rate: float, epoch: int) -> None:
-        if self.enabled:
+        """One more step done, at ``loss``, ``rate`` features a second, in ``epoch`` (0-based)."""
+        if self.started_at is None:
+            self.started_at, self.t0 = self.step, time.perf_counter()
+        self.step += 1
+        if self.mode == "bar":
             self.p.update(
                 self.task, advance=1, info=f"epoch {epoch + 1} loss {loss:.3f} {rate:.1f} feat/s"
             )
+        elif self.mode == "lines":
+            now = time.perf_counter()
+            if now - self.last_line >= self.every_s or self.step == self.total:
+                self.last_line = now
+                log.info("train: %s", self.line(loss, rate, epoch, now))
+
+    def line(self, loss: float, rate: float, epoch: int, now: float) -> str:
+        """``step 1200/3657 (32.8%), epoch 1, loss 0.539, 6.1 feat/s, 41 min so far, about
+        1 h 22 min left`` (time left at this process's pace so far)."""
+        done_here = self.step - (self.started_at or 0)
+        spent = now - self.t0
+        text = (
+            f"step {self.step}/{self.total} ({100 * self.step / max(self.total, 1):.1f}%), "
+            f"epoch {epoch + 1}, loss {loss:.3f}, {rate:.1f} feat/s, {_duration(spent)} so far"
+        )
+        if 0 < done_here and self.step < self.total:
+            left = (self.total - self.step) * spent / done_here
+            text += f", about {_duration(left)} left"
+        return text
 
     def note(self, text: str) -> None:
-        if self.enabled:
+        if self.mode == "bar":
             self.p.console.log(text)
+        elif self.mode == "lines":
+            log.info("train: %s", text)
 
     def close(self) -> None:
-        if self.enabled:
+        if self.mode == "bar":
             self.p.stop()

@@ -377,7 +377,8 @@ def fit(
     counts_epochs = s.epochs is not None
     stop = StopFlag()
     old_handlers = {n: signal.signal(n, stop) for n in (signal.SIGINT, signal.SIGTERM)}
-    bar = Progress(total_steps, enabled=progress and accelerator.is_main_process)
+    mode = ("bar" if progress else "lines") if accelerator.is_main_process else "off"
+    bar = Progress(total_steps, mode)
     best: Evaluation | None = None
     try:
         model.train()
