@@ -54,11 +54,7 @@ def _rows(text: str, command: str) -> str:
         line
         for line in text.splitlines()
         if line.startswith("| `structqa ")
-        and (
-            f"`structqa {command} " in line
-            or f"`structqa {command}`" in line
-            or f"/ `structqa {command} " in line
-        )
+        and (f"`structqa {command} " in line or f"`structqa {command}`" in line)
     )
 
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from structqa.training.progress import Progress, _duration
+from structqa.training.progress import Progress, format_duration
 
 
 def test_lines_say_step_share_loss_and_time_left(caplog):
@@ -43,5 +43,5 @@ def test_other_processes_are_silent_and_modes_are_checked(caplog):
 
 
 def test_durations_read_as_minutes_then_hours():
-    assert _duration(59) == "1 min" and _duration(61 * 60) == "1 h 01 min"
-    assert _duration(3 * 3600 + 25 * 60) == "3 h 25 min"
+    assert format_duration(59) == "1 min" and format_duration(61 * 60) == "1 h 01 min"
+    assert format_duration(3 * 3600 + 25 * 60) == "3 h 25 min"

@@ -38,6 +38,7 @@ from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL_FILE, TRAIN_FILE
 from structqa.reader.members import RUN, member_dir, soup_members
 from structqa.runtime import cpu_kind, default_device, use_bf16
+from structqa.training.progress import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -236,11 +237,6 @@ def _last_state(cfg: Config) -> dict[str, Any] | None:
     recover_dir(last)
     state = last / "train_state.json"
     return json.loads(state.read_text()) if state.is_file() else None
-
-
-def _format_duration(seconds: float) -> str:
-    minutes = round(seconds / 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
 def _trained(cfg: Config) -> bool:
@@ -463,7 +459,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
         if device.type != "cuda" and load > cores:  # the step was timed beside other work
             where += f", measured while busy: load {load:.1f} on {cores} cores"
         say(
-            f"training will take about {_format_duration(total)} on {where}"
+            f"training will take about {format_duration(total)} on {where}"
             + (f" ({len(left)} of {opts.members} runs to train)" if opts.members > 1 else "")
             + ": "
             f"{step:.2f} s per step of {cfg.train.batch_size} windows of {length} tokens "

@@ -12,7 +12,8 @@ log = logging.getLogger("structqa.training")
 LINE_EVERY_S = 120.0
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """``41 min``, ``3 h 05 min``: a time a person reads at a glance."""
     minutes = round(seconds / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
@@ -81,11 +82,12 @@ class Progress:
         spent = now - self.t0
         text = (
             f"step {self.step}/{self.total} ({100 * self.step / max(self.total, 1):.1f}%), "
-            f"epoch {epoch + 1}, loss {loss:.3f}, {rate:.1f} feat/s, {_duration(spent)} so far"
+            f"epoch {epoch + 1}, loss {loss:.3f}, {rate:.1f} feat/s, "
+            f"{format_duration(spent)} so far"
         )
         if 0 < done_here and self.step < self.total:
             left = (self.total - self.step) * spent / done_here
-            text += f", about {_duration(left)} left"
+            text += f", about {format_duration(left)} left"
         return text
 
     def note(self, text: str) -> None:
