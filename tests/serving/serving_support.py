@@ -29,7 +29,12 @@ def client_for(predictor: Predictor, **settings) -> Iterator:
 
 
 @contextmanager
-def served(predictor: Predictor, header_timeout: float = 10.0, **settings) -> Iterator[str]:
+def served(
+    predictor: Predictor,
+    header_timeout: float = 10.0,
+    max_connections: int | None = None,
+    **settings,
+) -> Iterator[str]:
     """The app on a free loopback port (uvicorn in a thread, with the CLI's protocol); yields
     its base URL."""
     import uvicorn
@@ -40,7 +45,10 @@ def served(predictor: Predictor, header_timeout: float = 10.0, **settings) -> It
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
-        app, http=guarded_h11(header_timeout), log_config=None, access_log=False
+        app,
+        http=guarded_h11(header_timeout, max_connections),
+        log_config=None,
+        access_log=False,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -120,3 +120,28 @@ def test_not_utf8_is_400_over_the_wire(url):
         sock.sendall(_head(len(body)) + body)
         status, reply = _reply(sock)
     assert status == 400 and "not UTF-8" in json.loads(reply)["error"]
+
+
+def test_a_request_over_max_connections_gets_a_counted_json_503(tiny_predictor: Predictor):
+    """Two connections held open fill a limit of 2: a third one's request is refused with a
+    JSON 503 that /metrics counts, and once they close the next request is answered."""
+    body = json.dumps({"question": QUESTION, "context": CONTEXT}).encode()
+    with served(tiny_predictor, max_connections=2) as base:
+        held = [_connect(base), _connect(base)]
+        time.sleep(0.2)  # (the server has accepted them)
+        with _connect(base) as sock:
+            sock.sendall(_head(len(body)) + body)
+            status, reply = _reply(sock)
+        assert status == 503
+        error = json.loads(reply)["error"]
+        assert "3 connections are open" in error and "--max-connections" in error
+        for sock in held:
+            sock.close()
+        time.sleep(0.2)
+        with _connect(base) as sock:
+            sock.sendall(_head(len(body)) + body)
+            assert _reply(sock)[0] == 200
+        with _connect(base) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            metrics = _reply(sock)[1].decode()
+    assert 'route="/v1/answer",status="503"} 1.0' in metrics

@@ -86,7 +86,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--max-connections",
         type=int,
         default=512,
-        help="open connections and requests in flight; more get 503 (uvicorn limit_concurrency)",
+        help="open connections and requests in flight; more get a JSON 503 (counted in /metrics)",
     )
     lim.add_argument("--keep-alive", type=float, default=5.0, help="idle keep-alive seconds")
     sec = sv.add_argument_group("security")
@@ -145,8 +145,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     app = create_app(predictor, settings, time.perf_counter() - t0, documents)
     config = uvicorn.Config(
         app,
-        http=guarded_h11(args.header_timeout),
-        limit_concurrency=args.max_connections,
+        http=guarded_h11(args.header_timeout, args.max_connections),
         timeout_keep_alive=args.keep_alive,
         server_header=False,
         access_log=False,

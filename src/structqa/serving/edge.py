@@ -8,7 +8,9 @@ upload gets a 408 instead of holding its connection forever) and checks the API 
 POST. :class:`HttpMetrics` counts every reply by route and status and times it.
 :func:`guarded_h11` is uvicorn's HTTP/1.1 protocol with a deadline for the request line and
 headers (uvicorn's own keep-alive timeout does not cover a connection that opens and then
-sends its headers slowly).
+sends its headers slowly), and with ``--max-connections`` decided here rather than by uvicorn:
+uvicorn answers a request over its ``limit_concurrency`` with a plain-text 503 below the
+application, which neither the metrics nor a client reading JSON errors would see.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 API_KEY_HEADER = "x-api-key"
+# set in a request's scope by the guarded protocol when it arrived over --max-connections
+OVER_LIMIT = "structqa.over_connection_limit"
 # the methods the metrics name; any other (a client may send any token) counts as "other",
 # so that clients cannot grow the metrics without bound
 METHODS = frozenset(("GET", "POST", "HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"))
@@ -88,11 +92,25 @@ class EdgeGuard:
             await self.app(scope, receive, send)
             return
         try:
+            self._check_limit(scope)
             self._check_head(scope)
         except ApiError as err:
             await send_error(send, err)
             return
         await self.app(scope, self._limited(receive), send)
+
+    @staticmethod
+    def _check_limit(scope: Scope) -> None:
+        over = scope.get(OVER_LIMIT)
+        if over is not None:
+            connections, in_flight, limit = over
+            raise ApiError(
+                503,
+                f"the server is busy: {connections} connections are open and {in_flight} "
+                f"requests in flight, over its limit of {limit} (--max-connections); retry "
+                "shortly",
+                {"Retry-After": "1", "Connection": "close"},
+            )
 
     def _check_head(self, scope: Scope) -> None:
         if self.api_key is not None and scope["method"] == "POST":
@@ -173,14 +191,34 @@ class HttpMetrics:
             )
 
 
-def guarded_h11(header_timeout: float) -> type:
+def guarded_h11(header_timeout: float, max_connections: int | None = None) -> type:
     """uvicorn's H11Protocol, closing a connection whose next request line and headers have not
     all arrived ``header_timeout`` seconds after it opened or after its previous reply (slow
-    or idle clients cannot hold connections, and so ``--max-connections`` slots, forever)."""
+    or idle clients cannot hold connections, and so ``--max-connections`` slots, forever).
+
+    With ``max_connections``, a request that arrives while more connections are open or more
+    requests are in flight (itself counted) goes through the application marked
+    :data:`OVER_LIMIT`, where :class:`EdgeGuard` refuses it with a JSON 503 that
+    :class:`HttpMetrics` counts; uvicorn's own ``limit_concurrency`` stays unset."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if max_connections is not None:
+                self.app = self._limited(self.app, max_connections)
+
+        def _limited(self, app: ASGIApp, limit: int) -> ASGIApp:
+            async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+                # this connection and this request's task are in the counts already
+                open_now, in_flight = len(self.connections), len(self.tasks)
+                if scope["type"] == "http" and (open_now > limit or in_flight > limit):
+                    scope[OVER_LIMIT] = (open_now, in_flight, limit)
+                await app(scope, receive, send)
+
+            return limited
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
