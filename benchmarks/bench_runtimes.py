@@ -4,6 +4,7 @@ ONNX fp32 / int8, end to end, against the bare encoder forward.
     python benchmarks/bench_runtimes.py                       # both quickstart checkpoints
     python benchmarks/bench_runtimes.py --models dyrex --timed-questions 128 --repeats 3
     python benchmarks/bench_runtimes.py --pause-pids FILE     # SIGSTOP those PIDs while timing
+    python benchmarks/bench_runtimes.py --runs torch-fp32 onnx-int8 onnx-int8-fp32-embeddings
 
 For each checkpoint (Independent and DyREx, trained with the quickstart recipe):
 
@@ -16,6 +17,8 @@ For each checkpoint (Independent and DyREx, trained with the quickstart recipe):
   onnxruntime's per-tensor graph of earlier exports, run in whole batches per call
   (``onnx-int8-per-tensor``: a window's answer depends on the windows beside it) and one
   window per call (``onnx-int8-per-tensor-per-window``, how structqa runs such an export);
+- onnx-int8 with the fp32 word-embedding table of exports made before it was int8 too
+  (``onnx-int8-fp32-embeddings``);
 - the held-out F1 of each runtime (``--f1-questions``, default every held-out question) and
   the share of answers identical to torch fp32's.
 
@@ -65,6 +68,38 @@ log = logging.getLogger("bench_runtimes")
 
 HELDOUT = "splits/squad1-heldout.mrqa.jsonl.gz"
 RUNTIMES = ("torch-fp32", "torch-bf16", "onnx-fp32", "onnx-int8")
+# the export's int8 graph as it was before its word-embedding table was int8 too
+FP32_TABLE = "onnx-int8-fp32-embeddings"
+RUNS = (
+    "bare-bf16",
+    "bare-fp32",
+    *RUNTIMES,
+    "onnx-int8-per-tensor",
+    "onnx-int8-per-tensor-per-window",
+    FP32_TABLE,
+    "torch-fp32-stock",
+)
+# (label, wall or CPU time, A, B, unit): printed where both ran
+RATIOS = (
+    ("int8/fp32", "wall", "onnx-int8", "torch-fp32", "x"),
+    ("int8/fp32-stock", "wall", "onnx-int8", "torch-fp32-stock", "x"),
+    ("fp32/fp32-stock (the CPU kernels)", "wall", "torch-fp32", "torch-fp32-stock", "x"),
+    ("int8/bf16", "wall", "onnx-int8", "torch-bf16", "x"),
+    ("int8 per-token / per-tensor", "wall", "onnx-int8", "onnx-int8-per-tensor", "x"),
+    (
+        "int8 per-tensor, one window per call / whole batches",
+        "wall",
+        "onnx-int8-per-tensor-per-window",
+        "onnx-int8-per-tensor",
+        "x",
+    ),
+    ("int8 int8 embeddings / fp32 embeddings", "wall", "onnx-int8", FP32_TABLE, "x"),
+    ("onnx-fp32/torch-fp32", "wall", "onnx-fp32", "torch-fp32", "x"),
+    ("end-to-end/bare-bf16", "wall", "torch-bf16", "bare-bf16", ""),
+    ("end-to-end/bare-fp32", "wall", "torch-fp32", "bare-fp32", ""),
+    ("end-to-end/bare-bf16, CPU time", "cpu", "torch-bf16", "bare-bf16", ""),
+    ("int8/fp32, CPU time", "cpu", "onnx-int8", "torch-fp32", "x"),
+)
 DEFAULT_MODELS = {
     "independent": "/work/ckpt/qs-indep/best",
     "dyrex": "/work/ckpt/qs-dyrex/best",
@@ -87,7 +122,8 @@ def cpu_flags() -> list[str]:
 def matmul_peak(dtype: torch.dtype, size: int = 1536, seconds: float = 2.0) -> float:
     """GFLOP/s of square ``dtype`` matrix products at torch's thread count: the best of ~2 s
     of ``a @ b`` and, where torch has it, of oneDNN's linear (which the encoder's CPU kernels
-    use; on AMD CPUs MKL's fp32 ``a @ b`` runs at about half oneDNN's speed)."""
+    use; on AMD CPUs MKL's fp32 ``a @ b`` runs at about half oneDNN's speed). oneDNN has no
+    bf16 linear on a CPU without AVX512 (it refuses to build one): there ``a @ b`` alone."""
     a = torch.randn(size, size).to(dtype)
     b = torch.randn(size, size).to(dtype)
     products: list[Callable[[], object]] = [lambda: a @ b]
@@ -95,7 +131,10 @@ def matmul_peak(dtype: torch.dtype, size: int = 1536, seconds: float = 2.0) -> f
         products.append(lambda: torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], ""))
     best = 0.0
     for product in products:
-        product()
+        try:
+            product()
+        except RuntimeError:  # (oneDNN: "could not create a primitive descriptor")
+            continue
         start = time.perf_counter()
         while time.perf_counter() - start < seconds / len(products):
             t0 = time.perf_counter()
@@ -190,17 +229,23 @@ def bench_model(
         with paused(pids):
             export_onnx(checkpoint, export_dir, quantize="int8")
     meta = json.loads(meta_file.read_text())
+    wanted = set(args.runs) | {"torch-fp32"}  # (the reference of the answers and the model)
     predictors = {
         r: Predictor.from_checkpoint(checkpoint if r.startswith("torch") else export_dir, runtime=r)
         for r in RUNTIMES
+        if r in wanted
     }
-    old = per_tensor_export(export_dir)
+    old = variant_export(export_dir, "per-tensor", embeddings=False)
     for key, per_window in (
         ("onnx-int8-per-tensor", False),
         ("onnx-int8-per-tensor-per-window", True),
     ):
-        predictors[key] = Predictor.from_checkpoint(old, runtime="onnx-int8")
-        predictors[key].model.per_window = per_window
+        if key in wanted:
+            predictors[key] = Predictor.from_checkpoint(old, runtime="onnx-int8")
+            predictors[key].model.per_window = per_window
+    fp32_table = variant_export(export_dir, "per-token", embeddings=False)
+    if FP32_TABLE in wanted:
+        predictors[FP32_TABLE] = Predictor.from_checkpoint(fp32_table, runtime="onnx-int8")
     torch_model = predictors["torch-fp32"].model
     features, _ = featurize(
         timed_examples, predictors["torch-fp32"].tokenizer, predictors["torch-fp32"].features
@@ -209,13 +254,14 @@ def bench_model(
     batches = [collate(features, idx) for idx in order]
     for p in predictors.values():
         p.batch_size = args.batch_size
-    runs: dict[str, Callable[[], Any]] = {
+    every: dict[str, Callable[[], Any]] = {
         "bare-bf16": bare_encoder(torch_model, batches, True),
         "bare-fp32": bare_encoder(torch_model, batches, False),
         **{r: (lambda p=p: p.predict_examples(timed_examples)) for r, p in predictors.items()},
         # torch fp32 on torch's stock operators, as before structqa's CPU kernels
         "torch-fp32-stock": lambda: stock_predict(predictors["torch-fp32"], timed_examples),
     }
+    runs = {k: fn for k, fn in every.items() if k in wanted}
     for fn in runs.values():  # warm-up: first calls allocate and pick kernels
         fn()
     seconds: dict[str, list[float]] = {k: [] for k in runs}
@@ -234,7 +280,8 @@ def bench_model(
         "export": {
             "dir": str(export_dir),
             "seconds": meta["export_seconds"],
-            "bytes": {p: f["bytes"] for p, f in meta["files"].items()},
+            "bytes": {p: f["bytes"] for p, f in meta["files"].items()}
+            | {"int8-fp32-embeddings": (fp32_table / "model.int8.onnx").stat().st_size},
             "max_abs_diff": meta["check"]["max_abs_diff"],
         },
         "windows": windows,
@@ -264,7 +311,9 @@ def bench_model(
             "onnx-int8",
             "onnx-int8-per-tensor",
             "onnx-int8-per-tensor-per-window",
+            FP32_TABLE,
         )
+        if r in predictors
     }
     return result
 
@@ -284,17 +333,24 @@ def alone_vs_batched(predictor: Predictor, examples: list[Example], batch_size: 
     }
 
 
-def per_tensor_export(export_dir: Path) -> Path:
-    """A copy of ``export_dir`` whose int8 graph quantizes activations per tensor, as exports
-    made before per-token activations do (written once, beside it)."""
-    old = export_dir.with_name(export_dir.name + "-per-tensor")
+def variant_export(export_dir: Path, activations: str, embeddings: bool) -> Path:
+    """A copy of ``export_dir`` whose int8 graph is quantized as an earlier export's was:
+    activations per tensor and an fp32 word-embedding table (before per-token activations), or
+    per token with the fp32 table (before int8 embeddings). Written once, beside it."""
+    suffix = "-per-tensor" if activations == "per-tensor" else "-fp32-embeddings"
+    old = export_dir.with_name(export_dir.name + suffix)
     if not (old / "structqa_export.json").is_file():
         tmp = old.with_name(old.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(export_dir, tmp)
-        quantize_int8(tmp / "model.onnx", tmp / "model.int8.onnx", activations="per-tensor")
+        quantize_int8(
+            tmp / "model.onnx", tmp / "model.int8.onnx", activations, embeddings=embeddings
+        )
         meta = json.loads((tmp / "structqa_export.json").read_text())
-        meta["files"]["int8"].pop("activations", None)
+        meta["files"]["int8"].pop("embeddings", None)
+        if activations == "per-tensor":
+            meta["files"]["int8"].pop("activations", None)
+        meta["files"]["int8"]["bytes"] = (tmp / "model.int8.onnx").stat().st_size
         (tmp / "structqa_export.json").write_text(json.dumps(meta, indent=1))
         write_manifest(tmp)
         tmp.rename(old)
@@ -323,29 +379,20 @@ def report(name: str, r: dict[str, Any], peaks: dict[str, float]) -> None:
             f"{k:<32} {w[k]:>10.1f} {g[k]:>9.1f} "
             f"{'' if f1 is None else f'{f1:.2f}':>7} {'' if same is None else f'{same:.3f}':>6}"
         )
-    print(
-        f"useful-token rate, torch bf16 end to end: {g['torch-bf16']:.0f} GFLOP/s = "
-        f"{g['torch-bf16'] / peaks['bf16']:.0%} of the bf16 matrix peak ({peaks['bf16']:.0f})"
-    )
-    print(f"ratio int8/fp32: {w['onnx-int8'] / w['torch-fp32']:.2f}x")
-    print(f"ratio int8/fp32-stock: {w['onnx-int8'] / w['torch-fp32-stock']:.2f}x")
-    print(
-        f"ratio fp32/fp32-stock (the CPU kernels): {w['torch-fp32'] / w['torch-fp32-stock']:.2f}x"
-    )
-    print(f"ratio int8/bf16: {w['onnx-int8'] / w['torch-bf16']:.2f}x")
-    print(f"ratio int8 per-token / per-tensor: {w['onnx-int8'] / w['onnx-int8-per-tensor']:.2f}x")
-    print(
-        "ratio int8 per-tensor, one window per call / whole batches: "
-        f"{w['onnx-int8-per-tensor-per-window'] / w['onnx-int8-per-tensor']:.2f}x"
-    )
-    print(f"ratio onnx-fp32/torch-fp32: {w['onnx-fp32'] / w['torch-fp32']:.2f}x")
-    print(f"ratio end-to-end/bare-bf16: {w['torch-bf16'] / w['bare-bf16']:.2f}")
-    print(f"ratio end-to-end/bare-fp32: {w['torch-fp32'] / w['bare-fp32']:.2f}")
+    if "torch-bf16" in g:
+        print(
+            f"useful-token rate, torch bf16 end to end: {g['torch-bf16']:.0f} GFLOP/s = "
+            f"{g['torch-bf16'] / peaks['bf16']:.0%} of the bf16 matrix peak ({peaks['bf16']:.0f})"
+        )
     c = r["windows_per_cpu_s"]
-    print(f"ratio end-to-end/bare-bf16, CPU time: {c['torch-bf16'] / c['bare-bf16']:.2f}")
-    print(f"ratio int8/fp32, CPU time: {c['onnx-int8'] / c['torch-fp32']:.2f}x")
-    if "f1" in r:
-        print(f"F1 int8 - fp32: {r['f1']['onnx-int8'] - r['f1']['torch-fp32']:+.2f}")
+    for label, rates, a, b, unit in RATIOS:
+        rate = {"wall": w, "cpu": c}[rates]
+        if a in rate and b in rate:
+            print(f"ratio {label}: {rate[a] / rate[b]:.2f}{unit}")
+    f1 = r.get("f1", {})
+    for a, b in (("onnx-int8", "torch-fp32"), (FP32_TABLE, "torch-fp32")):
+        if a in f1 and b in f1:
+            print(f"F1 {a} - {b}: {f1[a] - f1[b]:+.2f}")
     for k, v in r["alone_vs_batched"].items():
         print(
             f"{k}: alone and batched, same answer {v['same_answer']:.3f}, "
@@ -373,6 +420,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--re-export", action="store_true", help="export even if present")
     parser.add_argument("--pause-pids", help="file of PIDs to SIGSTOP while timing")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        choices=RUNS,
+        default=list(RUNS),
+        help="the runs to time and score (default all; torch-fp32 always runs, as the "
+        "reference). On a CPU without native bf16 leave out bare-bf16 and torch-bf16: "
+        "emulated, they take most of the time",
+    )
     parser.add_argument("--out", default="runs/bench_runtimes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)

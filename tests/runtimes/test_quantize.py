@@ -10,7 +10,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from structqa.runtime import INT8_WEIGHTS_ENV, int8_weight_type
 from structqa.runtimes.onnx_model import session
-from structqa.runtimes.quantize import as_7bit_weights, as_uint8_weights, quantize_int8
+from structqa.runtimes.quantize import (
+    as_7bit_weights,
+    as_uint8_weights,
+    int8_embeddings,
+    quantize_int8,
+)
 
 K, M = 64, 48
 
@@ -218,3 +223,57 @@ def test_the_reference_of_avx2s_kernel_is_what_this_cpu_computes(graphs, monkeyp
     vnni = bool(cpu_flags() & VNNI_FLAGS)  # the raw flags: no ISA cap reaches onnxruntime
     expected = exact if vnni else pair_sums
     np.testing.assert_allclose(got, expected * s * w_scale, rtol=1e-5, atol=1e-4)
+
+
+def _lookup_graph(tables: dict[str, np.ndarray], tied: str | None = None):
+    """``ids`` looked up in each table, one output each; the ``tied`` table is also read by a
+    second node (a product with its transpose, as a tied output layer would)."""
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "tokens"])
+    nodes, outputs = [], []
+    for name, table in tables.items():
+        nodes.append(helper.make_node("Gather", [name, "ids"], [name + "_out"], name=name))
+        shape = ["batch", "tokens", table.shape[1]]
+        outputs.append(helper.make_tensor_value_info(name + "_out", TensorProto.FLOAT, shape))
+    if tied is not None:
+        nodes += [
+            helper.make_node("Transpose", [tied], ["tied_t"]),
+            helper.make_node("MatMul", [tied + "_out", "tied_t"], ["tied_scores"]),
+        ]
+        shape = ["batch", "tokens", tables[tied].shape[0]]
+        outputs.append(helper.make_tensor_value_info("tied_scores", TensorProto.FLOAT, shape))
+    inits = [numpy_helper.from_array(t, n) for n, t in tables.items()]
+    graph = helper.make_graph(nodes, "g", [ids], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_the_vocabulary_table_is_int8_with_a_scale_per_row(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    words = rng.normal(size=(3000, 16)).astype(np.float32)
+    words[7] *= 1000  # one loud row must not coarsen the others
+    words[9] = 0.0
+    positions = rng.normal(size=(1000, 16)).astype(np.float32)
+    model = _lookup_graph({"words": words, "positions": positions})
+    assert int8_embeddings(model) == ["words"]  # positions: too few rows to matter
+    held = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert "words" not in held and held["words_int8"].dtype == np.int8
+    assert held["positions"].dtype == np.float32
+    onnx.checker.check_model(model)
+    onnx.save(model, str(tmp_path / "int8.onnx"))
+    ids = np.array([[0, 7, 9, 999], [5, 5, 1, 2]], dtype=np.int64)
+    got, got_positions = session(tmp_path / "int8.onnx").run(None, {"ids": ids})
+    exact = words[ids]
+    # each value within half a step of its own row's scale; the zero row stays zero
+    step = np.abs(words).max(axis=1)[ids][..., None] / 127
+    assert (np.abs(got - exact) <= step / 2 + 1e-6).all()
+    assert (got[0, 2] == 0).all()
+    assert np.abs(got[0, 0] - exact[0, 0]).max() < 0.05  # not coarsened by the loud row
+    np.testing.assert_array_equal(got_positions, positions[ids])
+
+
+def test_a_table_another_node_reads_stays_fp32() -> None:
+    words = np.random.default_rng(4).normal(size=(2048, 8)).astype(np.float32)
+    model = _lookup_graph({"words": words}, tied="words")
+    assert int8_embeddings(model) == []
+    assert [t.name for t in model.graph.initializer] == ["words"]
