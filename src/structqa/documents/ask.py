@@ -140,7 +140,10 @@ def ranked(
 
 
 def _best_span(a: Answer) -> Answer:
-    """``a`` answered with its best span even where it abstains."""
+    """``a`` answered with its best span even where it abstains, with the chance that span
+    is right computed as for a span the reader returns (``Answer.span_probability``), so that
+    it ranks fairly against them: not the span's share of the n-best, which leaves out the
+    reader's doubt that the chunk holds an answer at all."""
     if a.text or not a.nbest:
         return a
     c = a.nbest[0]
@@ -150,7 +153,7 @@ def _best_span(a: Answer) -> Answer:
         start=c.start_char,
         end=c.end_char,
         no_answer=False,
-        probability=c.probability,
+        probability=a.span_probability,
     )
 
 
