@@ -4,7 +4,8 @@ ONNX fp32 / int8, end to end, against the bare encoder forward.
     python benchmarks/bench_runtimes.py                       # both quickstart checkpoints
     python benchmarks/bench_runtimes.py --models dyrex --timed-questions 128 --repeats 3
     python benchmarks/bench_runtimes.py --pause-pids FILE     # SIGSTOP those PIDs while timing
-    python benchmarks/bench_runtimes.py --runs torch-fp32 onnx-int8 onnx-int8-fp32-embeddings
+    python benchmarks/bench_runtimes.py --runs torch-fp32 onnx-int8 onnx-int8-fp32-embeddings \
+        onnx-int8-int8-embeddings
 
 For each checkpoint (Independent and DyREx, trained with the quickstart recipe):
 
@@ -17,8 +18,9 @@ For each checkpoint (Independent and DyREx, trained with the quickstart recipe):
   onnxruntime's per-tensor graph of earlier exports, run in whole batches per call
   (``onnx-int8-per-tensor``: a window's answer depends on the windows beside it) and one
   window per call (``onnx-int8-per-tensor-per-window``, how structqa runs such an export);
-- onnx-int8 with the fp32 word-embedding table of exports made before it was int8 too
-  (``onnx-int8-fp32-embeddings``);
+- onnx-int8 with the word-embedding table as exports made before it was fp16 held it (fp32,
+  ``onnx-int8-fp32-embeddings``) and in int8 with a scale per row
+  (``onnx-int8-int8-embeddings``);
 - the held-out F1 of each runtime (``--f1-questions``, default every held-out question) and
   the share of answers identical to torch fp32's.
 
@@ -68,8 +70,10 @@ log = logging.getLogger("bench_runtimes")
 
 HELDOUT = "splits/squad1-heldout.mrqa.jsonl.gz"
 RUNTIMES = ("torch-fp32", "torch-bf16", "onnx-fp32", "onnx-int8")
-# the export's int8 graph as it was before its word-embedding table was int8 too
-FP32_TABLE = "onnx-int8-fp32-embeddings"
+# the export's int8 graph with its word-embedding table in fp32 (exports before it was fp16)
+# and in int8 with a scale per row
+FP32_TABLE, INT8_TABLE = "onnx-int8-fp32-embeddings", "onnx-int8-int8-embeddings"
+TABLES = {FP32_TABLE: "fp32", INT8_TABLE: "int8"}
 RUNS = (
     "bare-bf16",
     "bare-fp32",
@@ -77,6 +81,7 @@ RUNS = (
     "onnx-int8-per-tensor",
     "onnx-int8-per-tensor-per-window",
     FP32_TABLE,
+    INT8_TABLE,
     "torch-fp32-stock",
 )
 # (label, wall or CPU time, A, B, unit): printed where both ran
@@ -93,7 +98,8 @@ RATIOS = (
         "onnx-int8-per-tensor",
         "x",
     ),
-    ("int8 int8 embeddings / fp32 embeddings", "wall", "onnx-int8", FP32_TABLE, "x"),
+    ("int8, fp16 embeddings / fp32 embeddings", "wall", "onnx-int8", FP32_TABLE, "x"),
+    ("int8, int8 embeddings / fp32 embeddings", "wall", INT8_TABLE, FP32_TABLE, "x"),
     ("onnx-fp32/torch-fp32", "wall", "onnx-fp32", "torch-fp32", "x"),
     ("end-to-end/bare-bf16", "wall", "torch-bf16", "bare-bf16", ""),
     ("end-to-end/bare-fp32", "wall", "torch-fp32", "bare-fp32", ""),
@@ -235,7 +241,7 @@ def bench_model(
         for r in RUNTIMES
         if r in wanted
     }
-    old = variant_export(export_dir, "per-tensor", embeddings=False)
+    old = variant_export(export_dir, "per-tensor", "fp32")
     for key, per_window in (
         ("onnx-int8-per-tensor", False),
         ("onnx-int8-per-tensor-per-window", True),
@@ -243,9 +249,10 @@ def bench_model(
         if key in wanted:
             predictors[key] = Predictor.from_checkpoint(old, runtime="onnx-int8")
             predictors[key].model.per_window = per_window
-    fp32_table = variant_export(export_dir, "per-token", embeddings=False)
-    if FP32_TABLE in wanted:
-        predictors[FP32_TABLE] = Predictor.from_checkpoint(fp32_table, runtime="onnx-int8")
+    tables = {key: variant_export(export_dir, "per-token", kind) for key, kind in TABLES.items()}
+    for key, directory in tables.items():
+        if key in wanted:
+            predictors[key] = Predictor.from_checkpoint(directory, runtime="onnx-int8")
     torch_model = predictors["torch-fp32"].model
     features, _ = featurize(
         timed_examples, predictors["torch-fp32"].tokenizer, predictors["torch-fp32"].features
@@ -281,7 +288,10 @@ def bench_model(
             "dir": str(export_dir),
             "seconds": meta["export_seconds"],
             "bytes": {p: f["bytes"] for p, f in meta["files"].items()}
-            | {"int8-fp32-embeddings": (fp32_table / "model.int8.onnx").stat().st_size},
+            | {
+                f"int8-{TABLES[key]}-embeddings": (d / "model.int8.onnx").stat().st_size
+                for key, d in tables.items()
+            },
             "max_abs_diff": meta["check"]["max_abs_diff"],
         },
         "windows": windows,
@@ -312,6 +322,7 @@ def bench_model(
             "onnx-int8-per-tensor",
             "onnx-int8-per-tensor-per-window",
             FP32_TABLE,
+            INT8_TABLE,
         )
         if r in predictors
     }
@@ -333,21 +344,20 @@ def alone_vs_batched(predictor: Predictor, examples: list[Example], batch_size: 
     }
 
 
-def variant_export(export_dir: Path, activations: str, embeddings: bool) -> Path:
-    """A copy of ``export_dir`` whose int8 graph is quantized as an earlier export's was:
-    activations per tensor and an fp32 word-embedding table (before per-token activations), or
-    per token with the fp32 table (before int8 embeddings). Written once, beside it."""
-    suffix = "-per-tensor" if activations == "per-tensor" else "-fp32-embeddings"
+def variant_export(export_dir: Path, activations: str, embeddings: str) -> Path:
+    """A copy of ``export_dir`` whose int8 graph is quantized otherwise: activations per
+    tensor with an fp32 word-embedding table (exports before per-token activations), or per
+    token with the table in ``embeddings`` (fp32: exports before the fp16 table). Written
+    once, beside it."""
+    suffix = "-per-tensor" if activations == "per-tensor" else f"-{embeddings}-embeddings"
     old = export_dir.with_name(export_dir.name + suffix)
     if not (old / "structqa_export.json").is_file():
         tmp = old.with_name(old.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(export_dir, tmp)
-        quantize_int8(
-            tmp / "model.onnx", tmp / "model.int8.onnx", activations, embeddings=embeddings
-        )
+        quantize_int8(tmp / "model.onnx", tmp / "model.int8.onnx", activations, embeddings)
         meta = json.loads((tmp / "structqa_export.json").read_text())
-        meta["files"]["int8"].pop("embeddings", None)
+        meta["files"]["int8"]["embeddings"] = embeddings
         if activations == "per-tensor":
             meta["files"]["int8"].pop("activations", None)
         meta["files"]["int8"]["bytes"] = (tmp / "model.int8.onnx").stat().st_size
@@ -390,7 +400,11 @@ def report(name: str, r: dict[str, Any], peaks: dict[str, float]) -> None:
         if a in rate and b in rate:
             print(f"ratio {label}: {rate[a] / rate[b]:.2f}{unit}")
     f1 = r.get("f1", {})
-    for a, b in (("onnx-int8", "torch-fp32"), (FP32_TABLE, "torch-fp32")):
+    for a, b in (
+        ("onnx-int8", "torch-fp32"),
+        (FP32_TABLE, "torch-fp32"),
+        (INT8_TABLE, "torch-fp32"),
+    ):
         if a in f1 and b in f1:
             print(f"F1 {a} - {b}: {f1[a] - f1[b]:+.2f}")
     for k, v in r["alone_vs_batched"].items():

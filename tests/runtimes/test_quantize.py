@@ -13,7 +13,7 @@ from structqa.runtimes.onnx_model import session
 from structqa.runtimes.quantize import (
     as_7bit_weights,
     as_uint8_weights,
-    int8_embeddings,
+    compact_embeddings,
     quantize_int8,
 )
 
@@ -248,14 +248,14 @@ def _lookup_graph(tables: dict[str, np.ndarray], tied: str | None = None):
     return model
 
 
-def test_the_vocabulary_table_is_int8_with_a_scale_per_row(tmp_path) -> None:
+def test_the_vocabulary_table_in_int8_has_a_scale_per_row(tmp_path) -> None:
     rng = np.random.default_rng(3)
     words = rng.normal(size=(3000, 16)).astype(np.float32)
     words[7] *= 1000  # one loud row must not coarsen the others
     words[9] = 0.0
     positions = rng.normal(size=(1000, 16)).astype(np.float32)
     model = _lookup_graph({"words": words, "positions": positions})
-    assert int8_embeddings(model) == ["words"]  # positions: too few rows to matter
+    assert compact_embeddings(model, "int8") == ["words"]  # positions: too few rows to matter
     held = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     assert "words" not in held and held["words_int8"].dtype == np.int8
     assert held["positions"].dtype == np.float32
@@ -275,5 +275,30 @@ def test_the_vocabulary_table_is_int8_with_a_scale_per_row(tmp_path) -> None:
 def test_a_table_another_node_reads_stays_fp32() -> None:
     words = np.random.default_rng(4).normal(size=(2048, 8)).astype(np.float32)
     model = _lookup_graph({"words": words}, tied="words")
-    assert int8_embeddings(model) == []
+    assert compact_embeddings(model) == compact_embeddings(model, "int8") == []
     assert [t.name for t in model.graph.initializer] == ["words"]
+
+
+def test_the_vocabulary_table_in_fp16_is_the_table_rounded_to_fp16(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    words = rng.normal(size=(2000, 16)).astype(np.float32)
+    model = _lookup_graph({"words": words})
+    assert compact_embeddings(model) == ["words"]
+    held = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert list(held) == ["words_fp16"] and held["words_fp16"].dtype == np.float16
+    onnx.save(model, str(tmp_path / "fp16.onnx"))
+    ids = np.array([[0, 1999, 7]], dtype=np.int64)
+    (got,) = session(tmp_path / "fp16.onnx").run(None, {"ids": ids})
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, words[ids].astype(np.float16).astype(np.float32))
+
+
+def test_an_export_holds_its_vocabulary_in_fp16(tmp_path) -> None:
+    rng = np.random.default_rng(6)
+    fp32 = tmp_path / "fp32.onnx"
+    onnx.save(_lookup_graph({"words": rng.normal(size=(1500, 8)).astype(np.float32)}), str(fp32))
+    quantize_int8(fp32, tmp_path / "int8.onnx")
+    kinds = {t.name: t.data_type for t in onnx.load(str(tmp_path / "int8.onnx")).graph.initializer}
+    assert kinds == {"words_fp16": TensorProto.FLOAT16}
+    with pytest.raises(ValueError, match="fp32, fp16, int8"):
+        quantize_int8(fp32, tmp_path / "b.onnx", embeddings="bf16")

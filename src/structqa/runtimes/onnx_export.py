@@ -5,7 +5,7 @@ The directory written holds:
 - ``model.onnx``: the fp32 graph (:class:`~structqa.runtimes.graph.SpanGraph`), dynamic batch
   and length axes; ``model.int8.onnx`` with ``--quantize int8`` (onnxruntime's dynamic int8
   quantization of the encoder's matrix products, activations quantized per token, the
-  word-embedding table int8 with a scale per row; the head stays fp32:
+  word-embedding table in fp16; the head stays fp32:
   :func:`structqa.runtimes.quantize.quantize_int8`);
 - the tokenizer, ``structqa_config.json`` (windows, token tags and decoding settings, as in the
   checkpoint), ``encoder_config.json`` and ``metrics.json`` (the tuned no-answer threshold);
@@ -44,7 +44,7 @@ from structqa.models.extractive import ExtractiveQAModel
 from structqa.provenance import INIT_RECORD
 from structqa.runtimes.graph import GraphSignature, SpanGraph, batch_inputs, signature
 from structqa.runtimes.onnx_model import EXPORT_FILE, ONNX_FILES, session
-from structqa.runtimes.quantize import INT8_EMBEDDINGS, PER_TOKEN, quantize_int8
+from structqa.runtimes.quantize import PER_TOKEN, quantize_int8
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ def export_onnx(
             "format": "onnx",
             "files": {
                 p: {"file": f.name, "bytes": sizes[p]}
-                | ({"activations": PER_TOKEN, "embeddings": INT8_EMBEDDINGS} if p == "int8" else {})
+                | ({"activations": PER_TOKEN, "embeddings": "fp16"} if p == "int8" else {})
                 for p, f in files.items()
             },
             "inputs": list(sig.inputs),

@@ -17,10 +17,11 @@ scale becomes 1: onnxruntime's fused integer-product kernel takes per-tensor or 
 scales only, and gave wrong results when handed per-row ones).
 
 The word-embedding table is a lookup (``Gather``), not a product, so ``quantize_dynamic`` leaves
-it fp32: 47 MB of MiniLM's 90. :func:`int8_embeddings` stores it as int8 with one scale per
-row (per token of the vocabulary) and scales the rows a window looks up: the int8 file is then
-about a third of the fp32 one instead of two thirds. Why by hand: onnxruntime's own ``Gather``
-quantization gives the whole table one scale, coarse for rows of very different magnitudes.
+it fp32: 47 MB of MiniLM's 90. :func:`compact_embeddings` stores it as fp16 (the default: 0.02 %
+relative error per row, the int8 file 37 % smaller than with the fp32 table) or int8 with a
+scale per row (0.7 % error: a third of the size again, but it cost 0.5 and 1.0 F1 on 512
+held-out questions, docs/results/runtimes/README.md). Why by hand: onnxruntime's own
+``Gather`` quantization gives the whole table one int8 scale and has no fp16 storage.
 """
 
 from __future__ import annotations
@@ -44,15 +45,15 @@ _CONSTANTS = {
     "per_token_eps": np.array(1e-12, dtype=np.float32),
 }
 _U8_ZERO = "uint8_weight_zero_point"
-#: the fewest rows of a lookup table that :func:`int8_embeddings` stores as int8
+#: the fewest rows of a lookup table that :func:`compact_embeddings` stores compactly
 EMBEDDING_MIN_ROWS = 1024
-#: how an int8 graph holds its word-embedding table (``structqa_export.json``; exports made
-#: before it name none: fp32)
-INT8_EMBEDDINGS = "int8, a scale per row"
+#: how an int8 graph may hold its word-embedding table (``structqa_export.json`` names it;
+#: exports made before it name none: fp32)
+EMBEDDINGS = ("fp32", "fp16", "int8")
 
 
 def quantize_int8(
-    fp32: Path, out: Path, activations: str = PER_TOKEN, embeddings: bool = True
+    fp32: Path, out: Path, activations: str = PER_TOKEN, embeddings: str = "fp16"
 ) -> None:
     """onnxruntime's dynamic int8 quantization of the encoder's weight matrix products: int8
     weights with one scale per output channel, activations quantized per token
@@ -60,13 +61,15 @@ def quantize_int8(
     weight scales cost the quickstart DyREx checkpoint 1.8 F1 on 400 held-out questions,
     per-channel 0.3 (docs/results/runtimes/README.md). The head's products (the learned
     queries, DyREx's decoder, the joint bilinear form) stay fp32: they rank spans and cost
-    little. ``embeddings``: the word-embedding table int8 too (:func:`int8_embeddings`;
-    False: fp32, as exports made before it)."""
+    little. ``embeddings``: how the word-embedding table is held (:data:`EMBEDDINGS`,
+    :func:`compact_embeddings`; fp32: as exports made before it)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     if activations not in ACTIVATIONS:
         raise ValueError(f"activations {activations!r}: one of {', '.join(ACTIVATIONS)}")
+    if embeddings not in EMBEDDINGS:
+        raise ValueError(f"embeddings {embeddings!r}: one of {', '.join(EMBEDDINGS)}")
     head_nodes = [n.name for n in onnx.load(str(fp32)).graph.node if "/head/" in n.name]
     with _quiet_quantizer():
         quantize_dynamic(
@@ -80,8 +83,8 @@ def quantize_int8(
     model = onnx.load(str(out))
     if activations == PER_TOKEN:
         per_token_activations(model)
-    if embeddings:
-        int8_embeddings(model)
+    if embeddings != "fp32":
+        compact_embeddings(model, embeddings)
     onnx.checker.check_model(model)
     onnx.save(model, str(out))
 
@@ -157,13 +160,18 @@ def per_token_activations(model) -> int:
     return len(rescaled)
 
 
-def int8_embeddings(model, min_rows: int = EMBEDDING_MIN_ROWS) -> list[str]:
+def compact_embeddings(
+    model, precision: str = "fp16", min_rows: int = EMBEDDING_MIN_ROWS
+) -> list[str]:
     """Rewrite ``model`` (``onnx.ModelProto``) in place so that every lookup table of at least
-    ``min_rows`` fp32 rows that only a ``Gather`` on its first axis reads is held as int8, each
-    row with its own scale (symmetric: the row's largest magnitude over 127): the lookup
-    becomes ``Gather`` of the int8 rows, ``Cast``, times the ``Gather`` of their scales.
-    Returns the tables rewritten (the vocabulary's; the position and segment tables are small
-    and stay fp32)."""
+    ``min_rows`` fp32 rows that only a ``Gather`` on its first axis reads is held in
+    ``precision``: fp16 (the lookup becomes ``Gather`` of the fp16 rows, then ``Cast``) or
+    int8, each row with its own scale (symmetric: the row's largest magnitude over 127; the
+    lookup becomes ``Gather`` of the int8 rows, ``Cast``, times the ``Gather`` of their
+    scales). Returns the tables rewritten (the vocabulary's; the position and segment tables
+    are small and stay fp32)."""
+    if precision not in ("fp16", "int8"):
+        raise ValueError(f"precision {precision!r}: fp16 or int8")
     from onnx import TensorProto, helper, numpy_helper
 
     graph = model.graph
@@ -186,10 +194,23 @@ def int8_embeddings(model, min_rows: int = EMBEDDING_MIN_ROWS) -> list[str]:
             nodes.append(node)
             continue
         values = numpy_helper.to_array(init)
+        ids, y = node.input[1], node.output[0]
+        if precision == "fp16":
+            graph.initializer.append(
+                numpy_helper.from_array(values.astype(np.float16), table + "_fp16")
+            )
+            nodes += [
+                helper.make_node(
+                    "Gather", [table + "_fp16", ids], [y + "_fp16"], name=node.name + "_fp16"
+                ),
+                helper.make_node("Cast", [y + "_fp16"], [y], to=TensorProto.FLOAT),
+            ]
+            done.append(table)
+            continue
         scale = np.abs(values).max(axis=1, keepdims=True) / 127
         scale[scale == 0] = 1.0  # an all-zero row stays zero
         rows = np.clip(np.round(values / scale), -127, 127).astype(np.int8)
-        q, s, ids, y = table + "_int8", table + "_row_scale", node.input[1], node.output[0]
+        q, s = table + "_int8", table + "_row_scale"
         graph.initializer.extend(
             [numpy_helper.from_array(rows, q), numpy_helper.from_array(scale.astype(np.float32), s)]
         )
