@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from structqa.cli import main
+from structqa.data.readers import read_extractive
 from structqa.documents import DocumentIndex, combine, fuse
 from structqa.documents.ingest import (
     Document,
@@ -344,3 +345,59 @@ def test_fit_fusion_saves_the_weight_that_hybrid_search_uses(
     assert {"bm25 recall@5", "dense recall@5", "hybrid recall@5", "rrf recall@5"} <= set(
         out["test"]
     )
+
+
+def test_evaluate_ask_recall_counts_documents_whatever_the_chunks_read(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """A long document whose chunks all match the questions filled the first ten chunks:
+    recall@10 counted chunks, so it moved with --top-k-chunks and missed a gold passage that
+    was the second document."""
+    from structqa.documents.evaluate import evaluate_open
+
+    mini = shared_data / "fixtures/squad-v1.1-mini.json"
+    (tmp_path / "docs").mkdir()
+    mini_copy = tmp_path / "docs" / "mini.json"
+    mini_copy.write_bytes(mini.read_bytes())
+    words = "Notre Dame Main Building Virgin Mary Lourdes France Zahm models neoprene brother"
+    long = " ".join(f"{words} appear in note {i} of the archive." for i in range(400))
+    (tmp_path / "docs" / "archive.txt").write_text(long, encoding="utf-8")
+    examples = list(read_extractive(mini_copy).examples)
+    with DocumentIndex(tmp_path / "index") as index:
+        index.update([tmp_path / "docs"])
+        chunks = index.search_many([ex.question for ex in examples], 10, "bm25")
+        assert any(all(h.source.endswith("archive.txt") for h in hits) for hits in chunks)
+        recall = {
+            k: evaluate_open(index, None, examples, k, read=False).recall for k in (1, 10, 30)
+        }
+    assert recall[1] == recall[10] == recall[30]
+    assert recall[1]["bm25"][5] == recall[1]["bm25"][10] == 1.0  # 3 documents in all
+
+
+def test_a_long_question_in_the_file_is_cut_not_fatal(
+    shared_data: Path, tmp_path: Path, tiny_trained_run: Path, capsys, caplog
+) -> None:
+    """One question over data.max_query_len tokens stopped evaluate-ask (and fit-no-answer)
+    with "pair N: the question is too long", N a question x chunk pair."""
+    doc = json.loads((shared_data / "fixtures/squad-v1.1-mini.json").read_text())
+    qa = doc["data"][0]["paragraphs"][0]["qas"][0]
+    qa["question"] = "Notre Dame " * 60 + qa["question"]
+    mini = tmp_path / "long.json"
+    mini.write_text(json.dumps(doc), encoding="utf-8")
+    index = tmp_path / "index"
+    assert main(["index", str(mini), "--out", str(index), "--no-progress"]) == 0
+    capsys.readouterr()
+    reader = ["--checkpoint", str(tiny_trained_run / "best"), "--bf16", "off", "--no-progress"]
+    assert main(["evaluate-ask", str(index), "--eval", str(mini), *reader]) == 0
+    assert json.loads(capsys.readouterr().out)["questions"] == 5
+    assert "longer than data.max_query_len" in caplog.text and repr(qa["id"]) in caplog.text
+
+
+@pytest.mark.parametrize("option", ["--max-questions", "--sample"])
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_a_count_of_questions_below_one_is_refused(option: str, value: str, capsys) -> None:
+    """--max-questions -5 sliced the last five questions off, and --sample 0 printed zeros."""
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate-ask", "index", "--eval", "file.json", option, value])
+    assert stop.value.code == 2
+    assert f"{option}: {value}: give 1 or more" in capsys.readouterr().err

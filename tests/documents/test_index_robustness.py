@@ -16,8 +16,10 @@ from test_documents import BEES, VOLCANO, pdf_bytes
 from structqa.cli import main
 from structqa.documents import DocumentIndex
 from structqa.documents import index as index_module
+from structqa.documents.index import READERS_VERSION
 from structqa.documents.ingest import Unreadable, files_under, read_documents
 from structqa.documents.vectors import FaissStore
+from structqa.paths import default_encoder_path
 
 
 @pytest.fixture
@@ -402,3 +404,61 @@ def test_recall_at_k_ranks_k_documents_not_k_chunks(small: Path, tmp_path: Path)
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\tyes\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"qrels.tsv: line 2: the score 'yes' is not a number"):
         read_qrels(qrels)
+
+
+def test_a_chunk_without_a_character_a_model_reads_is_left_out_and_named(
+    small: Path, tmp_path: Path
+) -> None:
+    """Such a chunk (a PDF page of glyphs without Unicode) was indexed, and the reader
+    refused it: every question that retrieved it failed, and the service answered 500."""
+    (small / "glyphs.txt").write_text("\ufffd\ufffd\ufffd \ufffd\ufffd\n", encoding="utf-8")
+    with DocumentIndex(tmp_path / "index") as index:
+        report = index.update([small])
+        assert {h.source for h in index.search("bees volcano", 10, "bm25")} == {
+            str(small / "bees.txt"),
+            str(small / "etna.txt"),
+        }
+        assert len(index) == report.chunks
+    ((path, note),) = report.read.notes
+    assert path.endswith("glyphs.txt") and "1 chunk(s) without a character a model reads" in note
+
+
+def test_an_index_inside_the_folder_it_indexes_is_not_read_as_documents(
+    small: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = small / "index"
+    for _ in range(2):
+        assert main(["index", str(small), "--out", str(out), "--no-progress"]) == 0
+        captured = capsys.readouterr()
+        assert "skipped" not in captured.err and "note" not in captured.err
+    assert "2 files read" not in captured.out and "2 unchanged" in captured.out
+    with DocumentIndex.open(out) as index:  # and through the Python API too
+        assert index.update([small]).unchanged_files == 2
+        assert {h.source for h in index.search("index", 10, "bm25")} <= {
+            str(small / "bees.txt"),
+            str(small / "etna.txt"),
+        }
+
+
+def test_an_index_of_older_readers_is_chunked_again_and_an_encoder_of_another_size_refused(
+    small: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "index"
+    with DocumentIndex(out) as index:
+        index.update([small])
+    meta = json.loads((out / "index.json").read_text())
+    assert meta["readers"] == READERS_VERSION and meta["dimension"] == 384
+    assert meta["encoder"] == str(default_encoder_path())
+    del meta["readers"]  # as an index made before the readers were versioned
+    (out / "index.json").write_text(json.dumps(meta))
+    with DocumentIndex.open(out) as index:
+        report = index.update([small])
+        assert (report.added_files, report.unchanged_files) == (2, 0)
+        assert index.update([small]).unchanged_files == 2  # once only
+    meta["dimension"] = 768
+    (out / "index.json").write_text(json.dumps(meta))
+    with (
+        DocumentIndex.open(out) as index,
+        pytest.raises(ValueError, match="its vectors have 768 dimensions .* this encoder's 384"),
+    ):
+        index.search("bees", 1, "dense")

@@ -173,3 +173,49 @@ def test_a_damaged_qa_file_is_skipped_not_fatal(tmp_path: Path) -> None:
     reasons = dict(report.skipped)
     assert "neither a BEIR corpus nor a SQuAD/MRQA file" in reasons[str(tmp_path / "cut.jsonl.gz")]
     assert "no contexts" in reasons[str(tmp_path / "odd.json")]
+
+
+def test_a_corpus_whose_records_have_no_text_field_is_not_read_as_empty(tmp_path: Path) -> None:
+    """A corpus with the text under another field read as 0 documents, without a word."""
+    body = _jsonl(tmp_path / "corpus.jsonl", [{"_id": "d1", "body": "Alpha beta."}] * 3)
+    docs, report = _read([body])
+    assert not docs
+    ((_, why),) = report.skipped
+    assert "no record has a title or a text" in why and "_id, body" in why
+    (tmp_path / "mixed").mkdir()
+    mixed = _jsonl(
+        tmp_path / "mixed" / "corpus.jsonl",
+        [{"_id": "d1", "text": "Bees dance."}, {"_id": "d2", "body": "Alpha."}],
+    )
+    docs, report = _read([mixed])
+    assert len(docs["corpus.jsonl"]) == 1
+    ((_, note),) = report.notes
+    assert "1 record(s) with neither a title nor a text, skipped (the first on line 2)" in note
+
+
+@pytest.mark.parametrize(
+    ("meta", "encoding"),
+    [
+        ('<meta charset="shift_jis">', "shift_jis"),
+        ('<meta http-equiv="Content-Type" content="text/html; charset=GBK">', "gbk"),
+        ("<meta charset=iso-8859-1>", "cp1252"),
+    ],
+)
+def test_an_html_page_is_read_in_the_charset_it_declares(
+    tmp_path: Path, meta: str, encoding: str
+) -> None:
+    words = {"shift_jis": "東京の人口", "gbk": "北京的人口", "cp1252": "Café – “naïve”"}
+    page = tmp_path / "page.html"
+    page.write_bytes(
+        f"<html><head>{meta}</head><body><p>{words[encoding]}</p></body></html>".encode(encoding)
+    )
+    docs, report = _read([page])
+    assert docs["page.html"][0].text == words[encoding]
+    assert not report.notes
+
+
+def test_a_page_declaring_utf16_without_its_mark_is_read_as_utf8(tmp_path: Path) -> None:
+    page = tmp_path / "page.html"
+    page.write_bytes('<meta charset="utf-16"><p>Zürich</p>'.encode())
+    docs, _ = _read([page])
+    assert docs["page.html"][0].text == "Zürich"

@@ -120,6 +120,20 @@ def test_fit_no_answer_is_saved_for_its_reader_and_used(
         )
     assert reply["no_answer"] == want.no_answer
     assert [a["text"] for a in reply["answers"]] == [a.text for a in want.answers[:5]]
+    # the Python API decides as the command does by default: with the index's fit for this
+    # reader (here one that abstains on everything), and with none for another depth
+    from dataclasses import replace
+
+    from structqa.documents.no_answer import save
+
+    save(index, replace(fitted, threshold=2.0))  # above any rank score
+    assert main(ask) == 0
+    assert json.loads(capsys.readouterr().out)["no_answer"]
+    with DocumentIndex.open(index) as ix:
+        (fit_used,) = ask_index(ix, predictor, ["Who painted the moon?"], 2)
+        (passage,) = ask_index(ix, predictor, ["Who painted the moon?"], 2, set_threshold=None)
+        (deeper,) = ask_index(ix, predictor, ["Who painted the moon?"], 3)
+    assert fit_used.no_answer and not passage.no_answer and not deeper.no_answer
 
 
 def _hit(chunk_id: int, text: str) -> Hit:

@@ -66,12 +66,26 @@ def command(sub: Any, name: str, text: str, **kw: Any) -> argparse.ArgumentParse
     )
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of 1 or more (a count of questions: 0 scored nothing
+    and a negative one sliced the last questions off)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: give 1 or more")
+    return value
+
+
 def add_sample_arguments(
     parser: Any, option: str, seed_option: str, help: str, seed: int = 0, group: Any = None
 ) -> None:
     """``option N`` (on ``group`` where given, e.g. a mutually exclusive one, else on
     ``parser``) with ``seed_option``, the seed that draws those N questions."""
-    (group or parser).add_argument(option, type=int, metavar="N", help=help)
+    (group or parser).add_argument(option, type=positive_int, metavar="N", help=help)
     parser.add_argument(seed_option, type=int, default=seed, help=f"draws the {option} questions")
 
 

@@ -17,6 +17,7 @@ from structqa.commands.common import (
     add_sample_arguments,
     answering_predictor,
     command,
+    positive_int,
 )
 from structqa.documents.index import RETRIEVERS
 from structqa.io import write_json
@@ -47,8 +48,9 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
     from structqa.documents import DocumentIndex
     from structqa.documents.ingest import files_under
 
-    # read before the index folder is made: a PATH that does not exist stops the run first
-    files = files_under(args.paths)
+    # read before the index folder is made: a PATH that does not exist stops the run first;
+    # the index itself is left out where it is built inside a folder it indexes
+    files = files_under(args.paths, exclude=[args.out])
     with (
         DocumentIndex(args.out, store=args.store) as index,
         Progress(disable=args.no_progress, transient=True) as bar,
@@ -219,7 +221,10 @@ def _read_both(index, reader, examples, top_k: int, retriever: str, progress: bo
     from rich.progress import Progress
 
     from structqa.documents.ask import ranked
+    from structqa.features.squad import cut_questions
 
+    # a long question is cut once, as `evaluate` cuts a file's (refused, it stopped the fit)
+    examples = cut_questions(examples, reader.tokenizer, reader.features.max_query_len)
     forced, passage = [], []
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("asking", total=len(examples))
@@ -436,7 +441,7 @@ def add_parser(sub) -> None:
     ea = command(sub, "evaluate-ask", _EVALUATE_ASK_TEXT)
     ea.add_argument("index")
     ea.add_argument("--eval", required=True, help="SQuAD/MRQA file of questions")
-    ea.add_argument("--max-questions", type=int, help="the first N questions only")
+    ea.add_argument("--max-questions", type=positive_int, help="the first N questions only")
     add_sample_arguments(
         ea,
         "--sample",
@@ -460,7 +465,7 @@ def add_parser(sub) -> None:
 
     fn = command(sub, "fit-no-answer", _FIT_NO_ANSWER_TEXT)
     _fit_arguments(fn, "SQuAD 2.0 JSON", "scored at the fitted threshold", "the fit and scores")
-    fn.add_argument("--max-questions", type=int, help="the first N questions of each file")
+    fn.add_argument("--max-questions", type=positive_int, help="the first N questions of each file")
     _add_reader_arguments(fn)
     fn.set_defaults(func=cmd_fit_no_answer, whole_words=None)
 

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from structqa.documents.index import DocumentIndex, Hit
+from structqa.documents.no_answer import decide, for_reader, set_score
 from structqa.prediction import Answer, Predictor
+
+__all__ = ["FITTED", "AskResult", "SourcedAnswer", "ask", "decide", "merged", "ranked", "set_score"]
+
+#: ``ask``'s default no-answer decision: the index's set-level fit (``structqa fit-no-answer``)
+#: where it was made for this reader, retriever and depth, else the reader's passage threshold
+FITTED = "fitted"
 
 #: how much a chunk's retrieval rank discounts its answer: a reader trained on single passages
 #: is as sure of a distractor chunk's span as of the right one's, and the retriever's order is
@@ -84,14 +91,21 @@ def ask(
     min_probability: float = 0.0,
     forced: bool = False,
     rank_decay: float = RANK_DECAY,
-    set_threshold: float | None = None,
+    set_threshold: float | str | None = FITTED,
 ) -> list[AskResult]:
     """Each question answered from its ``top_k_chunks`` retrieved chunks (one batched reading
     pass for all of them), answers ranked by their rank score, best first. ``forced``: every
     chunk's best span counts, even below the no-answer threshold (to score answers as SQuAD
     1.1 does, without abstention). ``set_threshold``: one no-answer decision over the whole
     retrieved set instead (:mod:`structqa.documents.no_answer`): every chunk's best span
-    counts, and the question has no answer where the best rank score falls below it."""
+    counts, and the question has no answer where the best rank score falls below it. By
+    default (:data:`FITTED`) the index's own fit where it was made for this reader
+    (``predictor.checkpoint``), retriever and ``top_k_chunks``, as ``structqa ask`` and the
+    service decide; None: each chunk's passage threshold."""
+    if set_threshold == FITTED:
+        set_threshold = _fitted_threshold(index, predictor, retriever, top_k_chunks)
+    if isinstance(set_threshold, str):
+        raise ValueError(f"set_threshold {set_threshold!r}: a number, {FITTED!r} or None")
     retrieved = index.search_many(list(questions), top_k_chunks, retriever)
     pairs = [(q, h.text) for q, hits in zip(questions, retrieved, strict=True) for h in hits]
     read = iter(predictor.predict_batch(pairs) if pairs else [])
@@ -105,17 +119,13 @@ def ask(
     return [decide(r, set_threshold) for r in results]
 
 
-def set_score(result: AskResult) -> float:
-    """The question's best rank score over the retrieved chunks (0 with none)."""
-    return result.answers[0].rank_score if result.answers else 0.0
-
-
-def decide(result: AskResult, threshold: float) -> AskResult:
-    """``result`` (read with every chunk's best span, ``forced``) with no answer where its best
-    rank score falls below ``threshold``."""
-    if set_score(result) >= threshold:
-        return result
-    return AskResult(result.question, [], result.hits)
+def _fitted_threshold(
+    index: DocumentIndex, predictor: Predictor, retriever: str, top_k_chunks: int
+) -> float | None:
+    if predictor.checkpoint is None:  # (an export loaded alone: no reader to match a fit to)
+        return None
+    fitted = for_reader(index.directory, predictor.checkpoint, retriever, top_k_chunks)
+    return None if fitted is None else fitted.threshold
 
 
 def ranked(

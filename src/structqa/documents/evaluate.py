@@ -16,6 +16,8 @@ from structqa.data.records import Example
 from structqa.documents.ask import ask
 from structqa.documents.index import RETRIEVERS, DocumentIndex
 from structqa.documents.ingest import context_key
+from structqa.documents.metrics import ranked_documents
+from structqa.features.squad import cut_questions
 from structqa.metrics.squad import exact_match, f1_v1
 from structqa.prediction import Predictor
 
@@ -49,7 +51,7 @@ def check_passages_indexed(index: DocumentIndex, examples: Sequence[Example], so
 
 def gold_found(ranked_doc_ids: Sequence[str], example: Example, k: int) -> bool:
     """Whether the example's passage is among the first ``k`` documents of a ranking of
-    chunks' document ids (best first; a document counts once, at its best chunk)."""
+    document ids (best first; a document counts once, at its first place)."""
     key = "#" + context_key(example.context)
     return any(d.endswith(key) for d in list(dict.fromkeys(ranked_doc_ids))[:k])
 
@@ -97,28 +99,43 @@ def evaluate_open(
     None; the EM/F1 are then 0). ``gold_answers`` (question id -> text): the same reader's
     answers on the gold passages, saved before, in place of reading them again. ``source``
     names the questions' file in the error when none of their passages is indexed."""
-    examples = [ex for ex in examples if ex.gold_texts]
+    answerable = [ex for ex in examples if ex.gold_texts]
+    if len(answerable) < len(examples):
+        log.warning(
+            "%s: %d of %d questions have no answer and are left out: the scores are over the "
+            "%d answerable ones (fit-no-answer is what weighs abstaining)",
+            source,
+            len(examples) - len(answerable),
+            len(examples),
+            len(answerable),
+        )
+    examples = answerable
     check_passages_indexed(index, examples, source)
-    depth = max(top_k_chunks, *RECALL_AT)
+    if read and reader is not None:  # cut once, as `evaluate` cuts a file's long questions
+        examples = cut_questions(examples, reader.tokenizer, reader.features.max_query_len)
     found = {r: {k: 0 for k in RECALL_AT} for r in RETRIEVERS}
     open_em = open_f1 = gold_em = gold_f1 = 0.0
+    empty_saved = 0
     for start in range(0, len(examples), batch):
         part = examples[start : start + batch]
         questions = [ex.question for ex in part]
         for name in RETRIEVERS:
-            deep = index.search_many(questions, depth, name)
-            for ex, hits in zip(part, deep, strict=True):
-                docs = [h.doc_id for h in hits]
+            # documents, not chunks: a long document's chunks once filled the first ten
+            ranked = ranked_documents(index, questions, max(RECALL_AT), name)
+            for ex, docs in zip(part, ranked, strict=True):
                 for k in RECALL_AT:
                     found[name][k] += gold_found(docs, ex, k)
         if not read:
             continue
-        results = ask(index, reader, questions, top_k_chunks, retriever, forced=True)
+        results = ask(
+            index, reader, questions, top_k_chunks, retriever, forced=True, set_threshold=None
+        )
         if gold_answers is None:
             read_gold = reader.predict_batch([(ex.question, ex.context) for ex in part])
             gold = [g.text or (g.nbest[0].text if g.nbest else "") for g in read_gold]
         else:
             gold = [_saved_answer(gold_answers, ex) for ex in part]
+            empty_saved += sum(not g for g in gold)
         for ex, result, gold_text in zip(part, results, gold, strict=True):
             best = result.answers[0].text if result.answers else ""
             golds = list(ex.gold_texts)
@@ -128,6 +145,12 @@ def evaluate_open(
             gold_f1 += max(f1_v1(gold_text, t) for t in golds)
         if progress is not None:
             progress(min(start + batch, len(examples)), len(examples))
+    if empty_saved:
+        log.warning(
+            "%d of the saved gold-passage answers are empty (the reader abstained there): they "
+            "score 0, where reading the gold passages (no --gold-answers) takes the best span",
+            empty_saved,
+        )
     n = max(len(examples), 1)
     return OpenScores(
         len(examples),

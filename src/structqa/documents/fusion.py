@@ -35,11 +35,20 @@ class FusionFit:
 
     def summary(self) -> str:
         at = self.recall_at_5
+        others = [
+            f"{what} {at[key]:.3f}"
+            for what, key in (
+                (f"default {BM25_WEIGHT}:", str(BM25_WEIGHT)),
+                ("BM25 alone", "1.0"),
+                ("dense alone", "0.0"),
+            )
+            if key in at  # (a grid of the caller's may hold none of them)
+        ]
         return (
             f"BM25 weight {self.bm25_weight} (recall@{RECALL_K} {at[str(self.bm25_weight)]:.3f} "
-            f"on the {self.questions} answerable questions of {self.fitted_on}; default "
-            f"{BM25_WEIGHT}: "
-            f"{at[str(BM25_WEIGHT)]:.3f}, BM25 alone {at['1.0']:.3f}, dense alone {at['0.0']:.3f})"
+            f"on the {self.questions} answerable questions of {self.fitted_on}"
+            + (f"; {', '.join(others)}" if others else "")
+            + ")"
         )
 
 

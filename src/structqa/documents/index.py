@@ -32,18 +32,22 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from structqa.data.hygiene import has_readable_text
 from structqa.documents.ingest import (
+    Chunk,
     ReadReport,
     chunk_document,
-    file_sha256,
     files_under,
     read_all,
     reader_kind,
 )
 from structqa.documents.vectors import COLLECTION, VectorStore, open_store
+from structqa.io import write_text
+from structqa.manifest import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,11 @@ FUSION_FILE = "fusion.json"  # {"bm25_weight": w, ...}: written by `structqa fit
 ENCODER_TOKENS = 256  # all-MiniLM-L6-v2's limit; chunks are cut to fit it
 CHUNK_TOKENS = ENCODER_TOKENS - 2  # [CLS] and [SEP]
 INDEX_FILE = "index.json"
+#: what ``index.json`` records of how the chunks were made: an index whose readers were older
+#: (a smaller number, or none recorded: 1) has every file read and chunked again by its next
+#: update, so that fixes to the readers reach it. 2: chunks without a character a model reads
+#: are left out
+READERS_VERSION = 2
 # present while an update writes its stores (a Qdrant index's: from its start; a faiss
 # index's: from its database commit on): the database and the vectors are two stores, so an
 # update stopped between their writes (Ctrl-C, a crash) leaves them apart; the next update
@@ -128,6 +137,7 @@ class DocumentIndex:
                 "index to move them"
             )
         self.store_spec = store or recorded or "faiss"
+        self.recorded = json.loads(meta.read_text()) if meta.is_file() else {}
         self.db = sqlite3.connect(self.directory / "chunks.sqlite")
         self.db.executescript(_SCHEMA)
         self.collection = self._collection(meta)
@@ -164,10 +174,26 @@ class DocumentIndex:
         return name
 
     @property
-    def encoder(self):
+    def encoder(self) -> Any:
         if self._encoder is None:
-            self._encoder = _encoder()
+            encoder = _encoder()
+            self._check_dimension(encoder)
+            self._encoder = encoder
         return self._encoder
+
+    def _check_dimension(self, encoder: Any) -> None:
+        """Refuse an encoder whose vectors are not the size of the index's (faiss failed
+        with a bare assertion)."""
+        wanted = self.recorded.get("dimension")
+        if wanted is None:
+            return
+        got = int(encoder(["dimension"]).shape[1])
+        if got != wanted:
+            raise ValueError(
+                f"{self.directory}: its vectors have {wanted} dimensions "
+                f"({self.recorded.get('encoder', 'another encoder')}), this encoder's {got}; "
+                "build the index again with this encoder (`structqa index FOLDER --out NEW`)"
+            )
 
     @property
     def dense(self) -> VectorStore:
@@ -263,7 +289,7 @@ class DocumentIndex:
         # leaves both as they were: nothing to redo; a first build is marked throughout)
         apart_from_start = self.store_spec != "faiss" or not (self.directory / INDEX_FILE).is_file()
         if apart_from_start:
-            _write_atomic(updating, "an update is writing this index\n")
+            write_text(updating, "an update is writing this index\n")
         known = dict(self.db.execute("select path, sha256 from files"))
         present = {str(f) for f in files}
         gone: dict[str, list[str]] = {}  # content hash -> the paths no longer given
@@ -271,13 +297,20 @@ class DocumentIndex:
             if path not in present:
                 gone.setdefault(digest, []).append(path)
         todo = []
+        stale = self.recorded.get("readers", 1) < READERS_VERSION and bool(known)
+        if stale:
+            log.warning(
+                "%s: made by older document readers; every file is read, chunked and embedded "
+                "again (this once)",
+                self.directory,
+            )
         for f in files:
             try:
                 digest = file_sha256(f)
             except OSError as err:
                 report.read.skipped.append((str(f), f"cannot be read ({err})"))
                 continue
-            if known.get(str(f)) == digest:
+            if known.get(str(f)) == digest and not stale:
                 report.unchanged_files += 1
             elif str(f) not in known and (was := _moved_from(gone.get(digest, []), f)):
                 self._move(was, str(f))  # moved, or typed from elsewhere: the same reader
@@ -290,11 +323,18 @@ class DocumentIndex:
         count, digests = self._count_tokens, dict(todo)
         chunked = []  # (file, its chunk rows): every new file read and cut first ...
         for path, docs in read_all([f for f, _ in todo], report.read):
-            rows = [
-                (str(path), doc.doc_id, doc.title, c.start, c.end, c.page, c.text)
-                for doc in docs
-                for c in chunk_document(doc, count, CHUNK_TOKENS)
-            ]
+            rows, unreadable = [], []
+            for doc in docs:
+                for c in chunk_document(doc, count, CHUNK_TOKENS):
+                    # (a PDF page of glyphs without Unicode: the reader refuses such a text,
+                    # and every question that retrieved it failed)
+                    row = (str(path), doc.doc_id, doc.title, c.start, c.end, c.page, c.text)
+                    if has_readable_text(c.text):
+                        rows.append(row)
+                    else:
+                        unreadable.append(c)
+            if unreadable:
+                report.read.notes.append((str(path), _unreadable_note(unreadable)))
             chunked.append((path, rows))
         report.read.skipped = [  # a changed file that no longer reads keeps its old text
             (f, f"{why}; the version indexed earlier is kept" if f in known else why)
@@ -315,21 +355,24 @@ class DocumentIndex:
             self.db.execute("insert or replace into files values (?, ?)", known_now)
             report.added_files += 1
         if not apart_from_start:
-            _write_atomic(updating, "an update is writing this index\n")
+            write_text(updating, "an update is writing this index\n")
         self.db.commit()
         dense.save()
         self._build_bm25()
         report.chunks = len(self)
         report.seconds = time.perf_counter() - t0
         meta = {
-            "encoder": "all-MiniLM-L6-v2 (the default encoder as shipped)",
+            "encoder": _encoder_name(self.encoder),
+            "dimension": self._dim(),
+            "readers": READERS_VERSION,
             "store": self.store_spec,
             "collection": self.collection if self.store_spec != "faiss" else None,
             "chunk_tokens": CHUNK_TOKENS,
             "chunks": report.chunks,
             "files": self.db.execute("select count(*) from files").fetchone()[0],
         }
-        _write_atomic(self.directory / INDEX_FILE, json.dumps(meta, indent=2))
+        write_text(self.directory / INDEX_FILE, json.dumps(meta, indent=2))
+        self.recorded = meta
         updating.unlink()  # every store written: the index is whole again
         return report
 
@@ -463,7 +506,12 @@ class DocumentIndex:
                 [i for i, _ in ranked],
             )
         }
-        return [Hit(*rows[i][:7], rows[i][7], score) for i, score in ranked if i in rows]
+        # (an index built before such chunks were left out may hold chunks a reader refuses)
+        return [
+            Hit(*rows[i][:7], rows[i][7], score)
+            for i, score in ranked
+            if i in rows and has_readable_text(rows[i][7])
+        ]
 
     def doc_ids(self, chunk_ids: Sequence[int]) -> dict[int, str]:
         """The document id of each chunk id (those in the index)."""
@@ -533,7 +581,17 @@ def _stemmer():
     return Stemmer.Stemmer("english").stemWords
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+def _encoder_name(encoder: Any) -> str:
+    """The encoder's folder (by default the shipped all-MiniLM-L6-v2's), else its type."""
+    path = getattr(encoder, "path", None)
+    return str(path) if path else type(encoder).__name__
+
+
+def _unreadable_note(chunks: Sequence[Chunk]) -> str:
+    where = sorted({c.page for c in chunks if c.page is not None})
+    pages = f" (page {', '.join(map(str, where[:10]))}{' ...' if len(where) > 10 else ''})"
+    return (
+        f"{len(chunks)} chunk(s) without a character a model reads left out{pages if where else ''}"
+        ": a PDF's glyphs with no Unicode text, or only symbols; save such pages as text to "
+        "index them"
+    )

@@ -23,6 +23,7 @@ import gzip
 import hashlib
 import html.parser
 import json
+import logging
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,6 +33,11 @@ from pathlib import Path
 from structqa.data.hygiene import text_problem
 from structqa.text.spans import pieces
 
+log = logging.getLogger(__name__)
+
+#: the files that make a folder a document index (:mod:`structqa.documents.index`): never
+#: read as documents, also where the index was built inside the folder it indexes
+INDEX_MARKERS = ("index.json", "chunks.sqlite")
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
 HTML_SUFFIXES = (".html", ".htm")
 QA_SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".json.gz")
@@ -95,20 +101,24 @@ class Unreadable(ValueError):
     """A file that cannot be read as a document, and why."""
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def files_under(paths: Sequence[str | Path]) -> list[Path]:
+def files_under(paths: Sequence[str | Path], exclude: Sequence[str | Path] = ()) -> list[Path]:
     """Every file under ``paths`` (folders recursively, hidden ones left out), sorted; a file
-    reached through two of the paths (``docs docs/a.txt``) is listed once."""
+    reached through two of the paths (``docs docs/a.txt``) is listed once. Left out of a
+    folder: the folders ``exclude`` names and every document index in it (an index built
+    inside the folder it indexes once read its own files as documents on every update)."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
+            skipped = {Path(x).resolve() for x in exclude} | _indexes_under(p)
+            for d in sorted(skipped):
+                if d.is_relative_to(p.resolve()):
+                    log.info("%s: left out, a document index and not documents", d)
             out += [
                 f
                 for f in sorted(p.rglob("*"))
-                if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+                if f.is_file()
+                and not any(part.startswith(".") for part in f.relative_to(p).parts)
+                and not any(f.resolve().is_relative_to(d) for d in skipped)
             ]
         elif p.is_file():
             out.append(p)
@@ -121,6 +131,11 @@ def files_under(paths: Sequence[str | Path]) -> list[Path]:
             seen.add(real)
             unique.append(f)
     return unique
+
+
+def _indexes_under(folder: Path) -> set[Path]:
+    marker, other = INDEX_MARKERS
+    return {f.parent.resolve() for f in folder.rglob(marker) if (f.parent / other).is_file()}
 
 
 def reader_kind(path: str | Path) -> str:
@@ -144,7 +159,7 @@ def read_documents(path: Path, notes: list[str] | None = None) -> list[Document]
     if kind == "pdf":
         return [_pdf(path)]
     if kind == "html":
-        return [_one(path, _html_text(_checked(_decode(path, notes))))]
+        return [_one(path, _html_text(_checked(_decode(path, notes, html=True))))]
     if kind == "text":
         return [_one(path, _checked(_decode(path, notes)))]
     if kind == "qa":
@@ -168,7 +183,9 @@ def _one(path: Path, text: str) -> Document:
     return Document(str(path), str(path), path.stem, text)
 
 
-def _decode(path: Path, notes: list[str] | None) -> str:
+def _decode(path: Path, notes: list[str] | None, html: bool = False) -> str:
+    """A text file's text: by its byte-order mark, else (``html``) the charset its page
+    declares, else UTF-8, mended UTF-8, cp1252 or Latin-1, each fallback noted."""
     data = path.read_bytes()
     if not data.strip():
         raise Unreadable("empty file")
@@ -194,6 +211,13 @@ def _decode(path: Path, notes: list[str] | None) -> str:
             return text
     if b"\x00" in data[:4096]:
         raise Unreadable("binary content (NUL bytes), not text")
+    declared = _declared_charset(data) if html else None
+    if declared is not None and declared != "utf-8":
+        try:
+            return data.decode(declared)
+        except UnicodeDecodeError as err:
+            if notes is not None:
+                notes.append(f"declares {declared} but is not ({err.reason} at byte {err.start})")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -218,6 +242,29 @@ def _decode(path: Path, notes: list[str] | None) -> str:
         return text
     said.append("not UTF-8 nor cp1252; read as Latin-1 (ISO 8859-1), which reads any byte")
     return data.decode("latin-1")
+
+
+_META_CHARSET = re.compile(
+    rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE
+)
+
+
+def _declared_charset(data: bytes) -> str | None:
+    """The Python codec of the charset an HTML page declares in a ``<meta>`` of its first
+    2 KiB (``charset=`` or ``http-equiv`` content), or None. As browsers do (WHATWG), a page
+    declaring Latin-1 or ASCII is read as cp1252, their superset, and one declaring UTF-16 or
+    UTF-32 without their byte-order mark as UTF-8 (a page that could be read this far as
+    bytes of ASCII is not UTF-16)."""
+    found = _META_CHARSET.search(data[:2048])
+    if found is None:
+        return None
+    try:
+        name = codecs.lookup(found.group(1).decode("ascii")).name
+    except LookupError:
+        return None
+    if name.startswith(("utf-16", "utf-32")):
+        return "utf-8"
+    return "cp1252" if name in ("latin-1", "iso8859-1", "ascii") else name
 
 
 class _TextOf(html.parser.HTMLParser):
@@ -395,6 +442,8 @@ def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[
     line in a corpus of thousands once lost the whole file), a file with none is unreadable."""
     docs: list[Document] = []
     bad: list[int] = []
+    empty: list[int] = []  # records with neither a title nor a text
+    fields: set[str] = set()
     first_error = ""
     lineno = 0
     try:
@@ -404,6 +453,8 @@ def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[
                     continue
                 try:
                     rec = json.loads(line)
+                    if isinstance(rec, dict):
+                        fields.update(map(str, rec))
                     doc_id, text, title = str(rec["_id"]), _field(rec, "text"), _field(rec, "title")
                     for name, value in (("title", title), ("text", text)):
                         if (problem := text_problem(value)) is not None:
@@ -415,6 +466,8 @@ def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[
                 full = "\n\n".join(part for part in (title, text) if part.strip())
                 if full.strip():
                     docs.append(Document(doc_id, str(path), title, full))
+                else:
+                    empty.append(lineno)
     # damage past the part read to recognise the format: a truncated .gz, bytes not UTF-8
     except (OSError, EOFError, UnicodeDecodeError) as err:
         raise Unreadable(
@@ -423,6 +476,16 @@ def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[
         ) from None
     if bad and not docs:
         raise Unreadable(f"no line is a corpus record ({first_error})")
+    if empty and not docs:
+        raise Unreadable(
+            f"no record has a title or a text ({len(empty)} records with the fields "
+            f"{', '.join(sorted(fields)[:12])}); a BEIR corpus record needs _id and text"
+        )
+    if empty and notes is not None:
+        notes.append(
+            f"{len(empty)} record(s) with neither a title nor a text, skipped (the first on "
+            f"line {empty[0]})"
+        )
     if bad and notes is not None:
         shown = ", ".join(map(str, bad[:10])) + (
             f" and {len(bad) - 10} more" if len(bad) > 10 else ""

@@ -20,11 +20,14 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from structqa.data.records import Example
-from structqa.documents.ask import AskResult, decide, set_score
+
+if TYPE_CHECKING:
+    from structqa.documents.ask import AskResult
 from structqa.io import write_json
 from structqa.metrics.squad import f1_v1
 
@@ -72,6 +75,19 @@ class SetThreshold:
         if same and retriever == "hybrid" and fitted_weight is not None and bm25_weight is not None:
             same = abs(fitted_weight - bm25_weight) < 1e-9
         return same
+
+
+def set_score(result: AskResult) -> float:
+    """The question's best rank score over the retrieved chunks (0 with none)."""
+    return result.answers[0].rank_score if result.answers else 0.0
+
+
+def decide(result: AskResult, threshold: float) -> AskResult:
+    """``result`` (read with every chunk's best span, ``forced``) with no answer where its best
+    rank score falls below ``threshold``."""
+    if set_score(result) >= threshold:
+        return result
+    return replace(result, answers=[])
 
 
 def question_f1(result: AskResult, example: Example) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -126,6 +126,22 @@ def _truncate_questions(
             cut_at.append(i)
         out.append(q)
     return out, cut_at
+
+
+def cut_questions(examples: Sequence[Example], tokenizer, max_query_len: int) -> list[Example]:
+    """``examples`` with every question longer than ``max_query_len`` tokens cut to it, and
+    warned about by id: a file's questions asked of many passages (``evaluate-ask``), each
+    question cut once, as ``evaluate`` cuts it, rather than refused pair by pair."""
+    questions, cut_at = _truncate_questions(
+        [ex.question for ex in examples], tokenizer, max_query_len
+    )
+    report = FeatureReport()
+    report.truncated_questions = len(cut_at)
+    report.truncated_ids = [examples[i].id for i in cut_at[:_NAMED_TRUNCATIONS]]
+    _warn_truncated(report, len(examples), max_query_len)
+    cut = set(cut_at)
+    pairs = enumerate(zip(examples, questions, strict=True))
+    return [replace(ex, question=q) if i in cut else ex for i, (ex, q) in pairs]
 
 
 def _warn_truncated(report: FeatureReport, total: int, limit: int) -> None:

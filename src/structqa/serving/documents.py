@@ -94,9 +94,7 @@ class DocumentService:
     """An open index on a thread of its own, reopened when `structqa index`, `fit-fusion` or
     `fit-no-answer` has changed it on disk (checked at each request: a few file stats)."""
 
-    def __init__(
-        self, directory: str | Path, reader: str | Path | None = None, top_k_chunks: int = 10
-    ) -> None:
+    def __init__(self, directory: str | Path, reader: str | Path | None = None) -> None:
         self.directory = Path(directory)
         self.reader = reader
         self.fitted = self._fit()
