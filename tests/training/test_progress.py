@@ -45,3 +45,33 @@ def test_other_processes_are_silent_and_modes_are_checked(caplog):
 def test_durations_read_as_minutes_then_hours():
     assert format_duration(59) == "1 min" and format_duration(61 * 60) == "1 h 01 min"
     assert format_duration(3 * 3600 + 25 * 60) == "3 h 25 min"
+
+
+def test_a_counted_job_logs_its_share_done_and_the_end(caplog):
+    from structqa.training.progress import counted
+
+    caplog.set_level(logging.INFO, logger="structqa.training")
+    with counted(2400, "lines", "scoring", "windows") as advance:
+        for _ in range(3):
+            advance(800)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[-1].startswith("scoring: 2,400/2,400 windows (100.0%), ")
+    assert "left" not in lines[-1]
+    with counted(10, "off", "scoring", "windows") as advance:
+        advance(10)
+    assert len(caplog.records) == len(lines)
+    with pytest.raises(ValueError, match="bar, lines or off"), counted(1, "loud", "x", "y"):
+        pass
+
+
+def test_evaluate_logs_its_progress_for_a_log_file(tiny_trained_run, shared_data, tmp_path, caplog):
+    from structqa.cli import main
+
+    caplog.set_level(logging.INFO, logger="structqa.training")
+    mini = str(shared_data / "fixtures/squad-v1.1-mini.json")
+    args = ["evaluate", str(tiny_trained_run / "best"), "--eval", mini, "--no-progress"]
+    assert main([*args, "--bf16", "off", "--out", str(tmp_path / "ev")]) == 0
+    assert any(
+        r.getMessage().startswith("scoring: ") and "windows (100.0%)" in r.getMessage()
+        for r in caplog.records
+    )

@@ -23,7 +23,15 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     runtime = args.runtime or default_runtime(args.checkpoint)
     out = Path(args.out or Path(args.checkpoint) / "eval")
     metrics = evaluate_checkpoint(
-        args.checkpoint, args.eval, out, runtime, args.bf16, extra, args.data, args.eval_size
+        args.checkpoint,
+        args.eval,
+        out,
+        runtime,
+        args.bf16,
+        extra,
+        args.data,
+        args.eval_size,
+        progress="lines" if args.no_progress else "bar",
     )
     print(f"runtime {metrics.pop('runtime')}", file=sys.stderr)
     print(json.dumps(metrics, indent=2))
@@ -42,7 +50,7 @@ null_odds.json and metrics.json.
 
 
 def add_parser(subparsers) -> None:
-    from structqa.commands.common import add_runtime_argument
+    from structqa.commands.common import add_no_progress_argument, add_runtime_argument
 
     e = command(
         subparsers,
@@ -59,6 +67,7 @@ def add_parser(subparsers) -> None:
     e.add_argument("--eval-size", type=int, help="score only the first N questions")
     e.add_argument("--out", help="output directory (default CHECKPOINT/eval)")
     add_bf16_argument(e)
+    add_no_progress_argument(e)
     add_runtime_argument(
         e, default=None, note="; default: torch for a checkpoint, the graph for an export"
     )

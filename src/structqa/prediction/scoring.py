@@ -40,10 +40,12 @@ def evaluate_checkpoint(
     overrides: Sequence[str] = (),
     data_dir: str | None = None,
     eval_size: int | None = None,
+    progress: str = "off",
 ) -> dict[str, Any]:
     """Score ``checkpoint`` on ``eval_file`` (else its config's data.eval) and write
     predictions, n-best, null odds, metrics and the reliability picture to ``out``; return
-    the metrics (with ``runtime``, the runtime that answered)."""
+    the metrics (with ``runtime``, the runtime that answered). ``progress``: bar, lines or
+    off, over the windows scored."""
     loaded = load(checkpoint, runtime or default_runtime(checkpoint), bf16=bf16)
     model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
     device = default_device() if loaded.choice.onnx_dir is None else torch.device("cpu")
@@ -81,7 +83,7 @@ def evaluate_checkpoint(
     if rescore is not None:
         log.info("null odds re-scored by the calibration's answerability verifier")
     result, examples, v2 = score_file(
-        model, tokenizer, cfg, eval_file, precision, device, threshold, rescore
+        model, tokenizer, cfg, eval_file, precision, device, threshold, rescore, progress
     )
     log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
     result.metrics.update(calibration_report(result, examples, v2, calibrator, out))

@@ -26,6 +26,7 @@ from structqa.evaluation import EvalResult, Rescore, evaluate_model, write_outpu
 from structqa.features.squad import featurize
 from structqa.runtime import default_device, use_bf16
 from structqa.training.data import feature_config, load_eval_examples
+from structqa.training.progress import counted
 
 log = logging.getLogger(__name__)
 
@@ -42,27 +43,31 @@ def score_file(
     device: torch.device,
     null_threshold: float | None = None,
     rescore: Rescore | None = None,
+    progress: str = "off",
 ) -> tuple[EvalResult, Sequence[Example], bool]:
     """Every question of ``path`` (else ``cfg.data.eval``; ``data.eval_size`` cuts it)
     answered by ``model`` on ``device`` and scored (SQuAD v1.1, or v2.0 when the file has
     unanswerable questions; returned with the questions and that choice). ``rescore`` (v2.0
-    only) gives the null odds the threshold was fitted on."""
+    only) gives the null odds the threshold was fitted on. ``progress``: bar, lines or off
+    (:func:`structqa.training.progress.counted`, over the windows scored)."""
     examples, v2 = load_eval_examples(cfg, path)
     features, rep = featurize(examples, tokenizer, feature_config(cfg))
     log.info("test: %s", rep.summary())
     bf16 = use_bf16(bf16_setting, device)
     log.info("scoring on %s, bf16 %s", device, "on" if bf16 else "off")
-    result = evaluate_model(
-        model,
-        examples,
-        features,
-        DecodeConfig.from_settings(cfg.decode),
-        v2,
-        cfg.train.eval_batch_size,
-        bf16,
-        null_threshold=null_threshold if v2 else None,
-        rescore=rescore if v2 else None,
-    )
+    with counted(len(features), progress, "scoring", "windows") as advance:
+        result = evaluate_model(
+            model,
+            examples,
+            features,
+            DecodeConfig.from_settings(cfg.decode),
+            v2,
+            cfg.train.eval_batch_size,
+            bf16,
+            progress=advance,
+            null_threshold=null_threshold if v2 else None,
+            rescore=rescore if v2 else None,
+        )
     # questions longer than data.max_query_len were cut to it (warned above): counted here
     result.metrics["questions_truncated"] = rep.truncated_questions
     # the null odds written are the verifier's where it re-scored them (calibrate reads this)

@@ -1,10 +1,13 @@
-"""Training progress: a rich bar with loss and throughput, or, for a log file
-(``--no-progress``), a log line every :data:`LINE_EVERY_S` seconds; silent on other processes."""
+"""Progress of long jobs: training's rich bar with loss and throughput, or, for a log file
+(``--no-progress``), a log line every :data:`LINE_EVERY_S` seconds; silent on other processes.
+:func:`counted` is the same for a job that only counts what it has done (scoring windows)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger("structqa.training")
 
@@ -99,3 +102,35 @@ class Progress:
     def close(self) -> None:
         if self.mode == "bar":
             self.p.stop()
+
+
+@contextmanager
+def counted(total: int, mode: str, label: str, unit: str) -> Iterator[Callable[[int], None]]:
+    """An ``advance(n)`` for a job of ``total`` ``unit``s: a rich bar (``mode`` "bar"), a log
+    line every :data:`LINE_EVERY_S` seconds and at the end ("lines": ``label: 1,200/2,400
+    windows (50.0%), 3 min so far, about 3 min left``) or nothing ("off")."""
+    if mode not in ("bar", "lines", "off"):
+        raise ValueError(f"progress mode must be bar, lines or off, not {mode!r}")
+    if mode == "bar":
+        from rich.progress import Progress as Bar
+
+        with Bar(transient=True) as bar:
+            task = bar.add_task(f"{label} ({unit})", total=total)
+            yield lambda n: bar.update(task, advance=n)
+        return
+    done, t0 = 0, time.perf_counter()
+    last = t0
+
+    def advance(n: int) -> None:
+        nonlocal done, last
+        done += n
+        now = time.perf_counter()
+        if mode == "lines" and (now - last >= LINE_EVERY_S or done >= total):
+            last = now
+            text = f"{done:,}/{total:,} {unit} ({100 * done / max(total, 1):.1f}%), "
+            text += f"{format_duration(now - t0)} so far"
+            if 0 < done < total:
+                text += f", about {format_duration((total - done) * (now - t0) / done)} left"
+            log.info("%s: %s", label, text)
+
+    yield advance
