@@ -7,6 +7,7 @@ import threading
 from dataclasses import replace
 
 import pytest
+import torch
 from serving_support import CONTEXT
 
 from structqa.prediction.predictor import Predictor
@@ -182,3 +183,43 @@ def test_a_packing_model_scores_each_batch_in_one_pass_with_the_same_answers(
     for a, b in zip(runs[True][1], runs[False][1], strict=True):
         assert (a.text, a.start, a.end) == (b.text, b.start, b.end)
         assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+class _WithOdds(torch.nn.Module):
+    """The tiny model with an answerability classifier's per-window no-answer odds, as a
+    two-stage head outputs them: here a function of the question's first tokens, the same in
+    every window of a request and different between these requests."""
+
+    def __init__(self, inner: torch.nn.Module, sep: int) -> None:
+        super().__init__()
+        self.inner, self.sep = inner, sep
+
+    def forward(self, batch):
+        out = self.inner(batch)
+        question_length = (batch.input_ids == self.sep).int().argmax(1)  # the first [SEP]
+        return replace(out, null_odds=question_length.float() - 5)
+
+
+def test_each_request_reads_its_own_windows_no_answer_odds(small_windows):
+    """Sharing a pass, a request read the first rows of the whole batch's null odds."""
+    tokenizer = small_windows.tokenizer
+    model = _WithOdds(small_windows.model, tokenizer.sep_token_id)
+    p = Predictor(model, tokenizer, small_windows.config, 0.0)
+    p.features = small_windows.features
+    pairs = [("Who won?", LONG), ("Who lost the game?", CONTEXT), ("Who won it?", LONG[:300])]
+    stats: list[BatchStats] = []
+    batcher = Batcher(p, max_batch_windows=64, max_wait_ms=0, on_batch=stats.append)
+    release = threading.Event()
+    batcher.call(lambda: release.wait(30))  # hold the worker while the queue fills
+    try:
+        jobs = [_run(p, batcher, [pair])[2] for pair in pairs]
+        release.set()
+        got = [job.future.result(60)[0] for job in jobs]
+    finally:
+        batcher.close()
+    assert stats[0].requests == 3  # the three shared a pass
+    expected = p.predict_batch(pairs)
+    assert len({a.null_odds for a in expected}) == 3  # the requests' odds differ
+    for answer, want in zip(got, expected, strict=True):
+        assert answer.null_odds == pytest.approx(want.null_odds, abs=1e-5)
+        assert answer.no_answer == want.no_answer

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -348,11 +348,17 @@ class Batcher:
 
 
 def _rows(out: HeadOutput, rows: list[int]) -> HeadOutput:
-    """The head output of some rows of a batch (the tensors a collector reads)."""
+    """The head output of some rows of a batch: every per-window tensor (first dimension the
+    batch's) cut to those rows, whatever fields a head fills (the answerability classifier's
+    ``null_odds`` was once left whole, so a request read another request's no-answer odds);
+    no loss, no attention maps."""
+    batch = out.start_logits.shape[0]
     idx = torch.tensor(rows, device=out.start_logits.device)
     pick = {
-        name: getattr(out, name).index_select(0, idx)
-        for name in ("start_logits", "end_logits", "span_scores", "null_scores")
-        if getattr(out, name) is not None
+        f.name: value.index_select(0, idx)
+        for f in fields(out)
+        if isinstance(value := getattr(out, f.name), torch.Tensor)
+        and value.dim() > 0
+        and value.shape[0] == batch
     }
-    return replace(out, loss=None, attentions=(), **pick)
+    return replace(out, **pick | {"loss": None, "attentions": ()})
