@@ -260,6 +260,22 @@ def test_an_export_keeps_the_checkpoints_calibration(checkpoint_of, tmp_path) ->
     assert Predictor.from_checkpoint(done.directory, runtime="onnx-fp32").calibrator == cal
 
 
+def test_calibrating_again_renews_the_export_inside_the_checkpoint(checkpoint_of, tmp_path):
+    """The export's copy of calibration.json was left as it was: the export, loaded by its
+    own path (`serve CHECKPOINT/onnx`), answered with the old threshold and map."""
+    from structqa.calibration import Calibrator, load_calibration, save_calibration
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(checkpoint_of("independent"), ckpt)
+    save_calibration(ckpt, Calibrator("temperature", None, t_span=2.0))
+    done = export_onnx(ckpt, ckpt / "onnx")
+    renewed = Calibrator("temperature", None, t_span=3.0)
+    save_calibration(ckpt, renewed)
+    assert load_calibration(done.directory) == renewed
+    # sealed again: the export still loads, with the new calibration
+    assert Predictor.from_checkpoint(done.directory, runtime="onnx-fp32").calibrator == renewed
+
+
 def test_an_export_without_the_classifiers_odds_is_not_used(checkpoint_of, tmp_path) -> None:
     """An export made before the answerability classifier's odds were a graph output never
     abstains: predict and serve do not answer with it (they export again)."""

@@ -218,10 +218,25 @@ def calibrate_evaluated(
 def save_calibration(checkpoint: str | Path, cal: Calibrator) -> Path:
     """Write ``calibration.json`` into a checkpoint directory (atomically). A checkpoint with a
     manifest is verified first (an altered file is refused, not blessed) and sealed again
-    with the new file listed, so that loading checks it too."""
-    from structqa.manifest import MANIFEST, seal_file, verify_manifest
+    with the new file listed, so that loading checks it too. The export inside the
+    checkpoint (``CHECKPOINT/onnx``, which carries a copy so that it answers alone) gets the
+    new calibration too: its old copy once answered with the old threshold and map wherever
+    the export was loaded by its own path."""
+    from structqa.runtimes.onnx_model import EXPORT_FILE
+    from structqa.runtimes.select import DEFAULT_EXPORT_DIR
 
     directory = Path(checkpoint)
+    path = _write_sealed(directory, cal)
+    export = directory / DEFAULT_EXPORT_DIR
+    if (export / EXPORT_FILE).is_file():
+        _write_sealed(export, cal)
+        log.info("%s: its calibration renewed too", export)
+    return path
+
+
+def _write_sealed(directory: Path, cal: Calibrator) -> Path:
+    from structqa.manifest import MANIFEST, seal_file, verify_manifest
+
     sealed = (directory / MANIFEST).is_file()
     if sealed:
         verify_manifest(directory)
