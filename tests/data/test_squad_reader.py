@@ -318,3 +318,15 @@ def test_empty_context_skips_its_questions(tmp_path: Path) -> None:
     data = read_squad(write_squad(tmp_path, [qa("a"), qa("b")], context="   "))
     assert len(data) == 0
     assert data.report.skipped == {"empty_context": 2}
+
+
+def test_a_question_or_context_without_a_character_a_model_reads_is_skipped(
+    tmp_path: Path,
+) -> None:
+    """Only zero-width or control characters: refused by predict --question and the service,
+    it was answered from a file (one window, no context token: noise)."""
+    path = write_squad(tmp_path, [qa("a"), qa("zw", "\u200b\u200d ")])
+    data = read_squad(path)
+    assert [e.id for e in data] == ["a"] and data.report.skipped == {"empty_question": 1}
+    data = read_squad(write_squad(tmp_path, [qa("b")], context="\u200b\u2060"))
+    assert len(data) == 0 and data.report.skipped == {"empty_context": 1}

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from structqa.data.hygiene import has_readable_text
 from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
 from structqa.data.squad import (
     QuestionIds,
@@ -83,11 +84,19 @@ def _read_context(
         rec = f"{qid} ({where})"
         question = get_field(qa, "question", str, path=name, record=rec)
         check_clean_text(question, path=name, record=rec, field_name="question")
-        if not context.strip():
-            note_skip(report, "empty_context", f"question {qid!r} ({where}): empty context")
+        if not has_readable_text(context):
+            note_skip(
+                report,
+                "empty_context",
+                f"question {qid!r} ({where}): no character a model reads in its context",
+            )
             continue
-        if not question.strip():
-            note_skip(report, "empty_question", f"question {qid!r} ({where}): empty question")
+        if not has_readable_text(question):
+            note_skip(
+                report,
+                "empty_question",
+                f"question {qid!r} ({where}): no character a model reads in its question",
+            )
             continue
         gold_texts = get_field(qa, "answers", list, path=name, record=rec)
         if not gold_texts:

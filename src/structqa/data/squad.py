@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from structqa.data.hygiene import text_problem
+from structqa.data.hygiene import has_readable_text, text_problem
 from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
 
 # One logger for every reader's reports and problems, so they are filtered together.
@@ -340,11 +340,17 @@ def _read_question(
     qid = seen.claim(qid, where)
     question = get_field(qa, "question", str, path=name, record=qid)
     check_clean_text(question, path=name, record=qid, field_name="question")
-    if not context.strip():
-        note_skip(report, "empty_context", f"question {qid!r}: empty context")
+    if not has_readable_text(context):
+        note_skip(
+            report, "empty_context", f"question {qid!r}: no character a model reads in its context"
+        )
         return None
-    if not question.strip():
-        note_skip(report, "empty_question", f"question {qid!r}: empty question")
+    if not has_readable_text(question):
+        note_skip(
+            report,
+            "empty_question",
+            f"question {qid!r}: no character a model reads in its question",
+        )
         return None
     is_impossible = check_type(
         qa.get("is_impossible", False), bool, path=name, record=qid, field_name="is_impossible"
