@@ -284,7 +284,7 @@ def test_the_qdrant_store_ranks_as_the_embedded_faiss_one(folder: Path, tmp_path
 
 
 def test_a_squad_file_asked_of_an_index_of_its_passages(
-    shared_data: Path, tmp_path: Path, tiny_trained_run: Path, capsys
+    shared_data: Path, tmp_path: Path, tiny_trained_run: Path, capsys, caplog
 ) -> None:
     """SQuAD-open in small: the fixture's passages indexed, each question asked of the whole
     index; its gold passage is found, and the end-to-end answers are scored beside the
@@ -294,9 +294,12 @@ def test_a_squad_file_asked_of_an_index_of_its_passages(
     assert main(["index", str(mini), "--out", str(index), "--no-progress"]) == 0
     capsys.readouterr()
     reader = ["--checkpoint", str(tiny_trained_run / "best"), "--bf16", "off", "--no-progress"]
+    caplog.set_level("INFO", logger="structqa.training")
     assert main(["evaluate-ask", str(index), "--eval", str(mini), *reader]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["questions"] == 5
+    # --no-progress: log lines for a log file, not silence
+    assert any(r.getMessage().startswith("asking: 5/5 questions (100.0%)") for r in caplog.records)
     assert scores["hybrid recall@10"] == scores["bm25 recall@10"] == 1.0
     assert 0.0 <= scores["open_f1"] <= 100.0 and 0.0 <= scores["gold_passage_f1"] <= 100.0
     # the gold-passage answers saved by `evaluate` stand in for reading the passages again

@@ -22,6 +22,7 @@ from structqa.commands.common import (
 from structqa.documents.index import RETRIEVERS
 from structqa.io import write_json
 from structqa.paths import READER_ENV, find_reader, no_reader_message
+from structqa.training.progress import tracked
 
 READER_HELP = (
     f"the reader: a checkpoint or a built reader directory (default: ${READER_ENV}, else the "
@@ -43,7 +44,6 @@ def _reader(checkpoint: str | None) -> str:
 
 
 def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
-    from rich.progress import Progress
 
     from structqa.documents import DocumentIndex
     from structqa.documents.ingest import files_under
@@ -53,10 +53,9 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
     files = files_under(args.paths, exclude=[args.out])
     with (
         DocumentIndex(args.out, store=args.store) as index,
-        Progress(disable=args.no_progress, transient=True) as bar,
+        tracked(_mode(args.no_progress), "embedding", "chunks") as progress,
     ):
-        task = bar.add_task("embedding chunks", total=None)
-        report = index.update(files, progress=lambda n, t: bar.update(task, completed=n, total=t))
+        report = index.update(files, progress=progress)
     print(report.summary(details=False))  # each skipped file once, below, on stderr
     for path, why in report.read.skipped:
         print(f"structqa index: warning: skipped {path}: {why}", file=sys.stderr)
@@ -142,7 +141,6 @@ def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
 
 
 def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
-    from rich.progress import Progress
 
     from structqa.data.readers import read_extractive
     from structqa.documents import DocumentIndex
@@ -163,16 +161,15 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
         gold_answers = {k: str(v) for k, v in merged_predictions(args.gold_answers).items()}
     with (
         DocumentIndex.open(args.index) as index,
-        Progress(disable=args.no_progress, transient=True) as bar,
+        tracked(_mode(args.no_progress), "asking", "questions") as progress,
     ):
-        task = bar.add_task("asking", total=len(examples))
         scores = evaluate_open(
             index,
             reader,
             examples,
             args.top_k_chunks,
             args.retriever,
-            progress=lambda n, t: bar.update(task, completed=n, total=t),
+            progress=progress,
             read=reader is not None,
             gold_answers=gold_answers,
             source=str(args.eval),
@@ -215,10 +212,14 @@ def cmd_evaluate_retrieval(args: argparse.Namespace, extra: list[str]) -> int:  
     return 0
 
 
+def _mode(no_progress: bool) -> str:
+    """A bar, or log lines for a log file (``--no-progress``: it once meant silence)."""
+    return "lines" if no_progress else "bar"
+
+
 def _read_both(index, reader, examples, top_k: int, retriever: str, progress: bool):
     """Each question's answers read once, ranked two ways: every chunk's best span (for the
     set-level decision) and as the passage threshold leaves them."""
-    from rich.progress import Progress
 
     from structqa.documents.ask import ranked
     from structqa.features.squad import cut_questions
@@ -226,8 +227,7 @@ def _read_both(index, reader, examples, top_k: int, retriever: str, progress: bo
     # a long question is cut once, as `evaluate` cuts a file's (refused, it stopped the fit)
     examples = cut_questions(examples, reader.tokenizer, reader.features.max_query_len)
     forced, passage = [], []
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("asking", total=len(examples))
+    with tracked(_mode(not progress), "asking", "questions") as update:
         for start in range(0, len(examples), 32):
             part = examples[start : start + 32]
             retrieved = index.search_many([ex.question for ex in part], top_k, retriever)
@@ -241,7 +241,7 @@ def _read_both(index, reader, examples, top_k: int, retriever: str, progress: bo
                 answers = [next(read) for _ in hits]
                 forced.append(ranked(ex.question, hits, answers, forced=True))
                 passage.append(ranked(ex.question, hits, answers))
-            bar.update(task, completed=start + len(part))
+            update(start + len(part), len(examples))
     return forced, passage
 
 

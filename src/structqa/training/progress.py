@@ -109,21 +109,34 @@ def counted(total: int, mode: str, label: str, unit: str) -> Iterator[Callable[[
     """An ``advance(n)`` for a job of ``total`` ``unit``s: a rich bar (``mode`` "bar"), a log
     line every :data:`LINE_EVERY_S` seconds and at the end ("lines": ``label: 1,200/2,400
     windows (50.0%), 3 min so far, about 3 min left``) or nothing ("off")."""
+    done = 0
+    with tracked(mode, label, unit) as update:
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            update(done, total)
+
+        yield advance
+
+
+@contextmanager
+def tracked(mode: str, label: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    """As :func:`counted`, for a job that reports ``update(done, total)`` (its total known as
+    it goes: chunks to embed once the files are read)."""
     if mode not in ("bar", "lines", "off"):
         raise ValueError(f"progress mode must be bar, lines or off, not {mode!r}")
     if mode == "bar":
         from rich.progress import Progress as Bar
 
         with Bar(transient=True) as bar:
-            task = bar.add_task(f"{label} ({unit})", total=total)
-            yield lambda n: bar.update(task, advance=n)
+            task = bar.add_task(f"{label} ({unit})", total=None)
+            yield lambda done, total: bar.update(task, completed=done, total=total)
         return
-    done, t0 = 0, time.perf_counter()
-    last = t0
+    t0 = last = time.perf_counter()
 
-    def advance(n: int) -> None:
-        nonlocal done, last
-        done += n
+    def update(done: int, total: int) -> None:
+        nonlocal last
         now = time.perf_counter()
         if mode == "lines" and (now - last >= LINE_EVERY_S or done >= total):
             last = now
@@ -133,4 +146,4 @@ def counted(total: int, mode: str, label: str, unit: str) -> Iterator[Callable[[
                 text += f", about {format_duration((total - done) * (now - t0) / done)} left"
             log.info("%s: %s", label, text)
 
-    yield advance
+    yield update
