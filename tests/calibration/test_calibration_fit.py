@@ -144,21 +144,3 @@ def _scores_of(preds: list[Prediction]) -> Scores:
     from structqa.calibration.fit import scores_from_predictions
 
     return scores_from_predictions({p.id: p for p in preds}, [p.id for p in preds], True)
-
-
-def test_a_forced_span_is_scored_as_a_returned_one_would_be():
-    """Where the model abstains, the forced probability of its best span is (1 - p_null) x
-    share, the formula of a returned span, not p_null; where it answers, both agree."""
-    gaps = np.array([[0.0, -1.0], [0.0, -1.0], [0.0, -3.0]])
-    odds = np.array([-2.0, 2.0, 5.0])  # answers, abstains, abstains surely
-    scores = _scores(gaps, odds)
-    returned = raw_probability(scores, 0.0)
-    forced = raw_probability(scores, 0.0, forced=True)
-    share = 1 / np.exp(gaps).sum(axis=1)
-    p_null = 1 / (1 + np.exp(-odds))
-    assert forced == pytest.approx((1 - p_null) * share)
-    assert forced[0] == returned[0]
-    assert returned[1:] == pytest.approx(p_null[1:])  # the abstention's own probability
-    # the surer the model is that there is no answer, the less its forced span is worth,
-    # whatever the span's share of the n-best
-    assert forced[2] < forced[1] < forced[0]

@@ -5,7 +5,6 @@ to, and `ask` and the service decide with it."""
 from __future__ import annotations
 
 import json
-import math
 import random
 from pathlib import Path
 
@@ -13,11 +12,8 @@ import pytest
 
 from structqa.cli import main
 from structqa.data.records import Example
-from structqa.decoding import Candidate
-from structqa.documents.ask import AskResult, SourcedAnswer, decide, ranked
-from structqa.documents.index import Hit
+from structqa.documents.ask import AskResult, SourcedAnswer, decide
 from structqa.documents.no_answer import fit, for_reader, load, reader_id, scores_at
-from structqa.prediction import Answer
 
 
 def _result(question: str, text: str, score: float) -> AskResult:
@@ -134,63 +130,3 @@ def test_fit_no_answer_is_saved_for_its_reader_and_used(
         (passage,) = ask_index(ix, predictor, ["Who painted the moon?"], 2, set_threshold=None)
         (deeper,) = ask_index(ix, predictor, ["Who painted the moon?"], 3)
     assert fit_used.no_answer and not passage.no_answer and not deeper.no_answer
-
-
-def _hit(chunk_id: int, text: str) -> Hit:
-    return Hit(chunk_id, f"d{chunk_id}", "", "f.txt", 0, len(text), None, text, 1.0)
-
-
-def test_a_forced_span_ranks_by_the_chance_it_is_right_not_its_nbest_share():
-    """A chunk the reader answered (probability 0.55) against a distractor it declined,
-    whose best span has 97 % of its n-best but little chance of being right: forced, the
-    distractor's span counts with that chance, and the answer read stays first."""
-    answered = Answer(
-        "Denver",
-        0,
-        6,
-        5.0,
-        -2.0,
-        (Candidate("Denver", 0, 6, 5.0, 0.9),),
-        probability=0.55,
-        span_probability=0.55,
-    )
-    declined = Answer(
-        "",
-        -1,
-        -1,
-        6.0,
-        4.0,
-        (Candidate("Carolina", 0, 8, 6.0, 0.97),),
-        no_answer=True,
-        probability=0.9,
-        answerable=False,
-        span_probability=0.03,
-    )
-    hits = [_hit(0, "Denver won."), _hit(1, "Carolina lost.")]
-    result = ranked("who won", hits, [answered, declined], forced=True)
-    assert [a.text for a in result.answers] == ["Denver", "Carolina"]
-    assert result.answers[1].probability == pytest.approx(0.03)
-    # and ahead of a declined chunk even at a worse retrieval rank
-    first = ranked("who won", hits[::-1], [declined, answered], forced=True)
-    assert first.answers[0].text == "Denver"
-
-
-def test_the_predictor_gives_each_answer_its_span_probability(tiny_trained_run: Path):
-    """Declined: (1 - p_null) x the best span's share of the n-best; answered: the answer's
-    own probability (uncalibrated, so that the formula can be checked by hand)."""
-    from structqa.prediction import Predictor
-
-    predictor = Predictor.from_checkpoint(tiny_trained_run / "best", bf16="off")
-    predictor.calibrator = None
-    pairs = [("Who won?", "The Denver Broncos won the game."), ("When?", "In 2016 it was.")]
-    odds = [a.null_odds for a in predictor.predict_batch(pairs)]
-    predictor.null_threshold = min(odds) - 0.5  # every question declined
-    for a in predictor.predict_batch(pairs):
-        assert a.no_answer and a.nbest
-        share = 1 / sum(math.exp(c.score - a.nbest[0].score) for c in a.nbest)
-        p_null = 1 / (1 + math.exp(-(a.null_odds - predictor.null_threshold)))
-        assert a.span_probability == pytest.approx((1 - p_null) * share)
-        assert a.probability == pytest.approx(p_null)
-    predictor.null_threshold = max(odds) + 0.5  # every question answered
-    for a in predictor.predict_batch(pairs):
-        assert not a.no_answer and a.span_probability == a.probability

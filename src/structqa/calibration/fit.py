@@ -123,15 +123,9 @@ def returned_correct(scores: Scores, gold: Outcomes, threshold: float | None) ->
 
 
 def raw_probability(
-    scores: Scores,
-    threshold: float | None,
-    t_span: float = 1.0,
-    t_null: float = 1.0,
-    forced: bool = False,
+    scores: Scores, threshold: float | None, t_span: float = 1.0, t_null: float = 1.0
 ) -> np.ndarray:
-    """(Q,) the returned answer's probability before any isotonic map. ``forced``: of the
-    best span as if it were returned where the model abstains, ``(1 - p_null) * share``, as
-    for a span it returns (0 where it proposed none)."""
+    """(Q,) the returned answer's probability before any isotonic map."""
     with np.errstate(over="ignore"):
         share = 1.0 / np.exp(scores.gaps / t_span).sum(axis=1)  # gaps[:, 0] == 0
     share = np.where(scores.has_span, share, 0.0)
@@ -139,8 +133,6 @@ def raw_probability(
         return share
     p_null = _sigmoid((scores.null_odds - threshold) / t_null)
     p_null = np.where(scores.has_span, p_null, 1.0)
-    if forced:
-        return (1.0 - p_null) * share
     return np.where(abstains(scores, threshold), p_null, (1.0 - p_null) * share)
 
 
@@ -290,8 +282,8 @@ class Calibrator:
             return predictions
         return self.verifier.apply(examples, predictions)
 
-    def probability(self, scores: Scores, forced: bool = False) -> np.ndarray:
-        p = raw_probability(scores, self.null_threshold, self.t_span, self.t_null, forced)
+    def probability(self, scores: Scores) -> np.ndarray:
+        p = raw_probability(scores, self.null_threshold, self.t_span, self.t_null)
         if self.platt is not None:
             return self.platt(p)
         return self.isotonic(p) if self.isotonic is not None else p
@@ -313,22 +305,16 @@ class Calibrator:
 
 
 def returned_probabilities(
-    predictions: Sequence[Prediction],
-    threshold: float | None,
-    cal: Calibrator | None,
-    forced: bool = False,
+    predictions: Sequence[Prediction], threshold: float | None, cal: Calibrator | None
 ) -> np.ndarray:
     """(Q,) the probability returned with each prediction's answer (what ``predict`` and the
     service report): ``cal``'s map where there is a calibration, else the raw probability at
-    ``threshold`` (None: SQuAD 1.1-style, always answer). ``forced``: of each best span as if
-    it were returned, also where the model abstains (:func:`raw_probability`)."""
+    ``threshold`` (None: SQuAD 1.1-style, always answer)."""
     ids = [str(i) for i in range(len(predictions))]
     scores = scores_from_predictions(
         dict(zip(ids, predictions, strict=True)), ids, threshold is not None
     )
-    if cal is not None:
-        return cal.probability(scores, forced)
-    return raw_probability(scores, threshold, forced=forced)
+    return cal.probability(scores) if cal is not None else raw_probability(scores, threshold)
 
 
 def _halves(ids: Sequence[str]) -> np.ndarray:

@@ -39,10 +39,7 @@ class Answer:
     validation questions (``structqa calibrate``, or training with a validation split) or is
     the uncalibrated formula. ``answerable`` is whether the best span clears the no-answer
     threshold (always True for a model without one); ``no_answer`` whether "no answer" is
-    returned (the text is then empty). ``span_probability`` is the chance that the best span
-    is correct were it returned: ``probability`` where it is, and where the model abstains
-    the same formula with the abstention left out (what ranks a forced answer against
-    answers that were returned, :mod:`structqa.documents.ask`)."""
+    returned (the text is then empty)."""
 
     text: str
     start: int
@@ -54,7 +51,6 @@ class Answer:
     probability: float = 0.0
     answerable: bool = True
     calibrated: bool = False
-    span_probability: float = 0.0
 
     def to_json(self, top_k: int = 5) -> dict[str, Any]:
         """The answer as every entry point writes it (``predict``'s output, the service's
@@ -287,19 +283,12 @@ class Predictor:
         probabilities. Every entry point's last step (the service's batcher included)."""
         verified = self.verify(examples, predictions)
         ordered = [verified[ex.id] for ex in examples]
-        returned = self.probabilities(ordered)
-        spans = self.probabilities(ordered, forced=True)
-        return [
-            self._answer(p, float(q), float(s))
-            for p, q, s in zip(ordered, returned, spans, strict=True)
-        ]
+        probabilities = self.probabilities(ordered)
+        return [self._answer(p, float(q)) for p, q in zip(ordered, probabilities, strict=True)]
 
-    def probabilities(self, predictions: Sequence[Prediction], forced: bool = False):
-        """(Q,) the probability of each prediction's returned answer (see :class:`Answer`);
-        ``forced``: of its best span, also where it abstains."""
-        return returned_probabilities(
-            predictions, self.null_threshold, self.calibrator, forced=forced
-        )
+    def probabilities(self, predictions: Sequence[Prediction]):
+        """(Q,) the probability of each prediction's returned answer (see :class:`Answer`)."""
+        return returned_probabilities(predictions, self.null_threshold, self.calibrator)
 
     def verify(
         self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
@@ -328,7 +317,7 @@ class Predictor:
         predictions = self.decoded(examples, features)
         return self.verify(examples, predictions) if verify else predictions
 
-    def _answer(self, p: Prediction, probability: float, span_probability: float) -> Answer:
+    def _answer(self, p: Prediction, probability: float) -> Answer:
         text = p.answer(self.null_threshold)
         return Answer(
             text=text,
@@ -341,5 +330,4 @@ class Predictor:
             probability=probability,
             answerable=self.null_threshold is None or p.null_odds <= self.null_threshold,
             calibrated=self.calibrator is not None,
-            span_probability=probability if text else span_probability,
         )
