@@ -22,12 +22,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from structqa.data.records import Example
-
-if TYPE_CHECKING:
-    from structqa.documents.ask import AskResult
+from structqa.documents.results import AskResult
 from structqa.io import write_json
 from structqa.metrics.squad import f1_v1
 
