@@ -187,7 +187,7 @@ class DocumentIndex:
         wanted = self.recorded.get("dimension")
         if wanted is None:
             return
-        got = int(encoder(["dimension"]).shape[1])
+        got = _dimension(encoder)
         if got != wanted:
             raise ValueError(
                 f"{self.directory}: its vectors have {wanted} dimensions "
@@ -199,9 +199,8 @@ class DocumentIndex:
     def dense(self) -> VectorStore:
         if self._dense is None:
             made = (self.directory / INDEX_FILE).is_file()
-            self._dense = open_store(
-                self.directory, self.store_spec, None if made else self._dim(), self.collection
-            )
+            dim = None if made else _dimension(self.encoder)
+            self._dense = open_store(self.directory, self.store_spec, dim, self.collection)
         return self._dense
 
     @classmethod
@@ -363,7 +362,7 @@ class DocumentIndex:
         report.seconds = time.perf_counter() - t0
         meta = {
             "encoder": _encoder_name(self.encoder),
-            "dimension": self._dim(),
+            "dimension": _dimension(self.encoder),
             "readers": READERS_VERSION,
             "store": self.store_spec,
             "collection": self.collection if self.store_spec != "faiss" else None,
@@ -375,9 +374,6 @@ class DocumentIndex:
         self.recorded = meta
         updating.unlink()  # every store written: the index is whole again
         return report
-
-    def _dim(self) -> int:
-        return int(self.encoder(["dimension"]).shape[1])
 
     def _count_tokens(self, texts: Sequence[str]) -> list[int]:
         ids = self.encoder.tokenizer(list(texts), add_special_tokens=False, verbose=False)[
@@ -579,6 +575,11 @@ def _stemmer():
     import Stemmer
 
     return Stemmer.Stemmer("english").stemWords
+
+
+def _dimension(encoder: Any) -> int:
+    """The size of the encoder's vectors (one text embedded)."""
+    return int(encoder(["dimension"]).shape[1])
 
 
 def _encoder_name(encoder: Any) -> str:

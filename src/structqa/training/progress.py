@@ -15,6 +15,15 @@ log = logging.getLogger("structqa.training")
 LINE_EVERY_S = 120.0
 
 
+def elapsed_and_left(spent: float, done: int, left_to_do: int) -> str:
+    """``41 min so far, about 1 h 22 min left``: the time left at the pace of ``done`` units in
+    ``spent`` seconds (none while nothing is done here, or nothing is left)."""
+    text = f"{format_duration(spent)} so far"
+    if done > 0 and left_to_do > 0:
+        text += f", about {format_duration(left_to_do * spent / done)} left"
+    return text
+
+
 def format_duration(seconds: float) -> str:
     """``41 min``, ``3 h 05 min``: a time a person reads at a glance."""
     minutes = round(seconds / 60)
@@ -83,15 +92,11 @@ class Progress:
         1 h 22 min left`` (time left at this process's pace so far)."""
         done_here = self.step - (self.started_at or 0)
         spent = now - self.t0
-        text = (
+        return (
             f"step {self.step}/{self.total} ({100 * self.step / max(self.total, 1):.1f}%), "
             f"epoch {epoch + 1}, loss {loss:.3f}, {rate:.1f} feat/s, "
-            f"{format_duration(spent)} so far"
+            + elapsed_and_left(spent, done_here, self.total - self.step)
         )
-        if 0 < done_here and self.step < self.total:
-            left = (self.total - self.step) * spent / done_here
-            text += f", about {format_duration(left)} left"
-        return text
 
     def note(self, text: str) -> None:
         if self.mode == "bar":
@@ -140,10 +145,7 @@ def tracked(mode: str, label: str, unit: str) -> Iterator[Callable[[int, int], N
         now = time.perf_counter()
         if mode == "lines" and (now - last >= LINE_EVERY_S or done >= total):
             last = now
-            text = f"{done:,}/{total:,} {unit} ({100 * done / max(total, 1):.1f}%), "
-            text += f"{format_duration(now - t0)} so far"
-            if 0 < done < total:
-                text += f", about {format_duration((total - done) * (now - t0) / done)} left"
-            log.info("%s: %s", label, text)
+            share = f"{done:,}/{total:,} {unit} ({100 * done / max(total, 1):.1f}%), "
+            log.info("%s: %s", label, share + elapsed_and_left(now - t0, done, total - done))
 
     yield update
