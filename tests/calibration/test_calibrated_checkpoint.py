@@ -340,3 +340,18 @@ def test_calibrating_an_exported_evaluated_checkpoint_leaves_it_loadable_after_m
     (checkpoint / CALIBRATION_FILE).write_text("{}")  # an edit after sealing is still refused
     with pytest.raises(Exception, match="calibration.json"):
         Predictor.from_checkpoint(checkpoint, bf16="off")
+
+
+def test_calibrate_renames_repeated_ids_when_asked_as_its_error_says(
+    checkpoint, shared_data, tmp_path, capsys
+):
+    data = json.loads((shared_data / MINI).read_text())
+    qas = data["data"][0]["paragraphs"][0]["qas"]
+    qas.append(dict(qas[0]))  # one question asked twice under one id
+    repeated = tmp_path / "repeated.json"
+    repeated.write_text(json.dumps(data))
+    args = ["calibrate", str(checkpoint), "--on", str(repeated), "--bf16", "off"]
+    assert main([*args, "--method", "temperature"]) == 2
+    assert "--dedupe-ids for calibrate" in capsys.readouterr().err
+    assert main([*args, "--method", "temperature", "--dedupe-ids"]) == 0
+    assert load_calibration(checkpoint).fit["source"].endswith("repeated.json")

@@ -104,7 +104,9 @@ def test_unregistered_detected_format_is_explained(tmp_path: Path, monkeypatch) 
     monkeypatch.delitem(READERS, "drop", raising=False)
     path = write(tmp_path / "drop.json", json.dumps(DROP_DOC))
     assert detect_format(path) == "drop"
-    with pytest.raises(ValueError, match=r"looks like 'drop' data.*known formats: mrqa, squad"):
+    with pytest.raises(
+        ValueError, match=r"looks like 'drop' data.*known formats: flat, mrqa, squad"
+    ):
         read_examples(path)
 
 

@@ -330,3 +330,15 @@ def test_a_question_or_context_without_a_character_a_model_reads_is_skipped(
     assert [e.id for e in data] == ["a"] and data.report.skipped == {"empty_question": 1}
     data = read_squad(write_squad(tmp_path, [qa("b")], context="\u200b\u2060"))
     assert len(data) == 0 and data.report.skipped == {"empty_context": 1}
+
+
+def test_a_negative_answer_start_far_from_the_text_is_not_located(tmp_path: Path) -> None:
+    """A start of -100 searches 20 characters around -100: nothing; not the whole context
+    (a negative end would have str.find count from the back)."""
+    answers = [{"text": "dog", "answer_start": -100}]
+    data = read_squad(write_squad(tmp_path, [qa("q1", answers=answers)], context=CONTEXT))
+    assert data.examples[0].answers == ()
+    assert data.report.warnings["answer_start_mismatch"] == 1
+    near = [{"text": "The cat", "answer_start": -3}]  # within the window: repaired to 0
+    again = read_squad(write_squad(tmp_path, [qa("q1", answers=near)], context=CONTEXT))
+    assert again.examples[0].answers == (Answer("The cat", 0),)

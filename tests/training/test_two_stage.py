@@ -159,3 +159,49 @@ def test_init_from_takes_the_checkpoints_stacking_when_none_is_given(
     assert any(".sublayers.1." in k for k in saved)
     for name, tensor in saved.items():
         torch.testing.assert_close(state[name], tensor, rtol=0, atol=0)
+
+
+def test_init_from_an_encoder_folder_says_to_give_it_as_the_encoder(tiny_checkpoint: Path) -> None:
+    cfg = load_config(
+        overrides=[f"model.encoder={tiny_checkpoint}", f"model.init_from={tiny_checkpoint}"]
+    )
+    with pytest.raises(ValueError, match=r"is an encoder .*--model.encoder="):
+        build_model(cfg)
+
+
+def test_init_from_refuses_weights_changed_since_they_were_sealed(
+    tiny_trained_run: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """The manifest is checked before the weights are loaded, as every other load does."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from structqa.manifest import ManifestMismatch
+
+    copy = tmp_path / "best"
+    shutil.copytree(tiny_trained_run / "best", copy)
+    saved = read_safetensors(copy / "model.safetensors")
+    save_file({k: torch.zeros_like(v) for k, v in saved.items()}, str(copy / "model.safetensors"))
+    cfg = load_config(overrides=[f"model.encoder={tiny_checkpoint}", f"model.init_from={copy}"])
+    with pytest.raises(ManifestMismatch, match="model.safetensors"):
+        build_model(cfg)
+
+
+def test_init_from_another_head_names_the_checkpoints_head(
+    tiny_trained_run: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """A tensor the model has no place for: the error says which head the checkpoint was
+    trained with (here a copy, unsealed, with one tensor of another head added)."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    copy = tmp_path / "best"
+    shutil.copytree(tiny_trained_run / "best", copy)
+    (copy / "manifest.json").unlink()
+    saved = read_safetensors(copy / "model.safetensors")
+    save_file({**saved, "head.other.weight": torch.zeros(2)}, str(copy / "model.safetensors"))
+    cfg = load_config(overrides=[f"model.encoder={tiny_checkpoint}", f"model.init_from={copy}"])
+    with pytest.raises(ValueError, match=r"it was trained with model.head=independent"):
+        build_model(cfg)

@@ -266,3 +266,46 @@ def test_a_validation_file_that_is_the_training_file_is_warned(
     assert "the validation questions: 40 of 40 questions ask about passages the run trains on" in (
         caplog.text
     )
+
+
+def test_an_empty_validation_or_test_file_is_refused_before_training(tmp_path) -> None:
+    """A file with no question fails when the data is read, naming the file and its key, not
+    after an epoch with "no gold questions to score"."""
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"version": "1.1", "data": []}))
+    with pytest.raises(ValueError, match=r"data.validation: .*empty.json holds no question"):
+        split_training_file(bees_config(f"data.validation={empty}"))
+    with pytest.raises(ValueError, match=r"data.eval: .*empty.json holds no question"):
+        training_data.load_eval_examples(bees_config(f"data.eval={empty}"))
+    with pytest.raises(ValueError, match=r"data.train: .*empty.json holds no question"):
+        split_training_file(load_config(overrides=[f"data.train={empty}"]))
+
+
+def test_unanswerable_questions_in_training_make_validation_squad2_even_if_it_drew_none(
+    tmp_path, caplog
+) -> None:
+    """Whether best/ is chosen by SQuAD 2.0 scores (and a no-answer threshold fitted) is the
+    data's property, not the luck of which paragraphs the validation slice drew."""
+    import logging
+
+    doc = json.loads(Path(TRAIN).read_text())
+    qa = doc["data"][0]["paragraphs"][0]["qas"][0]
+    qa["answers"], qa["is_impossible"] = [], True  # one unanswerable question in training
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps(doc))
+    cfg = load_config(overrides=[f"data.train={train}", f"data.validation={TEST}"])
+    with caplog.at_level(logging.WARNING):
+        val, v2 = load_validation_examples(cfg)
+    assert not any(ex.is_impossible for ex in val) and v2
+    assert "hold no unanswerable question, but the training data does" in caplog.text
+    cfg.decode.version_2 = False  # said outright, it stands
+    assert not load_validation_examples(cfg)[1]
+    cfg.decode.version_2, cfg.data.answerable_only = None, True  # trained without them
+    assert not load_validation_examples(cfg)[1]
+
+
+def test_a_mistyped_training_file_is_named_in_the_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(overrides=["data.train=mydata/train.jsn"])
+    with pytest.raises(FileNotFoundError, match=r"^mydata/train.jsn: no such file in "):
+        split_training_file(cfg)

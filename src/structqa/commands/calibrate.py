@@ -57,6 +57,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "held-back halves of the questions",
     )
     c.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
+    c.add_argument(
+        "--dedupe-ids",
+        action="store_true",
+        help="--on: rename repeated question ids (ID#2, ID#3, ...) instead of refusing the file",
+    )
     add_bf16_argument(c)
     c.add_argument(
         "--verifier",
@@ -86,6 +91,7 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         args.bf16,
         args.verifier,
         args.predictions,
+        args.dedupe_ids,
     )
     print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "isotonic"}, indent=2))
     return 0

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from structqa.data.drop import DropDataset, read_drop
+from structqa.data.flat import is_flat_record, read_flat
 from structqa.data.mrqa import read_mrqa
 from structqa.data.records import DataError, Dataset
 from structqa.data.squad import UNREADABLE, open_text, read_squad, unreadable
@@ -20,6 +21,7 @@ Reader = Callable[..., Dataset | DropDataset]
 READERS: dict[str, Reader] = {
     "squad": read_squad,
     "mrqa": read_mrqa,
+    "flat": read_flat,
     "drop": read_drop,
 }
 
@@ -27,7 +29,7 @@ READERS: dict[str, Reader] = {
 _SNIFF_CHARS = 64 * 1024
 # Key patterns that identify a JSON format, checked in order.
 _JSON_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("squad", re.compile(r'"paragraphs"\s*:')),
+    ("squad", re.compile(r'"paragraphs"\s*:|"data"\s*:\s*\[\s*\]')),  # or no article
     ("drop", re.compile(r'"qa_pairs"\s*:')),
 )
 
@@ -42,13 +44,13 @@ def get_reader(name: str) -> Reader:
 
 
 def detect_format(path: str | Path) -> str:
-    """Guess a file's format: ``.jsonl[.gz]`` is MRQA; JSON is told apart by its keys."""
+    """Guess a file's format: ``.jsonl[.gz]`` is MRQA unless its first record is a flat SQuAD
+    record (Hugging Face's SQuAD lines); JSON is told apart by its keys."""
     path = Path(path)
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
-    if suffixes and suffixes[-1] == ".jsonl":
-        return "mrqa"
+    jsonl = bool(suffixes) and suffixes[-1] == ".jsonl"
     try:
         with open_text(path) as handle:
             head = handle.read(_SNIFF_CHARS)
@@ -58,26 +60,35 @@ def detect_format(path: str | Path) -> str:
         raise DataError(str(path), "(file)", "(encoding)", unreadable(err)) from None
     if not head.strip():
         raise ValueError(f"{path}: the file is empty")
-    first_line = head.split("\n", 1)[0]
-    if _is_mrqa_header(first_line):
+    first_line = head.lstrip().split("\n", 1)[0]
+    first = _json_or_none(first_line)
+    if isinstance(first, dict) and "header" in first:
         return "mrqa"
+    if is_flat_record(first) or head.lstrip().startswith("["):  # no other format is a list
+        return "flat"
+    if jsonl:
+        # a first line longer than the sniffed head: a flat record asks its "question" itself
+        cut_flat = first is None and '"question"' in first_line and '"qas"' not in first_line
+        return "flat" if cut_flat else "mrqa"
     for name, signature in _JSON_SIGNATURES:
         if signature.search(head):
             return name
     raise ValueError(
         f"{path}: cannot tell the data format from its name or first {_SNIFF_CHARS} characters. "
         'Expected SQuAD JSON (a "data" list of articles with "paragraphs"), MRQA JSON lines '
-        '(.jsonl or .jsonl.gz, a "header" line first) or DROP JSON (passages with "qa_pairs"); '
-        "from Python, read_examples(path, format=...) names the format"
+        '(.jsonl or .jsonl.gz, a "header" line first), flat SQuAD records (one question a '
+        'line or a JSON list, as Hugging Face datasets writes them: "context", "question", '
+        '"answers": {"text", "answer_start"}) or DROP JSON (passages with "qa_pairs"); a CSV '
+        "file is none of these: convert it to one; from Python, read_examples(path, "
+        "format=...) names the format"
     )
 
 
-def _is_mrqa_header(line: str) -> bool:
+def _json_or_none(line: str) -> object:
     try:
-        first = json.loads(line)
+        return json.loads(line)
     except (json.JSONDecodeError, RecursionError):
-        return False  # (the reader reports it, naming the line)
-    return isinstance(first, dict) and "header" in first
+        return None  # (the reader reports it, naming the line)
 
 
 def read_examples(
@@ -87,8 +98,8 @@ def read_examples(
     ``dedupe_ids`` renames repeated question ids instead of failing (SQuAD and MRQA)."""
     name = format or detect_format(path)
     if dedupe_ids:
-        if name not in ("squad", "mrqa"):
-            raise ValueError(f"{path}: dedupe_ids applies to SQuAD and MRQA files, not {name!r}")
+        if name not in ("squad", "mrqa", "flat"):
+            raise ValueError(f"{path}: dedupe_ids applies to SQuAD-family files, not {name!r}")
         return get_reader(name)(path, dedupe_ids=True)
     if format is not None:
         return get_reader(format)(path)
@@ -109,6 +120,6 @@ def read_extractive(
     if not isinstance(ds, Dataset):
         raise ValueError(
             f"{path}: a {ds.version!r} file, but this command needs extractive QA data "
-            "(SQuAD v1.1/v2.0 JSON or MRQA jsonl)"
+            "(SQuAD v1.1/v2.0 JSON, MRQA jsonl or flat SQuAD records)"
         )
     return ds

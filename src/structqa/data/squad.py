@@ -149,7 +149,8 @@ class QuestionIds:
                 where,
                 field_name,
                 f"duplicate question id {qid!r}, first at {self.first[qid]}; rename one, or "
-                "pass --data.dedupe_ids=true to rename repeats (ID#2, ID#3, ...)",
+                "have repeats renamed (ID#2, ID#3, ...): --data.dedupe_ids=true for train "
+                "and evaluate, --dedupe-ids for calibrate",
             )
         n = 2
         while f"{qid}#{n}" in self.first:
@@ -233,14 +234,42 @@ def locate_answer(context: str, text: str, start: int) -> int | None:
     exact occurrence within ``REPAIR_WINDOW`` chars (the earlier one on a tie), else None."""
     if start >= 0 and context.startswith(text, start):
         return start
-    low, high = max(0, start - REPAIR_WINDOW), start + REPAIR_WINDOW
+    low, end = max(0, start - REPAIR_WINDOW), start + REPAIR_WINDOW + len(text)
+    if end <= 0:  # str.find would count a negative end from the back: the whole context
+        return None
     best: int | None = None
-    found = context.find(text, low, high + len(text))
+    found = context.find(text, low, end)
     while found != -1:
         if best is None or abs(found - start) < abs(best - start):
             best = found
-        found = context.find(text, found + 1, high + len(text))
+        found = context.find(text, found + 1, end)
     return best
+
+
+def located_answer(
+    report: ReadReport, context: str, qid: str, field: str, text: str, start: int
+) -> Answer | None:
+    """The gold answer ``text`` at (or repaired near) ``start`` in ``context``, or None with a
+    warning in ``report`` (empty text, or not found near ``start``: kept for scoring only)."""
+    if not text.strip():
+        note_warning(report, "empty_answer_text", f"question {qid!r}: {field} has empty text")
+        return None
+    found = locate_answer(context, text, start)
+    if found is None:
+        note_warning(
+            report,
+            "answer_start_mismatch",
+            f"question {qid!r}: {field} {text!r} not found near answer_start {start} "
+            "(text kept for scoring, not located)",
+        )
+        return None
+    if found != start:
+        note_warning(
+            report,
+            "answer_start_repaired",
+            f"question {qid!r}: {field} answer_start {start} -> {found}",
+        )
+    return Answer(text=text, start=found)
 
 
 _KNOWN_VERSIONS = ("1.0", "1.1", "2.0")
@@ -370,25 +399,9 @@ def _read_question(
             answer, "answer_start", int, path=name, record=qid, field_name=f"{field}.answer_start"
         )
         gold_texts.append(text)
-        if not text.strip():
-            note_warning(report, "empty_answer_text", f"question {qid!r}: {field} has empty text")
-            continue
-        found = locate_answer(context, text, start)
-        if found is None:
-            note_warning(
-                report,
-                "answer_start_mismatch",
-                f"question {qid!r}: {field} {text!r} not found near answer_start {start} "
-                "(text kept for scoring, not located)",
-            )
-            continue
-        if found != start:
-            note_warning(
-                report,
-                "answer_start_repaired",
-                f"question {qid!r}: {field} answer_start {start} -> {found}",
-            )
-        located.append(Answer(text=text, start=found))
+        found = located_answer(report, context, qid, field, text, start)
+        if found is not None:
+            located.append(found)
     return make_example(
         report,
         qid,

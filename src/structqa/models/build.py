@@ -163,6 +163,19 @@ def build_model(cfg: Config) -> tuple[ExtractiveQAModel, object]:
     return model, load_tokenizer(path)
 
 
+_TRAINED_CONFIG = "structqa_config.json"  # the resolved config a trained checkpoint keeps
+
+
+def _saved_head(checkpoint: Path) -> str:
+    """ ", it was trained with model.head=X[, model.null_head=Y]" where the checkpoint says."""
+    try:
+        model = read_json(checkpoint / _TRAINED_CONFIG).get("model") or {}
+    except (OSError, ValueError):  # UnreadableFile is a ValueError
+        return ""
+    parts = [f"model.{k}={model[k]}" for k in ("head", "null_head") if model.get(k)]
+    return f"; it was trained with {', '.join(parts)}" if parts else ""
+
+
 def _saved_block(checkpoint: Path) -> list[str] | None:
     """The encoder stacking a training checkpoint was saved with (None: not recorded)."""
     saved = checkpoint / "encoder_config.json"
@@ -227,6 +240,13 @@ def init_from_checkpoint(model: ExtractiveQAModel, checkpoint: str | Path) -> No
     file = path / "model.safetensors"
     if not file.exists():
         raise FileNotFoundError(f"model.init_from: {not_a_checkpoint(path)}")
+    if (path / "config.json").is_file() and not (path / _TRAINED_CONFIG).is_file():
+        raise ValueError(
+            f"model.init_from: {path} is an encoder (a transformers config.json, no "
+            f"{_TRAINED_CONFIG}), not a trained structqa reader; start from it with "
+            f"--model.encoder={path}"
+        )
+    verify_manifest(path)  # weights changed since they were saved are refused, not loaded
     saved = read_safetensors(file)
     own = model.state_dict()
     state: dict[str, torch.Tensor] = {}
@@ -237,8 +257,8 @@ def init_from_checkpoint(model: ExtractiveQAModel, checkpoint: str | Path) -> No
         if target not in own:
             raise ValueError(
                 f"model.init_from: {file} holds {name!r}, which this model has no place for "
-                "(another head or encoder?); train the first stage with the same model.head "
-                "and model.encoder"
+                f"(another head or encoder?{_saved_head(path)}); train with the same "
+                "model.head and model.encoder as the checkpoint"
             )
         if own[target].shape != tensor.shape:
             raise ValueError(

@@ -72,10 +72,12 @@ def calibrate_checkpoint(
     bf16: str = "auto",
     verifier: bool | str | None = None,
     predictions_dir: str | Path | None = None,
+    dedupe_ids: bool = False,
 ):
     """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
     None follows the checkpoint's ``decode.verifier``; ``predictions_dir`` holds the
-    checkpoint's saved answers to the questions (else it answers them now)."""
+    checkpoint's saved answers to the questions (else it answers them now); ``dedupe_ids``
+    (or the checkpoint's ``data.dedupe_ids``) renames repeated ids of ``on`` (ID#2, ...)."""
     from structqa.models.build import checkpoint_config
     from structqa.prediction.predictor import Predictor
     from structqa.prediction.scoring import default_runtime
@@ -97,7 +99,8 @@ def calibrate_checkpoint(
         path = data_path(cfg, on)
         if cfg.data.eval and path.resolve() == data_path(cfg, cfg.data.eval).resolve():
             log.warning("%s is the checkpoint's evaluation file: it is then not held out", path)
-        examples = list(read_extractive(path).examples)
+        renames = dedupe_ids or cfg.data.dedupe_ids
+        examples = list(read_extractive(path, dedupe_ids=renames).examples)
         source = str(on)
     elif pool_slice is not None:
         examples = pool_slice_examples(cfg, pool_slice, slice_seed)

@@ -43,12 +43,43 @@ def data_path(cfg: Config, name: str) -> Path:
     p = Path(name).expanduser()
     if p.is_absolute() or p.exists():
         return p
-    return resolve_data_file(name, resolve_data_dir(cfg.data.dir))
+    try:
+        return resolve_data_file(name, resolve_data_dir(cfg.data.dir))
+    except FileNotFoundError as err:  # name the file first: a mistyped path is the usual cause
+        raise FileNotFoundError(
+            f"{name}: no such file in {Path.cwd()}, and not in the data directory ({err}); "
+            "check the path"
+        ) from None
 
 
-def _version_2(cfg: Config, examples: list[Example]) -> bool:
+def _version_2(cfg: Config, *groups: Sequence[Example]) -> bool:
     v2 = cfg.decode.version_2
-    return any(ex.is_impossible for ex in examples) if v2 is None else v2
+    return any(ex.is_impossible for g in groups for ex in g) if v2 is None else v2
+
+
+def selection_version_2(cfg: Config, pool: Sequence[Example], val: Sequence[Example]) -> bool:
+    """Whether the questions that choose best/ are scored as SQuAD 2.0: when the data has
+    unanswerable questions anywhere, the training pool (unless ``data.answerable_only``) or
+    the validation questions, not only when the validation slice happened to draw some (a
+    slice without any would choose best/ by v1.1 scores and fit no no-answer threshold)."""
+    trained = () if cfg.data.answerable_only else pool
+    v2 = _version_2(cfg, trained, val)
+    if v2 and cfg.decode.version_2 is None and not _version_2(cfg, val):
+        log.warning(
+            "the %d validation questions hold no unanswerable question, but the training data "
+            "does: scoring them as SQuAD 2.0 (the model may abstain); give "
+            "--decode.version_2=false to score them as SQuAD 1.1",
+            len(val),
+        )
+    return v2
+
+
+def _nonempty(examples: Sequence[Example], path: Path, key: str) -> None:
+    if not examples:
+        raise ValueError(
+            f"{key}: {path} holds no question (the reader's log above says what it read and "
+            "skipped); give a file with at least one question"
+        )
 
 
 def _first(cfg: Config, examples: list[Example] | tuple[Example, ...]) -> list[Example]:
@@ -62,7 +93,9 @@ def load_eval_examples(cfg: Config, path: str | None = None) -> tuple[list[Examp
     name = path or cfg.data.eval
     if not name:
         raise ValueError("no test file: give --eval FILE (the config's data.eval is not set)")
-    ds = read_extractive(data_path(cfg, name), dedupe_ids=cfg.data.dedupe_ids)
+    source = data_path(cfg, name)
+    ds = read_extractive(source, dedupe_ids=cfg.data.dedupe_ids)
+    _nonempty(ds.examples, source, "--eval" if path else "data.eval")
     examples = _first(cfg, ds.examples)
     return examples, _version_2(cfg, examples)
 
@@ -76,6 +109,7 @@ def split_training_file(cfg: Config) -> tuple[list[Example], list[Example] | Non
     d = cfg.data
     source = data_path(cfg, d.train)
     pool = list(read_extractive(source, dedupe_ids=d.dedupe_ids).examples)
+    _nonempty(pool, source, "data.train")
     if d.exclude:
         pool, report = drop_overlap(pool, [data_path(cfg, name) for name in d.exclude])
         log.info("data.exclude: %s: %s", source, report.summary())
@@ -100,6 +134,7 @@ def split_training_file(cfg: Config) -> tuple[list[Example], list[Example] | Non
         return pool, None, ""
     path = data_path(cfg, d.validation)
     val = read_extractive(path, dedupe_ids=d.dedupe_ids).examples
+    _nonempty(val, path, "data.validation")
     return pool, _first(cfg, val), str(path)
 
 
@@ -108,10 +143,10 @@ def load_validation_examples(cfg: Config) -> tuple[list[Example], bool]:
     ``data.validation: none``, data.eval), exactly as training selected on them, and whether
     they are scored as SQuAD 2.0. For work after training that must not see the test file,
     e.g. fitting a no-answer threshold."""
-    _, val, _ = split_training_file(cfg)
+    pool, val, _ = split_training_file(cfg)
     if val is None:
-        return load_eval_examples(cfg)
-    return val, _version_2(cfg, val)
+        val, _ = load_eval_examples(cfg)
+    return val, selection_version_2(cfg, pool, val)
 
 
 def subsample_negative_windows(
@@ -182,12 +217,13 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
         train = kept
     trained = {passage_key(ex.context) for ex in train}
     if val is None:
-        val, v2 = load_eval_examples(cfg)
+        val, _ = load_eval_examples(cfg)
+        v2 = selection_version_2(cfg, pool, val)
         selection = str(data_path(cfg, str(cfg.data.eval)))
         log.info("data.validation is none: best/ is chosen on data.eval (%s)", selection)
         _warn_trained_on(val, trained, "data.eval, which chooses best/,")
     else:
-        v2 = _version_2(cfg, val)
+        v2 = selection_version_2(cfg, pool, val)
         _warn_trained_on(val, trained, "the validation questions")
         if cfg.data.eval:  # fail now, not after training, if the test file is missing
             test = data_path(cfg, cfg.data.eval)

@@ -1,0 +1,122 @@
+"""Reader for flat SQuAD records: one question per record, as Hugging Face ``datasets`` writes
+SQuAD and SQuAD 2.0 (``Dataset.to_json``)::
+
+    {"id": "q1", "title": "Bees", "context": "...", "question": "...",
+     "answers": {"text": ["..."], "answer_start": [12]}}
+
+one record a line (``.jsonl``, optionally ``.gz``), or a JSON list of such records. An empty
+``answers.text`` is an unanswerable question (the file is then read as SQuAD 2.0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from structqa.data.hygiene import has_readable_text
+from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
+from structqa.data.squad import (
+    QuestionIds,
+    check_clean_text,
+    check_type,
+    finish,
+    get_field,
+    load_json,
+    located_answer,
+    make_example,
+    note_skip,
+    numbered_lines,
+    open_text,
+    parse_json,
+)
+
+#: The keys that tell a flat record from an MRQA context line (which has "qas").
+FLAT_KEYS = ("context", "question", "answers")
+
+
+def is_flat_record(value: Any) -> bool:
+    """Whether ``value`` looks like one flat SQuAD record (not an MRQA context or header)."""
+    return isinstance(value, dict) and all(k in value for k in FLAT_KEYS) and "qas" not in value
+
+
+def read_flat(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
+    """Read flat SQuAD records (see the module docs) into examples; ``dedupe_ids``: see
+    :class:`~structqa.data.squad.QuestionIds`."""
+    path = Path(path)
+    report = ReadReport(path=str(path))
+    seen = QuestionIds(report, dedupe_ids)
+    examples: list[Example] = []
+    for where, record in _records(path):
+        example = _read_record(record, where, seen=seen, report=report)
+        if example is not None:
+            examples.append(example)
+    version = "2.0" if any(ex.is_impossible for ex in examples) else "1.1"
+    return finish(report, examples, version)
+
+
+def _records(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, record) of each record: JSON lines, or one JSON list."""
+    name = str(path)
+    with open_text(path) as handle:
+        head = handle.read(4096).lstrip()
+    if head.startswith("["):
+        doc = load_json(path)
+        check_type(doc, list, path=name, record="(top level)", field_name="(records)")
+        for i, record in enumerate(doc):
+            yield f"record {i}", record
+        return
+    with open_text(path) as handle:
+        for lineno, line in numbered_lines(handle, name):
+            if line.strip():
+                yield f"line {lineno}", parse_json(line, name, lineno)
+
+
+def _read_record(
+    record: Any, where: str, *, seen: QuestionIds, report: ReadReport
+) -> Example | None:
+    name = report.path
+    check_type(record, dict, path=name, record=where, field_name="(record)")
+    qid = get_field(record, "id", (str, int), path=name, record=where)
+    qid = str(qid) if isinstance(qid, int) else qid
+    if not qid:
+        raise DataError(name, where, "id", "empty question id")
+    qid = seen.claim(qid, f"{qid} ({where})")
+    rec = f"{qid} ({where})"
+    context = get_field(record, "context", str, path=name, record=rec)
+    check_clean_text(context, path=name, record=rec, field_name="context")
+    question = get_field(record, "question", str, path=name, record=rec)
+    check_clean_text(question, path=name, record=rec, field_name="question")
+    title = check_type(record.get("title", ""), str, path=name, record=rec, field_name="title")
+    for field, text in (("context", context), ("question", question)):
+        if not has_readable_text(text):
+            note_skip(
+                report,
+                f"empty_{field}",
+                f"question {qid!r} ({where}): no character a model reads in its {field}",
+            )
+            return None
+    answers = get_field(record, "answers", dict, path=name, record=rec)
+    texts = get_field(answers, "text", list, path=name, record=rec, field_name="answers.text")
+    starts = get_field(
+        answers, "answer_start", list, path=name, record=rec, field_name="answers.answer_start"
+    )
+    if len(texts) != len(starts):
+        raise DataError(
+            name,
+            rec,
+            "answers",
+            f"{len(texts)} answers.text but {len(starts)} answers.answer_start; give one start "
+            "per text",
+        )
+    located: list[Answer] = []
+    for m, (text, start) in enumerate(zip(texts, starts, strict=True)):
+        field = f"answers.text[{m}]"
+        check_type(text, str, path=name, record=rec, field_name=field)
+        check_type(start, int, path=name, record=rec, field_name=f"answers.answer_start[{m}]")
+        found = located_answer(report, context, qid, field, text, start)
+        if found is not None:
+            located.append(found)
+    return make_example(
+        report, qid, question, context, located, texts, is_impossible=not texts, title=title
+    )
