@@ -110,6 +110,23 @@ def test_type_number_window_limits_the_reach() -> None:
     assert bool(got[0, 0, rows].all())
 
 
+def test_type_number_stays_in_its_numbers_segment() -> None:
+    """A passage number's window may reach across the [SEP] into the question; with the
+    segments given, its words come from the passage alone."""
+    crossing = encoder_mask(type_number(IS_NUMBER, IS_WORD, m=6, k=6))
+    assert torch.equal(crossing[0, 0, 7], drawn("0 110 0 11010 10 0")[0])  # how, many too
+    passage = ~IS_QUESTION
+    kept = encoder_mask(type_number(IS_NUMBER, IS_WORD, m=6, k=6, segment=passage))
+    assert torch.equal(kept[0, 0, 7], drawn("0 000 0 11010 10 0")[0])
+    # a question number (at "?", 3) types itself by question words only, not Smith or scored
+    is_number = IS_NUMBER.clone()
+    is_number[0, 3] = True
+    got = encoder_mask(type_number(is_number, IS_WORD, m=4, k=4, segment=passage))
+    assert torch.equal(got[0, 0, 3], drawn("0 110 0 00000 00 0")[0])
+    without = encoder_mask(type_number(is_number, IS_WORD, m=4, k=4))
+    assert torch.equal(without[0, 0, 3], drawn("0 110 0 11000 00 0")[0])
+
+
 @pytest.mark.parametrize(("m", "k"), [(0, 3), (2, 0)])
 def test_type_number_with_nothing_in_reach_allows_nothing(m: int, k: int) -> None:
     got = encoder_mask(type_number(IS_NUMBER, IS_WORD, m=m, k=k))

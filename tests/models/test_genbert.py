@@ -4,13 +4,15 @@ loss (Eq. 4) against a hand computation, an overfit run, and the NC-BERT options
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from structqa.attention.masks import materialize
-from structqa.attention.nc_masks import NCMaskConfig
+from structqa.attention.nc_masks import NCMaskConfig, type_number
 from structqa.data.drop import DropAnswer, DropExample
 from structqa.encoders.bert import BertEncoder
 from structqa.features.drop_features import (
@@ -103,6 +105,39 @@ def test_features_realizations(tokenizer):
     assert batch.passage_spans.shape[-1] == 2 and batch.decoder_mask.sum(-1).tolist() == [
         len(f.decoder_target) for f in features
     ]
+
+
+def test_a_number_answer_is_no_span_of_a_larger_number(tokenizer):
+    from structqa.features.drop_features import _find_spans
+
+    passage = "3.7 million, 2,500 fans; 7.5 yards and 7 points, a 45-yard run"
+    offsets = np.asarray([(m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]", passage)])
+
+    def found(needle: str) -> list[str]:
+        spans, _ = _find_spans(passage, needle, offsets)
+        return [passage[offsets[s, 0] : offsets[e, 1]] for s, e in spans]
+
+    assert found("7") == ["7"]  # the points, not the 7 of 3.7 or of 7.5
+    assert found("500") == [] and found("3") == [] and found("2,500") == ["2,500"]
+    assert found("45") == ["45"]  # a hyphen is a boundary
+
+
+def test_a_number_answer_that_is_no_plain_number_is_learned_as_written(tokenizer, caplog):
+    """ "5 million" or "1/2" in a number field fails no run: it is the decoder's target as
+    written (the official metric reads it so too), counted and warned of."""
+    import logging
+
+    odd = [
+        DropExample("m", "p", "How many?", "About 5 million fans came.", DropAnswer("5 million")),
+        DropExample("h", "p", "How much?", "It was 1/2 of it.", DropAnswer("1/2")),
+    ]
+    with caplog.at_level(logging.WARNING):
+        features, report = featurize_drop_examples(odd, tokenizer, DropFeatureConfig(lsdf=True))
+    assert report.numbers_as_written == ["m: '5 million'", "h: '1/2'"]
+    assert "2 number answers are not plain numbers" in caplog.text
+    assert [f.answer_text for f in features] == ["5 million", "1/2"]
+    tokens = tokenizer.convert_ids_to_tokens(features[0].decoder_target.tolist())
+    assert tokens_to_text(tokens[1:-1], use_lsdf=True).startswith("5")  # not reversed
 
 
 def test_dice_reads_a_negative_number_at_its_first_digit(tokenizer):
@@ -266,6 +301,32 @@ def test_nc_layer_decoder_number_mask_and_dice(tiny_checkpoint, tokenizer):
     assert torch.equal(mask, (batch.is_number | batch.is_question) & batch.attention_mask.bool())
 
 
+def test_type_number_words_of_a_passage_number_stay_in_the_passage(tiny_checkpoint, tokenizer):
+    """The passage opens with a number: within k = 6 tokens to its left lie the [SEP] and the
+    question's words, which the type-number channel must not give it."""
+    example = DropExample(
+        "t",
+        "p",
+        "How many points did the Bears score?",
+        "24 points and 17 points.",
+        DropAnswer("7"),
+    )
+    (f,), _ = featurize_drop_examples([example], tokenizer, DropFeatureConfig())
+    batch = collate_drop([f])
+    cfg = GenBERTConfig(nc_layer=True, nc_mask=NCMaskConfig(type_words=4, type_window=6))
+    (_, type_channel) = build(tiny_checkpoint, cfg).encoder_channels(batch)
+    n = len(f)
+    allowed = materialize(type_channel, 1, 1, n, n, "cpu")[0, 0]
+    first = int(f.number_positions[0])  # the "2" of 24, the passage's first token
+    assert f.segment[first - 1] != f.segment[first]  # the [SEP] just before it
+    keys = [i for i in range(n) if allowed[first, i]]
+    assert keys and all(f.segment[i] == f.segment[first] for i in keys)
+    # the same window over the whole sequence would take the question's last pieces
+    crossing = type_number(batch.is_number, batch.is_word, 4, 6, batch.number_index)
+    reach = materialize(crossing, 1, 1, n, n, "cpu")[0, 0, first]
+    assert any(f.segment[i] != f.segment[first] for i in range(n) if reach[i])
+
+
 def test_lsdf_targets_read_back(tokenizer):
     example = DropExample("n", "p", "How many?", "It was 120 or 7.", DropAnswer(number="127"))
     features, _ = featurize_drop_examples([example], tokenizer, DropFeatureConfig(lsdf=True))
@@ -287,6 +348,32 @@ def test_lsdf_targets_read_back(tokenizer):
         tokens = tokenizer.convert_ids_to_tokens(f.decoder_target.tolist())[1:-1]
         assert tokens_to_text(tokens, use_lsdf=True) == text.lower()  # (an uncased vocabulary)
         assert (tokens[0] == text[-1]) is reversed_
+
+
+def test_decoded_numbers_glue_only_into_one_number():
+    assert tokens_to_text(["1", ",", "000"]) == "1,000"
+    assert tokens_to_text(["3", ".", "5"]) == "3.5"
+    # two numbers stay two: glued, DROP would read "3,5" and "1990,1992" as one number
+    assert tokens_to_text(["3", ",", "5"]) == "3 , 5"
+    pieces = ["1", "##9", "##9", "##0", ",", "1", "##9", "##9", "##2"]
+    assert tokens_to_text(pieces) == "1990 , 1992"
+
+
+def test_a_generated_multi_span_answer_is_scored_as_its_spans():
+    from structqa.metrics.drop import get_metrics
+    from structqa.models.genbert import GenBERTPrediction
+
+    probs = (0.0, 0.0, 1.0)
+    tokens = ("kasay", ",", "smith")
+    generated = GenBERTPrediction(tokens_to_text(tokens), "generate", probs, tokens=tokens)
+    assert generated.answer == ["kasay", "smith"]
+    assert get_metrics(generated.answer, ["Kasay", "Smith"]) == (1.0, 1.0)
+    assert get_metrics(generated.text, ["Kasay", "Smith"])[0] == 0.0  # the string alone
+    years = GenBERTPrediction("1990 , 1992", "generate", probs, tokens=("1990", ",", "1992"))
+    assert get_metrics(years.answer, ["1990", "1992"]) == (1.0, 1.0)
+    # an extracted span keeps its text, commas and all
+    span = GenBERTPrediction("Kasay, Smith", "passage_span", probs, span=(3, 5))
+    assert span.answer == "Kasay, Smith"
 
 
 def test_replaced_heads_patterns():

@@ -165,3 +165,21 @@ def test_grad_accum_is_bounded_by_the_dice_seed_slots():
 def test_nc_heads_need_the_nc_layer():
     with pytest.raises(ConfigError, match="nc_layer"):
         load_drop_config(overrides=["model.nc_heads=[0]"])
+
+
+def test_a_gzipped_drop_file_is_scored_and_a_repeat_across_files_refused(
+    tmp_path, tiny_checkpoint, shared_data
+):
+    import gzip
+
+    from structqa.models.build import load_tokenizer
+
+    mini = shared_data / "drop" / "drop-mini.json"
+    packed = tmp_path / "drop-mini.json.gz"
+    packed.write_bytes(gzip.compress(mini.read_bytes()))
+    cfg = load_drop_config(overrides=[f"model.encoder={tiny_checkpoint}"])
+    tokenizer = load_tokenizer(tiny_checkpoint)
+    split = loop.read_split([packed], tokenizer, cfg)
+    assert len(split.gold) == len(split.examples) == 19
+    with pytest.raises(ValueError, match=r"drop-mini.json: 19 query ids already in an earlier"):
+        loop.read_split([packed, mini], tokenizer, cfg)

@@ -254,8 +254,9 @@ def number_channels(batch: DropBatch, cfg: NCMaskConfig) -> NumberChannels:
     device = batch.input_ids.device
     valid = batch.attention_mask.bool()[:, None, :]  # (B, 1, N)
     entity = entity_number(batch.is_number, batch.is_entity, batch.sentence_id)
+    window = (cfg.type_words, cfg.type_window)
     words = type_number(
-        batch.is_number, batch.is_word, cfg.type_words, cfg.type_window, batch.number_index
+        batch.is_number, batch.is_word, *window, batch.number_index, batch.is_passage
     )
     ent = materialize(entity, b, 1, n, n, device)[:, 0].expand(b, n, n) & valid
     typ = materialize(words, b, 1, n, n, device)[:, 0].expand(b, n, n) & valid

@@ -62,14 +62,20 @@ def _span_edges(number_index: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _type_number_table(
-    is_number: Tensor, is_word: Tensor, m: int, k: int, number_index: Tensor | None = None
+    is_number: Tensor,
+    is_word: Tensor,
+    m: int,
+    k: int,
+    number_index: Tensor | None = None,
+    segment: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Which keys each token's type-number row allows, as (left, right, first, last).
 
     ``left``/``right`` are (B, N, W) bool, W = max(k, 1): ``left[b, i, d - 1]`` allows the
     key ``d`` positions before ``first[b, i]``, ``right[b, i, d - 1]`` the key ``d`` positions
     after ``last[b, i]``; ``first``/``last`` (B, N) are the token's own position, or the edges
-    of its number when ``number_index`` groups number tokens into numbers.
+    of its number when ``number_index`` groups number tokens into numbers. With ``segment``
+    (B, N), a word counts only in the segment of the token's own number.
     """
     if m < 0 or k < 0:
         raise ValueError(f"type-number channel needs m >= 0 and k >= 0, got m={m}, k={k}")
@@ -84,9 +90,14 @@ def _type_number_table(
     d = torch.arange(1, max(k, 1) + 1, device=device)  # (W,)
     rows = torch.arange(bsz, device=device)[:, None, None]
 
+    own = None if segment is None else segment.to(device).gather(1, first)[..., None]
+
     def candidates(positions: Tensor) -> Tensor:  # (B, N, W) positions -> is a word there
         inside = (positions >= 0) & (positions < n) & (d <= k)
-        return words[rows, positions.clamp(0, n - 1)] & inside
+        at = positions.clamp(0, n - 1)
+        if own is not None:
+            inside = inside & (segment.to(device)[rows, at] == own)
+        return words[rows, at] & inside
 
     left_ok = candidates(first[..., None] - d)  # (B, N, W)
     right_ok = candidates(last[..., None] + d)
@@ -98,14 +109,21 @@ def _type_number_table(
 
 
 def type_number(
-    is_number: Tensor, is_word: Tensor, m: int, k: int, number_index: Tensor | None = None
+    is_number: Tensor,
+    is_word: Tensor,
+    m: int,
+    k: int,
+    number_index: Tensor | None = None,
+    segment: Tensor | None = None,
 ) -> MaskMod:
     """Type-number channel: a number token attends only to the ``m`` nearest word tokens
     within ``k`` positions. Nearest by token distance; at equal distance the word on the
     left wins (the paper does not say; this rule makes the choice deterministic). Number
-    tokens are never words, whatever ``is_word`` says. The window runs over token positions
-    of the whole sequence (near the [SEP] it may reach question words; leave them out of
-    ``is_word`` to prevent that).
+    tokens are never words, whatever ``is_word`` says. With ``segment`` (B, N: e.g. whether
+    a token is the passage's) the words come from the number's own segment only: a passage
+    number's type is read from its passage, not from the question across the [SEP] (the
+    paper's window exists to keep a number from "irrelevant tokens"); without it the window
+    runs over the whole sequence.
 
     Distance is measured from the token itself, so the digits of "1 ##4 ##5" each see a
     slightly different neighbourhood. With ``number_index`` (B, N; -1 outside numbers, as in
@@ -113,7 +131,7 @@ def type_number(
     as one unit: distance is from the number's edges and all its tokens see the same words,
     the paper's "window of size k for every number".
     """
-    left, right, first, last = _type_number_table(is_number, is_word, m, k, number_index)
+    left, right, first, last = _type_number_table(is_number, is_word, m, k, number_index, segment)
 
     def nearest_words(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
         lo, hi = first[b, q], last[b, q]
@@ -166,11 +184,13 @@ def encoder_channels(
     sentence_id: Tensor,
     is_word: Tensor,
     number_index: Tensor | None = None,
+    segment: Tensor | None = None,
 ) -> list[MaskMod]:
     """The enabled encoder channels, for :func:`nc_layer_masks`."""
     out: list[MaskMod] = []
     if cfg.entity_channel:
         out.append(entity_number(is_number, is_entity, sentence_id))
     if cfg.type_channel:
-        out.append(type_number(is_number, is_word, cfg.type_words, cfg.type_window, number_index))
+        window = (cfg.type_words, cfg.type_window)
+        out.append(type_number(is_number, is_word, *window, number_index, segment))
     return out

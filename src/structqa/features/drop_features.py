@@ -14,7 +14,8 @@ the :class:`DropFeatureReport`; answer spans past the cut are lost (counted too)
 Realizations of one gold answer (``example.answer``; validated answers are for evaluation):
 
 - question spans / passage spans: every occurrence of the answer text (case-insensitive, not
-  glued to a letter or digit on either side) that maps onto whole tokens of the window. For a
+  glued to a letter or digit on either side, nor part of a larger number: "500" of "2,500")
+  that maps onto whole tokens of the window. For a
   number answer the plain written number is searched. Several occurrences are all kept: the
   loss marginalizes over them. Multi-span answers have no span realization (the model has one
   span head per segment, no multi-span head).
@@ -46,7 +47,7 @@ import functools
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -88,13 +89,19 @@ class DropFeatureReport:
     spans_lost_to_truncation: int = 0  # answers found in the full passage but not the window
     decoder_targets_too_long: int = 0
     without_realization: int = 0  # no span and no decoder target: contributes no loss
+    numbers_as_written: list[str] = field(default_factory=list)  # "id: '5 million'" answers
 
     def summary(self) -> str:
+        written = (
+            f", {len(self.numbers_as_written)} number answers not plain numbers (kept as written)"
+            if self.numbers_as_written
+            else ""
+        )
         return (
             f"{self.examples} examples: {self.truncated_passages} passages and "
             f"{self.truncated_questions} questions truncated, {self.spans_lost_to_truncation} "
             f"answers only past the window, {self.decoder_targets_too_long} decoder targets too "
-            f"long, {self.without_realization} without any realization"
+            f"long, {self.without_realization} without any realization{written}"
         )
 
 
@@ -167,7 +174,12 @@ def _find_spans(text: str, needle: str, offsets: np.ndarray) -> tuple[list[tuple
     needle = needle.strip()
     if not needle or not len(offsets):
         return [], 0
-    pattern = re.compile(r"(?<![0-9A-Za-z])" + re.escape(needle) + r"(?![0-9A-Za-z])", re.I)
+    # not inside a word, nor inside a larger number: "500" is no span of "2,500", nor "7"
+    # or "3" of "3.7" (a hyphen stays a boundary: "45" of "45-yard")
+    pattern = re.compile(
+        r"(?<![0-9A-Za-z])(?<![0-9][.,])" + re.escape(needle) + r"(?![0-9A-Za-z])(?![.,][0-9])",
+        re.I,
+    )
     spans, lost = [], 0
     limit = int(offsets[-1, 1])
     for m in pattern.finditer(text):
@@ -181,12 +193,18 @@ def _find_spans(text: str, needle: str, offsets: np.ndarray) -> tuple[list[tuple
     return sorted(set(spans)), lost
 
 
-def _number_answer_text(number: str) -> str:
+def _number_answer_text(number: str) -> str | None:
+    """The plain written form of a number answer ("1,000" -> "1000", "12.0" -> "12"), or
+    None when it is no number ("5 million", "1/2")."""
     plain = number.replace(",", "").strip()
     try:
         return number_text(plain)
     except ValueError:
+        pass
+    try:
         return number_text(float(plain))
+    except ValueError:  # not a number, or nan/inf
+        return None
 
 
 def decoder_target(text: str, tokenizer: WordPieceTokenizer, use_lsdf: bool) -> list[int]:
@@ -275,7 +293,10 @@ def featurize_drop(
     answer = example.answer
     kind = answer.kind
     if kind == "number":
-        text = _number_answer_text(answer.number)
+        plain = _number_answer_text(answer.number)
+        if plain is None:  # learned and scored as written, as the official metric reads it
+            report.numbers_as_written.append(f"{example.id}: {answer.number!r}")
+        text = answer.number.strip() if plain is None else plain
     elif kind == "spans":
         text = ", ".join(answer.spans)
     else:
@@ -340,6 +361,13 @@ def featurize_drop_examples(
         qa, pa = annotations[i] if annotations is not None else (None, None)
         features.append(featurize_drop(ex, tokenizer, cfg, i, report, qa, pa))
     log.info("%s", report.summary())
+    if report.numbers_as_written:
+        log.warning(
+            "%d number answers are not plain numbers, so they are learned as written (no "
+            "digit-order rewrite), e.g. %s",
+            len(report.numbers_as_written),
+            "; ".join(report.numbers_as_written[:3]),
+        )
     if report.truncated_questions:
         log.warning(
             "%d of %d questions are longer than max_question_len = %d tokens and were cut "

@@ -36,6 +36,7 @@ from accelerate.utils import set_seed
 
 from structqa.config import config_from_dict
 from structqa.data.drop import DropExample, read_drop
+from structqa.data.squad import load_json
 from structqa.encoders import attention_options, encoder_from_config_dict, load_encoder
 from structqa.encoders.bert import BertEncoder
 from structqa.features.batching import sorted_batches
@@ -99,7 +100,17 @@ def read_split(paths: Sequence[str | Path], tokenizer, cfg: DropConfig) -> DropS
     gold: dict[str, list[GoldAnswer]] = {}
     for path in paths:
         examples.extend(read_drop(path).examples)
-        gold.update(gold_from_drop_json(json.loads(Path(path).read_text(encoding="utf-8"))))
+        try:  # (read_drop has checked the file; plain or .gz, as it reads them)
+            answers = gold_from_drop_json(load_json(Path(path)))
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+        again = sorted(set(gold) & set(answers))
+        if again:  # the later file's answers would replace the earlier's unseen
+            raise ValueError(
+                f"{path}: {len(again)} query ids already in an earlier file of the split "
+                f"(first: {again[0]!r}); give each question once"
+            )
+        gold.update(answers)
     features, report = featurize(examples, tokenizer, cfg)
     return DropSplit(examples, features, gold, report)
 
@@ -258,26 +269,27 @@ def predict_drop(
     tokenizer,
     batch_size: int,
     bf16: bool = False,
-) -> dict[str, str]:
-    """Query id -> answer string for every featurized question (longest batches first)."""
+) -> dict[str, str | list[str]]:
+    """Query id -> answer (a string, or a generated multi-span answer's list of spans) for
+    every featurized question (longest batches first)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     pad_id = int(tokenizer.pad_token_id or 0)
-    preds: dict[str, str] = {}
+    preds: dict[str, str | list[str]] = {}
     for idx in sorted_batches([len(f) for f in features], batch_size):
         batch = collate_drop(features, idx, pad_id).to(device)
         with autocast(device, bf16):
             answers = model.predict(batch, features, tokenizer)
         for row, answer in zip(idx, answers, strict=True):
-            preds[examples[features[row].example_index].id] = answer.text
+            preds[examples[features[row].example_index].id] = answer.answer
     model.train(was_training)
     return preds
 
 
 def evaluate_split(
     model: GenBERT, split: DropSplit, tokenizer, batch_size: int, bf16: bool = False
-) -> tuple[dict[str, str], dict[str, Any]]:
+) -> tuple[dict[str, str | list[str]], dict[str, Any]]:
     """Predictions and the official DROP scores (questions the reader skipped score 0)."""
     preds = predict_drop(model, split.examples, split.features, tokenizer, batch_size, bf16)
     return preds, drop_score(split.gold, preds)
@@ -325,9 +337,8 @@ class DropTask(CheckpointedTask):
 
     def loss(self, model, batch: DropBatch, env: Env, step: int, micro: int) -> torch.Tensor:
         raw_model: GenBERT = env.accelerator.unwrap_model(model)
-        raw_model.dice_generator.manual_seed(
-            ((self.seed * 1_000_003 + step) * 64 + micro) * 1024 + env.rank
-        )
+        slot = ((self.seed * 1_000_003 + step) * 64 + micro) * 1024 + env.rank
+        raw_model.dice_generator.manual_seed(slot % 2**64)  # a large train.seed wraps
         return model(batch).loss
 
     def evaluate(self, model: GenBERT, env: Env) -> Evaluation | None:
