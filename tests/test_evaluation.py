@@ -132,3 +132,18 @@ def test_last_checkpoint_keeps_the_metrics_of_its_weights(tiny_trained_run):
     last = json.loads((tiny_trained_run / "last" / "metrics.json").read_text())
     best = json.loads((tiny_trained_run / "best" / "metrics.json").read_text())
     assert last == best and "f1" in last
+
+
+def test_scoring_another_file_keeps_the_end_of_training_test(
+    tiny_trained_run, shared_data, tmp_path
+) -> None:
+    """`evaluate CKPT --eval OTHER` writes CKPT/eval-OTHER, not over CKPT/eval."""
+    import shutil
+
+    best = shutil.copytree(tiny_trained_run / "best", tmp_path / "best")
+    (best / "eval").mkdir(exist_ok=True)
+    (best / "eval" / "metrics.json").write_text('{"f1": 12.5}')  # training's test, say
+    mini = shared_data / "fixtures" / "squad-v1.1-mini.json"
+    assert main(["evaluate", str(best), "--eval", str(mini), "--bf16", "off"]) == 0
+    assert json.loads((best / "eval-squad-v1.1-mini" / "metrics.json").read_text())["f1"] >= 0
+    assert json.loads((best / "eval" / "metrics.json").read_text()) == {"f1": 12.5}

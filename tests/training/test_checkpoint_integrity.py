@@ -280,3 +280,16 @@ def test_a_pretraining_checkpoint_is_sealed_and_checked_when_used_as_encoder(
     (target / "config.json").write_text((target / "config.json").read_text() + " ")
     with pytest.raises(ManifestMismatch, match=r"config\.json: \d+ bytes where manifest"):
         load_encoder(target)
+
+
+def test_resume_without_last_refuses_to_overwrite_a_kept_best(tmp_path: Path) -> None:
+    """--resume where only best/ is left (last/ removed) would start afresh and overwrite that
+    best/ at its first evaluation: refused, as a fresh start into the directory is."""
+    from structqa.training.checkpoint import RunExists, TrainState, resume_from
+
+    out = tmp_path / "run"
+    (out / "best").mkdir(parents=True)
+    with pytest.raises(RunExists, match=r"--resume: .* holds a run but no last/"):
+        resume_from(out / "last", True, lambda _: None, None, None)  # type: ignore[arg-type]
+    empty = tmp_path / "new"
+    assert resume_from(empty / "last", True, lambda _: None, None, None) == TrainState()  # type: ignore[arg-type]

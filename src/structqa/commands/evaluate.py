@@ -21,7 +21,7 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     # A checkpoint keeps torch unless --runtime says otherwise, so that a recorded score does
     # not depend on the CPU kind (predict and serve take the fastest runtime instead)
     runtime = args.runtime or default_runtime(args.checkpoint)
-    out = Path(args.out or Path(args.checkpoint) / "eval")
+    out = Path(args.out) if args.out else default_out(Path(args.checkpoint), args.eval)
     metrics = evaluate_checkpoint(
         args.checkpoint,
         args.eval,
@@ -39,6 +39,17 @@ def cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
         "wrote predictions.json, nbest_predictions.json, null_odds.json, metrics.json to %s", out
     )
     return 0
+
+
+def default_out(checkpoint: Path, eval_file: str | None) -> Path:
+    """CHECKPOINT/eval for the checkpoint's own test file (where training scored it), else
+    CHECKPOINT/eval-NAME: scoring another file does not overwrite the end-of-training test."""
+    if not eval_file:
+        return checkpoint / "eval"
+    name = Path(eval_file).name
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return checkpoint / f"eval-{name or 'file'}"
 
 
 _EVALUATE_TEXT = """score a checkpoint on a test file
@@ -65,7 +76,11 @@ def add_parser(subparsers) -> None:
     )
     e.add_argument("--data", help="data directory for relative paths")
     e.add_argument("--eval-size", type=int, help="score only the first N questions")
-    e.add_argument("--out", help="output directory (default CHECKPOINT/eval)")
+    e.add_argument(
+        "--out",
+        help="output directory (default CHECKPOINT/eval, or CHECKPOINT/eval-NAME for "
+        "--eval NAME.json)",
+    )
     add_bf16_argument(e)
     add_no_progress_argument(e)
     add_runtime_argument(

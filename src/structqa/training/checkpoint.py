@@ -244,7 +244,8 @@ def resume_from(
     ``config`` (this stint's, as a dict) is checked against the one the checkpoint saved
     in ``config_file``: a resume with other data, seed, batch size, schedule or model is
     refused (ValueError), since it would not continue the run it names. A fresh start into
-    a directory that already holds a checkpoint is refused too: it would overwrite it."""
+    a directory that already holds a checkpoint is refused too, with ``resume`` or without,
+    where there is no ``last_dir`` to resume: it would overwrite it."""
     if resume and resumable(last_dir):
         saved = last_dir / config_file
         if config is not None and saved.is_file():
@@ -253,7 +254,15 @@ def resume_from(
     out = last_dir.parent
     if not resume:
         check_fresh_start(out)
-    if resume:
+    else:
+        try:
+            check_fresh_start(out)
+        except RunExists:  # best/ without last/: a fresh start would overwrite that best/
+            raise RunExists(
+                f"--resume: {out} holds a run but no {last_dir.name}/ to resume it from (it "
+                "was removed or never written); train into another output_dir, or move its "
+                "checkpoints away to start this one afresh"
+            ) from None
         log.info("nothing to resume in %s; starting fresh", last_dir)
     return TrainState()
 
