@@ -309,3 +309,19 @@ def test_a_mistyped_training_file_is_named_in_the_error(tmp_path, monkeypatch) -
     cfg = load_config(overrides=["data.train=mydata/train.jsn"])
     with pytest.raises(FileNotFoundError, match=r"^mydata/train.jsn: no such file in "):
         split_training_file(cfg)
+
+
+def test_no_located_answer_anywhere_says_so_not_lower_the_batch_size(
+    tmp_path, tiny_checkpoint, capsys
+) -> None:
+    doc = json.loads(Path(TRAIN).read_text())
+    for article in doc["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                qa["answers"] = [{"text": "zzz not in the text", "answer_start": 0}]
+    unlocated = tmp_path / "train.json"
+    unlocated.write_text(json.dumps(doc))
+    args = _bees_args(tiny_checkpoint, tmp_path / "run", f"--data.train={unlocated}")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "nothing to train on" in err and "answer_start" in err and "batch_size" not in err

@@ -309,6 +309,12 @@ def fit(
     env = Env(*start_accelerator(s.bf16))
     accelerator, device, world, rank = env.accelerator, env.device, env.world, env.rank
     batches_per_epoch = len(epoch_order(task.lengths, s.batch_size, s.seed, 0, world)) // world
+    if not task.lengths:
+        raise ValueError(
+            f"{out}: nothing to train on: no training window was made (no question with an "
+            "answer located in its context, or none at all: the data reports above say which "
+            "were skipped); check the answers' answer_start"
+        )
     if not batches_per_epoch:
         raise ValueError(
             f"{out}: the training data has {len(task.lengths)} examples: too few for one batch "
