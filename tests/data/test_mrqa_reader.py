@@ -141,6 +141,11 @@ def test_empty_id_falls_back_to_qid(tmp_path: Path) -> None:
     assert [e.id for e in data] == ["mrqa-x", "mrqa-y"]
 
 
+def test_integer_ids_are_read_as_their_text(tmp_path: Path) -> None:
+    data = read_mrqa(write_mrqa(tmp_path, [record(mrqa_qa("x", id=17))]))
+    assert [e.id for e in data] == ["17"]
+
+
 def test_repeated_spans_give_one_located_answer(tmp_path: Path) -> None:
     detected = [{"text": "Broncos", "char_spans": [[7, 13]]}] * 3
     data = read_mrqa(write_mrqa(tmp_path, [record(mrqa_qa(detected_answers=detected))]))

@@ -63,7 +63,9 @@ def _question_id(qa: dict[str, Any], *, path: str, where: str) -> str:
         value = qa.get(key)
         if value is None or value == "":
             continue
-        return check_type(value, str, path=path, record=where, field_name=key)
+        # integer ids are read as their decimal text, as the SQuAD reader reads them
+        value = check_type(value, (str, int), path=path, record=where, field_name=key)
+        return str(value) if isinstance(value, int) else value
     raise DataError(path, where, "id", "missing question id (neither 'id' nor 'qid' is set)")
 
 
