@@ -94,7 +94,9 @@ class ModelConfig:
     init_from: str | None = setting(
         None,
         "a structqa checkpoint whose weights start this model (parameters it lacks, e.g. a new "
-        "answerability classifier, keep their fresh init); null: the encoder and a fresh head",
+        "answerability classifier, keep their fresh init), or 'reader': the general reader "
+        "`structqa reader build` made ($STRUCTQA_READER names another); null: the encoder "
+        "and a fresh head",
     )
 
 
