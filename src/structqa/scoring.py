@@ -174,13 +174,16 @@ def merged_predictions(paths: str | Path | Sequence[str | Path]) -> dict[str, An
 
 def load_gold(data_file: str | Path) -> tuple[str, Mapping[str, Any]]:
     """``(scheme, gold)`` for :func:`score_questions`: MRQA JSONL and SQuAD v1.1 -> "squad1",
-    SQuAD v2.0 -> "squad2" (gold texts per id), DROP JSON -> "drop" (gold answers per id)."""
-    name = str(data_file)
-    if name.endswith((".jsonl", ".jsonl.gz")):
+    SQuAD v2.0 -> "squad2" (gold texts per id; flat records by their questions), DROP JSON ->
+    "drop" (gold answers per id)."""
+    from structqa.data.readers import detect_format
+
+    if detect_format(data_file) in ("mrqa", "flat"):  # flat records: SQuAD 1.1 or 2.0
         from structqa.data import read_examples
 
         ds = read_examples(data_file)
-        return "squad1", {ex.id: list(ex.gold_texts) for ex in ds.examples}
+        scheme = "squad2" if ds.version == "2.0" else "squad1"
+        return scheme, {ex.id: list(ex.gold_texts) for ex in ds.examples}
     dataset = _load_json(data_file, "dataset")
     if _is_drop(dataset):
         return "drop", gold_from_drop_json(dataset)

@@ -104,3 +104,17 @@ def test_a_question_without_readable_text_is_skipped_and_counted(tmp_path: Path)
     data = read_flat(write_lines(tmp_path / "own.jsonl", [RECORDS[0], unreadable]))
     assert [e.id for e in data.examples] == ["a1"]
     assert data.report.skipped == {"empty_question": 1}
+
+
+def test_a_first_record_longer_than_the_sniffed_head_is_still_flat(tmp_path: Path) -> None:
+    long = {**record("a1", ["honey"], [10]), "context": CONTEXT + " word" * 16000}
+    assert detect_format(write_lines(tmp_path / "long.jsonl", [long])) == "flat"
+
+
+def test_score_reads_flat_gold_as_squad2_when_it_has_unanswerables(tmp_path: Path) -> None:
+    from structqa.scoring import load_gold
+
+    scheme, gold = load_gold(write_lines(tmp_path / "own.jsonl", RECORDS))
+    assert scheme == "squad2" and gold == {"a1": ["honey"], "a2": ["hives"], "a3": []}
+    scheme, _ = load_gold(write_lines(tmp_path / "v1.jsonl", RECORDS[:2]))
+    assert scheme == "squad1"

@@ -120,6 +120,10 @@ def test_a_number_answer_is_no_span_of_a_larger_number(tokenizer):
     assert found("7") == ["7"]  # the points, not the 7 of 3.7 or of 7.5
     assert found("500") == [] and found("3") == [] and found("2,500") == ["2,500"]
     assert found("45") == ["45"]  # a hyphen is a boundary
+    # words keep the old boundaries: a digit and a comma before a name do not hide it
+    named = "In 1995,Smith won"
+    named_offsets = np.asarray([(m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]", named)])
+    assert _find_spans(named, "Smith", named_offsets)[0] == [(3, 3)]
 
 
 def test_a_number_answer_that_is_no_plain_number_is_learned_as_written(tokenizer, caplog):
@@ -361,18 +365,21 @@ def test_decoded_numbers_glue_only_into_one_number():
 
 def test_a_generated_multi_span_answer_is_scored_as_its_spans():
     from structqa.metrics.drop import get_metrics
-    from structqa.models.genbert import GenBERTPrediction
+    from structqa.models.genbert import GenBERTPrediction, generated_spans
 
-    probs = (0.0, 0.0, 1.0)
-    tokens = ("kasay", ",", "smith")
-    generated = GenBERTPrediction(tokens_to_text(tokens), "generate", probs, tokens=tokens)
-    assert generated.answer == ["kasay", "smith"]
+    passage = "Kasay kicked and Smith ran. He was born in Jacksonville, Florida in 1990."
+    question = "Who scored?"
+    text = tokens_to_text(("kasay", ",", "smith"))
+    spans = generated_spans(text, question, passage)
+    assert spans == ("kasay", "smith")
+    generated = GenBERTPrediction(text, "generate", (0.0, 0.0, 1.0), tokens=("x",), spans=spans)
     assert get_metrics(generated.answer, ["Kasay", "Smith"]) == (1.0, 1.0)
     assert get_metrics(generated.text, ["Kasay", "Smith"])[0] == 0.0  # the string alone
-    years = GenBERTPrediction("1990 , 1992", "generate", probs, tokens=("1990", ",", "1992"))
-    assert get_metrics(years.answer, ["1990", "1992"]) == (1.0, 1.0)
-    # an extracted span keeps its text, commas and all
-    span = GenBERTPrediction("Kasay, Smith", "passage_span", probs, span=(3, 5))
+    assert generated_spans("1990 , 1992", question, passage) == ("1990", "1992")
+    # one span with a comma of its own, as the passage writes it, stays one
+    assert generated_spans("jacksonville , florida", question, passage) == ()
+    assert generated_spans("smith", question, passage) == ()
+    span = GenBERTPrediction("Kasay, Smith", "passage_span", (0.0, 1.0, 0.0), span=(3, 5))
     assert span.answer == "Kasay, Smith"
 
 

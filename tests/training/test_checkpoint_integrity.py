@@ -282,14 +282,17 @@ def test_a_pretraining_checkpoint_is_sealed_and_checked_when_used_as_encoder(
         load_encoder(target)
 
 
-def test_resume_without_last_refuses_to_overwrite_a_kept_best(tmp_path: Path) -> None:
-    """--resume where only best/ is left (last/ removed) would start afresh and overwrite that
-    best/ at its first evaluation: refused, as a fresh start into the directory is."""
-    from structqa.training.checkpoint import RunExists, TrainState, resume_from
+def test_resume_without_last_warns_that_the_kept_best_will_be_replaced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--resume where only best/ is left starts afresh (a run stopped before its first save,
+    as the reader build and the experiment runner resume) and says that best/ is replaced."""
+    from structqa.training.checkpoint import TrainState, resume_from
 
     out = tmp_path / "run"
     (out / "best").mkdir(parents=True)
-    with pytest.raises(RunExists, match=r"--resume: .* holds a run but no last/"):
-        resume_from(out / "last", True, lambda _: None, None, None)  # type: ignore[arg-type]
-    empty = tmp_path / "new"
-    assert resume_from(empty / "last", True, lambda _: None, None, None) == TrainState()  # type: ignore[arg-type]
+    (out / "last.tmp").mkdir()  # a first save cut short
+    with caplog.at_level(logging.WARNING):
+        state = resume_from(out / "last", True, lambda _: None, None, None)  # type: ignore[arg-type]
+    assert state == TrainState()
+    assert "holds a checkpoint; starting fresh, and the first evaluation replaces it" in caplog.text

@@ -166,3 +166,9 @@ def test_greedy_soup_keeps_a_member_only_when_the_soup_scores_no_lower(
     assert verify_manifest(tmp_path / "a")
     assert json.loads((tmp_path / "a" / "soup.json").read_text())["kind"] == "greedy"
     assert not (tmp_path / "a.trial").exists()
+
+
+def test_a_members_evaluations_of_other_files_are_its_own() -> None:
+    from structqa.training.soup import member_only
+
+    assert member_only("eval") and member_only("eval-dev") and not member_only("tokenizer.json")

@@ -325,3 +325,17 @@ def test_no_located_answer_anywhere_says_so_not_lower_the_batch_size(
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "nothing to train on" in err and "answer_start" in err and "batch_size" not in err
+
+
+def test_with_validation_none_the_test_file_is_scored_as_itself(tmp_path) -> None:
+    """best/ chosen on data.eval (a SQuAD 1.1 file) is scored as SQuAD 1.1 even when the
+    training data has unanswerable questions: the run's reported test score is that file's."""
+    doc = json.loads(Path(TRAIN).read_text())
+    qa = doc["data"][0]["paragraphs"][0]["qas"][0]
+    qa["answers"], qa["is_impossible"] = [], True
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps(doc))
+    cfg = load_config(
+        overrides=[f"data.train={train}", "data.validation=none", f"data.eval={TEST}"]
+    )
+    assert load_validation_examples(cfg)[1] is False

@@ -54,6 +54,8 @@ def detect_format(path: str | Path) -> str:
     try:
         with open_text(path) as handle:
             head = handle.read(_SNIFF_CHARS)
+            if jsonl and "\n" not in head.lstrip():  # a first record longer than the head
+                head += handle.readline()
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text ({err})") from None
     except UNREADABLE as err:  # a corrupt or cut-short .gz
@@ -67,9 +69,7 @@ def detect_format(path: str | Path) -> str:
     if is_flat_record(first) or head.lstrip().startswith("["):  # no other format is a list
         return "flat"
     if jsonl:
-        # a first line longer than the sniffed head: a flat record asks its "question" itself
-        cut_flat = first is None and '"question"' in first_line and '"qas"' not in first_line
-        return "flat" if cut_flat else "mrqa"
+        return "mrqa"
     for name, signature in _JSON_SIGNATURES:
         if signature.search(head):
             return name

@@ -176,10 +176,9 @@ def _find_spans(text: str, needle: str, offsets: np.ndarray) -> tuple[list[tuple
         return [], 0
     # not inside a word, nor inside a larger number: "500" is no span of "2,500", nor "7"
     # or "3" of "3.7" (a hyphen stays a boundary: "45" of "45-yard")
-    pattern = re.compile(
-        r"(?<![0-9A-Za-z])(?<![0-9][.,])" + re.escape(needle) + r"(?![0-9A-Za-z])(?![.,][0-9])",
-        re.I,
-    )
+    before = r"(?<![0-9A-Za-z])" + (r"(?<![0-9][.,])" if needle[0].isdigit() else "")
+    after = r"(?![0-9A-Za-z])" + (r"(?![.,][0-9])" if needle[-1].isdigit() else "")
+    pattern = re.compile(before + re.escape(needle) + after, re.I)
     spans, lost = [], 0
     limit = int(offsets[-1, 1])
     for m in pattern.finditer(text):

@@ -156,16 +156,28 @@ class GenBERTPrediction:
     type_probs: tuple[float, float, float]
     span: tuple[int, int] | None = None  # inclusive token positions for span types
     tokens: tuple[str, ...] = ()  # decoded tokens for the generate type
+    spans: tuple[str, ...] = ()  # a generated multi-span answer's spans (see generated_spans)
 
     @property
     def answer(self) -> str | list[str]:
-        """The answer as DROP scores it: a generated answer of several spans (trained as the
-        spans joined by ", ", decoded as " , ") is their list, else the text. (A single span
-        with a comma of its own is split too: on the contrast sets' saved answers of 21
-        runs, splitting never lowered F1.)"""
-        if self.tokens and DECODED_SPANS_JOINER in self.text:
-            return [part for part in self.text.split(DECODED_SPANS_JOINER) if part]
-        return self.text
+        """The answer as DROP scores it: a generated multi-span answer's list, else the text."""
+        return list(self.spans) if self.spans else self.text
+
+
+def _squashed(text: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"\s*,\s*", ",", text)).strip().lower()
+
+
+def generated_spans(text: str, question: str, passage: str) -> tuple[str, ...]:
+    """The spans of a generated answer that joins several (trained as the spans joined by
+    ", ", decoded as " , "); () when it is one: no joiner, or the whole text, commas and
+    all, is written in the passage or question ("jacksonville , florida")."""
+    if DECODED_SPANS_JOINER not in text:
+        return ()
+    whole = _squashed(text)
+    if whole in _squashed(passage) or whole in _squashed(question):
+        return ()
+    return tuple(part for part in text.split(DECODED_SPANS_JOINER) if part.strip())
 
 
 class GenBERT(nn.Module):
@@ -416,7 +428,10 @@ class GenBERT(nn.Module):
                 ids = ids[: ids.index(sep_id)] if sep_id in ids else ids
                 tokens = tuple(tokenizer.convert_ids_to_tokens(ids))
                 text = tokens_to_text(tokens, self.config.lsdf)
-                preds.append(GenBERTPrediction(text, ANSWER_TYPES[kind], probs, tokens=tokens))
+                spans = generated_spans(text, feature.question, feature.passage)
+                preds.append(
+                    GenBERTPrediction(text, ANSWER_TYPES[kind], probs, tokens=tokens, spans=spans)
+                )
                 continue
             s, e = (q_best if kind == QUESTION_SPAN else p_best)[row].tolist()
             text = feature.span_text(s, e)

@@ -244,8 +244,9 @@ def resume_from(
     ``config`` (this stint's, as a dict) is checked against the one the checkpoint saved
     in ``config_file``: a resume with other data, seed, batch size, schedule or model is
     refused (ValueError), since it would not continue the run it names. A fresh start into
-    a directory that already holds a checkpoint is refused too, with ``resume`` or without,
-    where there is no ``last_dir`` to resume: it would overwrite it."""
+    a directory that already holds a checkpoint is refused too: it would overwrite it (with
+    ``resume`` and no ``last_dir``, a warning says so: a run stopped before its first save
+    starts afresh)."""
     if resume and resumable(last_dir):
         saved = last_dir / config_file
         if config is not None and saved.is_file():
@@ -254,15 +255,16 @@ def resume_from(
     out = last_dir.parent
     if not resume:
         check_fresh_start(out)
+    elif (out / "best").is_dir() or (out / "final").is_dir():
+        # (a run stopped before its first last/ is started afresh by the build and the
+        # experiment runner; a person who removed last/ is told what the start replaces)
+        log.warning(
+            "--resume: nothing to resume in %s, but %s holds a checkpoint; starting fresh, "
+            "and the first evaluation replaces it (move it away to keep it)",
+            last_dir,
+            out,
+        )
     else:
-        try:
-            check_fresh_start(out)
-        except RunExists:  # best/ without last/: a fresh start would overwrite that best/
-            raise RunExists(
-                f"--resume: {out} holds a run but no {last_dir.name}/ to resume it from (it "
-                "was removed or never written); train into another output_dir, or move its "
-                "checkpoints away to start this one afresh"
-            ) from None
         log.info("nothing to resume in %s; starting fresh", last_dir)
     return TrainState()
 

@@ -145,7 +145,7 @@ def load_validation_examples(cfg: Config) -> tuple[list[Example], bool]:
     e.g. fitting a no-answer threshold."""
     pool, val, _ = split_training_file(cfg)
     if val is None:
-        val, _ = load_eval_examples(cfg)
+        return load_eval_examples(cfg)
     return val, selection_version_2(cfg, pool, val)
 
 
@@ -216,9 +216,8 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
             )
         train = kept
     trained = {passage_key(ex.context) for ex in train}
-    if val is None:
-        val, _ = load_eval_examples(cfg)
-        v2 = selection_version_2(cfg, pool, val)
+    if val is None:  # the test file chooses best/: scored as the test file is scored
+        val, v2 = load_eval_examples(cfg)
         selection = str(data_path(cfg, str(cfg.data.eval)))
         log.info("data.validation is none: best/ is chosen on data.eval (%s)", selection)
         _warn_trained_on(val, trained, "data.eval, which chooses best/,")

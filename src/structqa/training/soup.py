@@ -52,6 +52,11 @@ MEMBER_ONLY = frozenset(
 )
 
 
+def member_only(name: str) -> bool:
+    """A member's own file or folder (:data:`MEMBER_ONLY`, or `evaluate`'s ``eval-NAME``)."""
+    return name in MEMBER_ONLY or name.startswith("eval-")
+
+
 class SoupRefused(ValueError):
     """Checkpoints that cannot be averaged, and why."""
 
@@ -162,7 +167,7 @@ def _write_soup(
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     for item in paths[0].iterdir():
-        if item.name in MEMBER_ONLY or item.name.endswith((".tmp", ".old")):
+        if member_only(item.name) or item.name.endswith((".tmp", ".old")):
             continue
         if item.is_dir():
             shutil.copytree(item, tmp / item.name)
@@ -217,7 +222,7 @@ def greedy_soup(
         tmp = out.with_name(out.name + ".tmp")
         if tmp.exists():
             shutil.rmtree(tmp)
-        shutil.copytree(paths[kept[0]], tmp, ignore=shutil.ignore_patterns("onnx", "eval", "test"))
+        shutil.copytree(paths[kept[0]], tmp, ignore=shutil.ignore_patterns("onnx", "eval*", "test"))
         (tmp / MANIFEST).unlink(missing_ok=True)
         seal_checkpoint(tmp, out)
     else:
