@@ -176,21 +176,25 @@ def load_gold(data_file: str | Path) -> tuple[str, Mapping[str, Any]]:
     """``(scheme, gold)`` for :func:`score_questions`: MRQA JSONL and SQuAD v1.1 -> "squad1",
     SQuAD v2.0 -> "squad2" (gold texts per id; flat records by their questions), DROP JSON ->
     "drop" (gold answers per id)."""
-    from structqa.data.readers import detect_format
+    from structqa.data import read_examples
+    from structqa.data.flat import is_flat_record
 
-    if detect_format(data_file) in ("mrqa", "flat"):  # flat records: SQuAD 1.1 or 2.0
-        from structqa.data import read_examples
-
-        ds = read_examples(data_file)
+    def read(ds: Any) -> tuple[str, Mapping[str, Any]]:  # flat records: SQuAD 1.1 or 2.0
         scheme = "squad2" if ds.version == "2.0" else "squad1"
         return scheme, {ex.id: list(ex.gold_texts) for ex in ds.examples}
+
+    if str(data_file).endswith((".jsonl", ".jsonl.gz")):  # MRQA or flat records
+        return read(read_examples(data_file))
     dataset = _load_json(data_file, "dataset")
+    if isinstance(dataset, list) and dataset and is_flat_record(dataset[0]):
+        return read(read_examples(data_file, "flat"))
     if _is_drop(dataset):
         return "drop", gold_from_drop_json(dataset)
     if not isinstance(dataset, dict):
         raise ValueError(
             f"{data_file}: the top level must be an object with a 'data' list (SQuAD) or "
-            f"passage ids (DROP), not a JSON {type(dataset).__name__}"
+            f"passage ids (DROP), or a list of flat SQuAD records, not a JSON "
+            f"{type(dataset).__name__} of other things"
         )
     try:
         gold, _ = gold_from_squad_json(dataset)
