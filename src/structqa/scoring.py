@@ -177,7 +177,7 @@ def load_gold(data_file: str | Path) -> tuple[str, Mapping[str, Any]]:
     SQuAD v2.0 -> "squad2" (gold texts per id; flat records by their questions), DROP JSON ->
     "drop" (gold answers per id)."""
     from structqa.data import read_examples
-    from structqa.data.flat import is_flat_record
+    from structqa.data.flat import is_flat_record, read_flat_list
 
     def read(ds: Any) -> tuple[str, Mapping[str, Any]]:  # flat records: SQuAD 1.1 or 2.0
         scheme = "squad2" if ds.version == "2.0" else "squad1"
@@ -187,7 +187,7 @@ def load_gold(data_file: str | Path) -> tuple[str, Mapping[str, Any]]:
         return read(read_examples(data_file))
     dataset = _load_json(data_file, "dataset")
     if isinstance(dataset, list) and dataset and is_flat_record(dataset[0]):
-        return read(read_examples(data_file, "flat"))
+        return read(read_flat_list(dataset, data_file))  # parsed once
     if _is_drop(dataset):
         return "drop", gold_from_drop_json(dataset)
     if not isinstance(dataset, dict):

@@ -118,3 +118,6 @@ def test_score_reads_flat_gold_as_squad2_when_it_has_unanswerables(tmp_path: Pat
     assert scheme == "squad2" and gold == {"a1": ["honey"], "a2": ["hives"], "a3": []}
     scheme, _ = load_gold(write_lines(tmp_path / "v1.jsonl", RECORDS[:2]))
     assert scheme == "squad1"
+    listed = tmp_path / "own.json"
+    listed.write_text(json.dumps(RECORDS))
+    assert load_gold(listed) == ("squad2", {"a1": ["honey"], "a2": ["hives"], "a3": []})

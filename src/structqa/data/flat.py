@@ -10,7 +10,7 @@ one record a line (``.jsonl``, optionally ``.gz``), or a JSON list of such recor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +44,25 @@ def read_flat(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
     """Read flat SQuAD records (see the module docs) into examples; ``dedupe_ids``: see
     :class:`~structqa.data.squad.QuestionIds`."""
     path = Path(path)
-    report = ReadReport(path=str(path))
+    with open_text(path) as handle:
+        head = handle.read(4096).lstrip()
+    if head.startswith("["):
+        return read_flat_list(load_json(path), path, dedupe_ids=dedupe_ids)
+    return _dataset(_lines(path), str(path), dedupe_ids)
+
+
+def read_flat_list(doc: Any, path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
+    """Flat SQuAD records already parsed from ``path`` (a JSON list) into examples."""
+    name = str(path)
+    check_type(doc, list, path=name, record="(top level)", field_name="(records)")
+    return _dataset(((f"record {i}", r) for i, r in enumerate(doc)), name, dedupe_ids)
+
+
+def _dataset(records: Iterable[tuple[str, Any]], name: str, dedupe_ids: bool) -> Dataset:
+    report = ReadReport(path=name)
     seen = QuestionIds(report, dedupe_ids)
     examples: list[Example] = []
-    for where, record in _records(path):
+    for where, record in records:
         example = _read_record(record, where, seen=seen, report=report)
         if example is not None:
             examples.append(example)
@@ -55,17 +70,9 @@ def read_flat(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
     return finish(report, examples, version)
 
 
-def _records(path: Path) -> Iterator[tuple[str, Any]]:
-    """(where, record) of each record: JSON lines, or one JSON list."""
+def _lines(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, record) of each JSON line."""
     name = str(path)
-    with open_text(path) as handle:
-        head = handle.read(4096).lstrip()
-    if head.startswith("["):
-        doc = load_json(path)
-        check_type(doc, list, path=name, record="(top level)", field_name="(records)")
-        for i, record in enumerate(doc):
-            yield f"record {i}", record
-        return
     with open_text(path) as handle:
         for lineno, line in numbered_lines(handle, name):
             if line.strip():
