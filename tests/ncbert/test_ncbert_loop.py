@@ -167,6 +167,17 @@ def test_nc_heads_need_the_nc_layer():
         load_drop_config(overrides=["model.nc_heads=[0]"])
 
 
+def test_type_window_must_hold_its_words():
+    """The paper's m/2 <= k: m words cannot fit in k tokens each side when m > 2k."""
+    assert load_drop_config(overrides=["model.type_words=12", "model.type_window=6"])
+    with pytest.raises(ConfigError, match="type_words .m=13. must be at most twice"):
+        load_drop_config(overrides=["model.type_words=13", "model.type_window=6"])
+    with pytest.raises(ConfigError, match="must be >= 1"):
+        load_drop_config(overrides=["model.type_window=0"])
+    with pytest.raises(ConfigError, match="max_decode_len"):
+        load_drop_config(overrides=["model.max_decode_len=0"])
+
+
 def test_a_gzipped_drop_file_is_scored_and_a_repeat_across_files_refused(
     tmp_path, tiny_checkpoint, shared_data
 ):

@@ -171,6 +171,21 @@ def validate(cfg: DropConfig) -> DropConfig:
         raise ConfigError("model.init must be a drop-train checkpoint directory or null")
     if len(set(m.nc_heads)) != len(m.nc_heads) or any(h < 0 for h in m.nc_heads):
         raise ConfigError(f"model.nc_heads must be distinct and >= 0, got {m.nc_heads}")
+    if m.type_words < 1 or m.type_window < 1:
+        raise ConfigError(
+            f"model.type_words (m) and model.type_window (k) must be >= 1, got "
+            f"m={m.type_words}, k={m.type_window}"
+        )
+    if m.type_words > 2 * m.type_window:  # the paper's m/2 <= k: m words fit in k each side
+        raise ConfigError(
+            f"model.type_words (m={m.type_words}) must be at most twice model.type_window "
+            f"(k={m.type_window}): a window of k tokens each side holds at most 2k words"
+        )
+    if m.max_decode_len < 1 or m.max_span_len < 1:
+        raise ConfigError(
+            f"model.max_decode_len and model.max_span_len must be >= 1, got "
+            f"{m.max_decode_len} and {m.max_span_len}"
+        )
     if m.dice_weight < 0:
         raise ConfigError(f"model.dice_weight must be >= 0, got {m.dice_weight}")
     if not d.train:
