@@ -107,7 +107,7 @@ class DataConfig:
     )
     train: str = setting(
         "splits/squad1-train.mrqa.jsonl.gz",
-        "training file: SQuAD v1.1/v2.0 JSON or MRQA .jsonl[.gz]",
+        "training file: SQuAD JSON, MRQA .jsonl[.gz], Hugging Face SQuAD records or .csv/.tsv",
     )
     # where best/ is chosen: never the test file (data.eval) unless validation is none
     validation: str | None = setting(

@@ -86,8 +86,10 @@ def _drop_score_by(
     """:func:`score_file` of a DROP file with ``per_<field>``: the DROP scores of the questions
     grouped by that field of each question (each question must have it)."""
     _no_na_probs(na_probs)
-    jsonl = str(data_file).endswith((".jsonl", ".jsonl.gz"))
-    dataset = None if jsonl else _load_json(data_file, "dataset")
+    from structqa.data.table import is_table
+
+    not_json = str(data_file).endswith((".jsonl", ".jsonl.gz")) or is_table(data_file)
+    dataset = None if not_json else _load_json(data_file, "dataset")
     if dataset is None or not _is_drop(dataset):
         raise ValueError(f"{data_file}: --by groups the questions of DROP-format files only")
     group_of: dict[str, str] = {}
@@ -178,13 +180,14 @@ def load_gold(data_file: str | Path) -> tuple[str, Mapping[str, Any]]:
     "drop" (gold answers per id)."""
     from structqa.data import read_examples
     from structqa.data.flat import is_flat_record, read_flat_list
+    from structqa.data.table import is_table
 
     def read(ds: Any) -> tuple[str, Mapping[str, Any]]:  # flat records: SQuAD 1.1 or 2.0
         scheme = "squad2" if ds.version == "2.0" else "squad1"
         return scheme, {ex.id: list(ex.gold_texts) for ex in ds.examples}
 
-    if str(data_file).endswith((".jsonl", ".jsonl.gz")):  # MRQA or flat records
-        return read(read_examples(data_file))
+    if str(data_file).endswith((".jsonl", ".jsonl.gz")) or is_table(data_file):
+        return read(read_examples(data_file))  # MRQA, flat records or a CSV/TSV table
     dataset = _load_json(data_file, "dataset")
     if isinstance(dataset, list) and dataset and is_flat_record(dataset[0]):
         return read(read_flat_list(dataset, data_file))  # parsed once

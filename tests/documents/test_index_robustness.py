@@ -462,3 +462,37 @@ def test_an_index_of_older_readers_is_chunked_again_and_an_encoder_of_another_si
         pytest.raises(ValueError, match="its vectors have 768 dimensions .* this encoder's 384"),
     ):
         index.search("bees", 1, "dense")
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_flat_squad_records_give_their_passages_as_documents(
+    tmp_path: Path, shared_data: Path, listed: bool
+) -> None:
+    """Hugging Face's SQuAD records (one question a line, or a JSON list) train and score;
+    indexing the same file refused it as "neither a BEIR corpus nor a SQuAD/MRQA file"."""
+    squad = json.loads((shared_data / "fixtures/squad-v1.1-mini.json").read_text())
+    records = [
+        {
+            "id": qa["id"],
+            "title": article["title"],
+            "context": paragraph["context"],
+            "question": qa["question"],
+            "answers": {
+                "text": [a["text"] for a in qa["answers"]],
+                "answer_start": [a["answer_start"] for a in qa["answers"]],
+            },
+        }
+        for article in squad["data"]
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    ]
+    path = tmp_path / ("own.json" if listed else "own.jsonl")
+    text = json.dumps(records) if listed else "".join(json.dumps(r) + "\n" for r in records)
+    path.write_text(text)
+    squad_file = tmp_path / "mini.json"
+    squad_file.write_text(json.dumps(squad))
+    flat_docs = read_documents(path)
+    from_squad = read_documents(squad_file)
+    assert [d.text for d in flat_docs] == [d.text for d in from_squad]
+    assert [d.title for d in flat_docs] == [d.title for d in from_squad]
+    assert len({r["context"] for r in records}) == len(flat_docs) > 1

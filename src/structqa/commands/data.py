@@ -141,7 +141,9 @@ def add_parser(sub) -> None:
     mw.set_defaults(func=cmd_mwp)
 
     sp = command(sub, "split", _SPLIT_TEXT)
-    sp.add_argument("source", help="SQuAD v1.1/v2.0 JSON or MRQA .jsonl[.gz]")
+    sp.add_argument(
+        "source", help="SQuAD v1.1/v2.0 JSON, MRQA .jsonl[.gz], Hugging Face records or .csv/.tsv"
+    )
     sp.add_argument("--out", required=True, help="the folder for the fold files")
     sp.add_argument("--folds", type=int, default=5, help="K: the files are K train/test pairs")
     sp.add_argument("--seed", type=int, default=0, help="the passages' shuffle")

@@ -72,7 +72,8 @@ def add_parser(subparsers) -> None:
     )
     e.add_argument("checkpoint", help="a checkpoint directory, e.g. RUN/best")
     e.add_argument(
-        "--eval", help="SQuAD/MRQA file to score (default: the checkpoint config's data.eval)"
+        "--eval",
+        help="SQuAD/MRQA/CSV question file to score (default: the checkpoint config's data.eval)",
     )
     e.add_argument("--data", help="data directory for relative paths")
     e.add_argument("--eval-size", type=int, help="score only the first N questions")

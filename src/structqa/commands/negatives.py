@@ -20,7 +20,9 @@ model to abstain when a file has no unanswerable questions of its own.
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     n = command(subparsers, "negatives", _NEGATIVES_TEXT)
-    n.add_argument("source", help="SQuAD v1.1/v2.0 JSON or MRQA .jsonl[.gz]")
+    n.add_argument(
+        "source", help="SQuAD v1.1/v2.0 JSON, MRQA .jsonl[.gz], Hugging Face records or .csv/.tsv"
+    )
     n.add_argument("--out", required=True, help="the SQuAD v2.0 JSON file to write")
     n.add_argument(
         "--exclude",

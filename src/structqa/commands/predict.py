@@ -68,7 +68,7 @@ def add_parser(sub) -> None:
     pr.add_argument("checkpoint")
     pr.add_argument("--question", help="one question (with --context)")
     pr.add_argument("--context", help="the passage --question is asked about")
-    pr.add_argument("--file", help="SQuAD/MRQA file to answer")
+    pr.add_argument("--file", help="SQuAD/MRQA/CSV question file to answer")
     pr.add_argument("--out", help="predictions file (default predictions.json)")
     add_bf16_argument(pr)
     add_runtime_argument(pr)

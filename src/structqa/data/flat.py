@@ -14,21 +14,20 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from structqa.data.hygiene import has_readable_text
 from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
 from structqa.data.squad import (
     QuestionIds,
     check_clean_text,
     check_type,
-    finish,
     get_field,
     load_json,
     located_answer,
     make_example,
-    note_skip,
     numbered_lines,
     open_text,
     parse_json,
+    read_records,
+    skip_unreadable,
 )
 
 #: The keys that tell a flat record from an MRQA context line (which has "qas").
@@ -59,15 +58,7 @@ def read_flat_list(doc: Any, path: str | Path, *, dedupe_ids: bool = False) -> D
 
 
 def _dataset(records: Iterable[tuple[str, Any]], name: str, dedupe_ids: bool) -> Dataset:
-    report = ReadReport(path=name)
-    seen = QuestionIds(report, dedupe_ids)
-    examples: list[Example] = []
-    for where, record in records:
-        example = _read_record(record, where, seen=seen, report=report)
-        if example is not None:
-            examples.append(example)
-    version = "2.0" if any(ex.is_impossible for ex in examples) else "1.1"
-    return finish(report, examples, version)
+    return read_records(records, name, dedupe_ids, _read_record)
 
 
 def _lines(path: Path) -> Iterator[tuple[str, Any]]:
@@ -95,14 +86,8 @@ def _read_record(
     question = get_field(record, "question", str, path=name, record=rec)
     check_clean_text(question, path=name, record=rec, field_name="question")
     title = check_type(record.get("title", ""), str, path=name, record=rec, field_name="title")
-    for field, text in (("context", context), ("question", question)):
-        if not has_readable_text(text):
-            note_skip(
-                report,
-                f"empty_{field}",
-                f"question {qid!r} ({where}): no character a model reads in its {field}",
-            )
-            return None
+    if skip_unreadable(report, qid, where, context=context, question=question):
+        return None
     answers = get_field(record, "answers", dict, path=name, record=rec)
     texts = get_field(answers, "text", list, path=name, record=rec, field_name="answers.text")
     starts = get_field(

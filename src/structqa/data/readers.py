@@ -12,6 +12,7 @@ from structqa.data.flat import is_flat_record, read_flat
 from structqa.data.mrqa import read_mrqa
 from structqa.data.records import DataError, Dataset
 from structqa.data.squad import UNREADABLE, open_text, read_squad, unreadable
+from structqa.data.table import is_table, read_table
 
 # DROP's records differ from the SQuAD family's (numbers, dates, several spans). The SQuAD
 # family's readers also take ``dedupe_ids=True``.
@@ -22,6 +23,7 @@ READERS: dict[str, Reader] = {
     "squad": read_squad,
     "mrqa": read_mrqa,
     "flat": read_flat,
+    "table": read_table,
     "drop": read_drop,
 }
 
@@ -44,9 +46,12 @@ def get_reader(name: str) -> Reader:
 
 
 def detect_format(path: str | Path) -> str:
-    """Guess a file's format: ``.jsonl[.gz]`` is MRQA unless its first record is a flat SQuAD
-    record (Hugging Face's SQuAD lines); JSON is told apart by its keys."""
+    """Guess a file's format: ``.csv``/``.tsv`` is a question-answer table, ``.jsonl[.gz]`` is
+    MRQA unless its first record is a flat SQuAD record (Hugging Face's SQuAD lines); JSON is
+    told apart by its keys."""
     path = Path(path)
+    if is_table(path):
+        return "table"
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
@@ -78,9 +83,9 @@ def detect_format(path: str | Path) -> str:
         'Expected SQuAD JSON (a "data" list of articles with "paragraphs"), MRQA JSON lines '
         '(.jsonl or .jsonl.gz, a "header" line first), flat SQuAD records (one question a '
         'line or a JSON list, as Hugging Face datasets writes them: "context", "question", '
-        '"answers": {"text", "answer_start"}) or DROP JSON (passages with "qa_pairs"); a CSV '
-        "file is none of these: convert it to one; from Python, read_examples(path, "
-        "format=...) names the format"
+        '"answers": {"text", "answer_start"}), DROP JSON (passages with "qa_pairs") or a '
+        "question-answer table named .csv or .tsv (columns question, context, answer); from "
+        "Python, read_examples(path, format=...) names the format"
     )
 
 
@@ -98,7 +103,7 @@ def read_examples(
     ``dedupe_ids`` renames repeated question ids instead of failing (SQuAD and MRQA)."""
     name = format or detect_format(path)
     if dedupe_ids:
-        if name not in ("squad", "mrqa", "flat"):
+        if name not in ("squad", "mrqa", "flat", "table"):
             raise ValueError(f"{path}: dedupe_ids applies to SQuAD-family files, not {name!r}")
         return get_reader(name)(path, dedupe_ids=True)
     if format is not None:
@@ -120,6 +125,6 @@ def read_extractive(
     if not isinstance(ds, Dataset):
         raise ValueError(
             f"{path}: a {ds.version!r} file, but this command needs extractive QA data "
-            "(SQuAD v1.1/v2.0 JSON, MRQA jsonl or flat SQuAD records)"
+            "(SQuAD v1.1/v2.0 JSON, MRQA jsonl, flat SQuAD records or a CSV/TSV table)"
         )
     return ds

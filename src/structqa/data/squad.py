@@ -12,7 +12,7 @@ import gzip
 import json
 import logging
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -220,6 +220,40 @@ def make_example(
         is_impossible=is_impossible,
         title=title,
     )
+
+
+def skip_unreadable(report: ReadReport, qid: str, where: str, **texts: str) -> bool:
+    """Whether a question is skipped (and counted as ``empty_<field>``) because one of its
+    ``texts`` (field name -> text) holds no character a model reads."""
+    for field, text in texts.items():
+        if not has_readable_text(text):
+            note_skip(
+                report,
+                f"empty_{field}",
+                f"question {qid!r} ({where}): no character a model reads in its {field}",
+            )
+            return True
+    return False
+
+
+def read_records(
+    records: Iterable[tuple[str, Any]],
+    name: str,
+    dedupe_ids: bool,
+    read_record: Callable[..., Example | None],
+) -> Dataset:
+    """Examples of one-question records (``(where, record)`` pairs): each read by
+    ``read_record(record, where, seen=, report=)`` (None: skipped); SQuAD 2.0 when any is
+    unanswerable."""
+    report = ReadReport(path=name)
+    seen = QuestionIds(report, dedupe_ids)
+    examples: list[Example] = []
+    for where, record in records:
+        example = read_record(record, where, seen=seen, report=report)
+        if example is not None:
+            examples.append(example)
+    version = "2.0" if any(ex.is_impossible for ex in examples) else "1.1"
+    return finish(report, examples, version)
 
 
 def finish(report: ReadReport, examples: list[Example], version: str) -> Dataset:

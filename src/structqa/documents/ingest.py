@@ -266,14 +266,18 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
                 context = paragraph.get("context") if isinstance(paragraph, dict) else None
                 found.append((f"data[{i}].paragraphs[{j}]", title, context))
     elif kind == "mrqa":
+        for where, record in _json_lines(path):
+            if not (isinstance(record, dict) and "header" in record):
+                found.append((where, "", _context(record)))
+    elif kind == "flat":  # Hugging Face's SQuAD records: a JSON list, or one a line
         with open_text(path) as handle:
-            for lineno, line in enumerate(handle, start=1):
-                try:
-                    record = json.loads(line) if line.strip() else None
-                except json.JSONDecodeError:
-                    record = {}
-                if isinstance(record, dict) and "header" not in record:
-                    found.append((f"line {lineno}", "", record.get("context")))
+            listed = handle.read(4096).lstrip().startswith("[")
+        if listed:
+            doc = load_json(path)
+            records = enumerate(doc if isinstance(doc, list) else [])
+            found.extend((f"record {i}", _title(r), _context(r)) for i, r in records)
+        else:
+            found.extend((w, _title(r), _context(r)) for w, r in _json_lines(path))
     else:
         raise ValueError(f"a {kind} file")
     contexts, bad = [], []
@@ -287,6 +291,29 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         notes.append(f"{len(bad)} passage(s) skipped: {', '.join(bad[:5])}{more}")
     return contexts
+
+
+def _json_lines(path: Path) -> Iterator[tuple[str, object]]:
+    """(``line N``, its record) of each non-blank line; a line that is not JSON is ``{}``
+    (a passage without a context, named by the caller)."""
+    from structqa.data.squad import open_text
+
+    with open_text(path) as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    yield f"line {lineno}", json.loads(line)
+                except json.JSONDecodeError:
+                    yield f"line {lineno}", {}
+
+
+def _title(record: object) -> str:
+    title = record.get("title") if isinstance(record, dict) else None
+    return title if isinstance(title, str) else ""
+
+
+def _context(record: object) -> object:
+    return record.get("context") if isinstance(record, dict) else None
 
 
 def _field(record: dict, name: str) -> str:
