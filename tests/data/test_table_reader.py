@@ -110,11 +110,24 @@ def test_a_wrong_start_is_repaired_as_for_squad(tmp_path: Path) -> None:
         ([ROWS[0], ["a1", "Bees", CONTEXT, "What?", "honey"]], "line 2", "(row)", "5 cells for 6"),
         (
             [ROWS[0], ["a1", "Bees", CONTEXT, "What?", "honey", "ten"]],
-            "a1",
+            "a1 (line 2)",
             "answer_start",
             "not a whole number",
         ),
         ([ROWS[0], ROWS[1], ROWS[1]], "a1 (line 3)", "id", "a1"),
+        ([ROWS[0], ["", "Bees", CONTEXT, "What?", "honey", "10"]], "line 2", "id", "empty id"),
+        (
+            [["id", "context", "question", "answer", "Context"], ["q", "a", "b", "c", "d"]],
+            "line 1",
+            "(header)",
+            "context appear more than once",
+        ),
+        (
+            [["context", "question", "answer", "answer_text"], ["a", "b", "", "a"]],
+            "line 1",
+            "(header)",
+            "answer appear more than once",
+        ),
     ],
 )
 def test_a_bad_row_is_named_by_file_line_and_field(
@@ -127,11 +140,50 @@ def test_a_bad_row_is_named_by_file_line_and_field(
     assert str(path) in text and where in text and field in text and says in text
 
 
-def test_a_file_not_in_utf8_says_how_to_save_it(tmp_path: Path) -> None:
-    path = tmp_path / "latin.csv"
-    path.write_bytes("context,question,answer\nCaf\xe9 au lait.,What?,lait\n".encode("latin-1"))
-    with pytest.raises(DataError, match="CSV UTF-8"):
+@pytest.mark.parametrize("bad_line", [2, 2500])
+def test_a_file_not_in_utf8_names_the_line_and_says_how_to_save_it(
+    tmp_path: Path, bad_line: int
+) -> None:
+    """A text reader decodes in blocks: its error named the block's first line, or none."""
+    rows = ["context,question,answer\n"] + ["Bees make honey.,What?,honey\n"] * 3000
+    rows[bad_line - 1] = "Caf\xe9 au lait.,What?,lait\n"
+    path = tmp_path / "latin.csv.GZ"  # (a capital .GZ is gzip too)
+    path.write_bytes(gzip.compress("".join(rows).encode("latin-1")))
+    with pytest.raises(DataError, match="CSV UTF-8") as err:
         read_table(path)
+    assert f"'line {bad_line}'" in str(err.value) and "0xe9" in str(err.value)
+
+
+def test_a_cell_keeps_its_windows_line_breaks_and_a_long_passage_is_read(tmp_path: Path) -> None:
+    """Without newline="" every \\r\\n in a cell became \\n, moving the answers after it."""
+    context = "Line one.\r\n" * 25 + "Bees make honey." + " More." * 25000
+    start = context.index("honey")
+    rows = [["id", "context", "question", "answer", "answer_start"]]
+    rows.append(["q", context, "What?", "honey", str(start)])
+    (example,) = read_table(write(tmp_path / "own.csv", rows)).examples
+    assert example.context == context and example.answers == (Answer("honey", start),)
+
+
+def test_a_spreadsheets_whole_float_start_is_an_offset(tmp_path: Path) -> None:
+    """pandas writes an integer column with empty cells as 10.0."""
+    rows = [ROWS[0], ["a1", "Bees", CONTEXT, "What?", "honey", "10.0"], ROWS[3]]
+    data = read_table(write(tmp_path / "own.csv", rows))
+    assert data.examples[0].answers == (Answer("honey", 10),) and not data.report.warnings
+    rows[1][-1] = "10.5"
+    with pytest.raises(DataError, match="not a whole number"):
+        read_table(write(tmp_path / "own.csv", rows))
+
+
+def test_without_a_start_a_whole_word_is_preferred(tmp_path: Path) -> None:
+    rows = [
+        ["id", "context", "question", "answer"],
+        ["n", "In 2010 the hive held 10 queens.", "How many?", "10"],
+        ["w", "The hive is warm.", "Who?", "he"],
+    ]
+    data = read_table(write(tmp_path / "own.csv", rows))
+    assert data.examples[0].answers == (Answer("10", 22),)
+    assert data.examples[1].answers == (Answer("he", 1),)
+    assert data.report.warnings == {"answer_inside_word": 1}
 
 
 def test_score_reads_a_table_as_squad2_when_it_has_unanswerables(tmp_path: Path) -> None:

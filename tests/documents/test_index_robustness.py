@@ -496,3 +496,20 @@ def test_flat_squad_records_give_their_passages_as_documents(
     assert [d.text for d in flat_docs] == [d.text for d in from_squad]
     assert [d.title for d in flat_docs] == [d.title for d in from_squad]
     assert len({r["context"] for r in records}) == len(flat_docs) > 1
+
+
+def test_a_line_that_is_no_record_is_named_and_deep_nesting_does_not_stop_indexing(
+    tmp_path: Path,
+) -> None:
+    good = {
+        "id": "q",
+        "context": "Bees make honey.",
+        "question": "?",
+        "answers": {"text": [], "answer_start": []},
+    }
+    path = tmp_path / "own.jsonl"
+    path.write_text(json.dumps(good) + "\n[1, 2]\n" + "[" * 100000 + "]" * 100000 + "\n")
+    notes: list[str] = []
+    (doc,) = read_documents(path, notes)
+    assert doc.text == "Bees make honey."
+    assert notes == ["2 passage(s) skipped: line 2 (not a JSON record), line 3 (not a JSON record)"]

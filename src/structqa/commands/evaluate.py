@@ -47,7 +47,7 @@ def default_out(checkpoint: Path, eval_file: str | None) -> Path:
     if not eval_file:
         return checkpoint / "eval"
     name = Path(eval_file).name
-    for suffix in (".gz", ".jsonl", ".json"):
+    for suffix in (".gz", ".jsonl", ".json", ".csv", ".tsv"):
         name = name.removesuffix(suffix)
     return checkpoint / f"eval-{name or 'file'}"
 

@@ -32,12 +32,13 @@ _LOGGED_PER_REASON = 5
 UNREADABLE = (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error)
 
 
-def open_text(path: Path) -> IO[str]:
-    """Open a UTF-8 text file for reading, decompressing ``.gz`` transparently."""
+def open_text(path: Path, newline: str | None = None) -> IO[str]:
+    """Open a UTF-8 text file for reading, decompressing ``.gz`` (any case) transparently;
+    ``newline``: as for :func:`open` (``""`` for the :mod:`csv` module)."""
     # utf-8-sig: tolerate a byte-order mark, which some editors write into JSON files.
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig")
-    return path.open(encoding="utf-8-sig")
+    if path.suffix.lower() == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
+    return path.open(encoding="utf-8-sig", newline=newline)
 
 
 def load_json(path: Path) -> Any:

@@ -18,6 +18,9 @@ the checks and the read report are the same as for every other reader here.
 from __future__ import annotations
 
 import csv
+import gzip
+import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +42,9 @@ from structqa.data.squad import (
 TABLE_SUFFIXES = (".csv", ".tsv")
 _ANSWER_COLUMNS = ("answer", "answer_text")
 _DELIMITERS = (",", ";", "\t")
+_KNOWN_COLUMNS = ("id", "title", "context", "question", "answer_start", *_ANSWER_COLUMNS)
+
+logger = logging.getLogger(__name__)
 
 
 def is_table(path: str | Path) -> bool:
@@ -58,10 +64,10 @@ def read_table(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
 def _header_delimiter(path: Path) -> str:
     """The delimiter that splits the header row into the required columns."""
     try:
-        with open_text(path) as handle:
+        with open_text(path, newline="") as handle:
             header = handle.readline()
     except UNREADABLE as err:
-        raise DataError(str(path), "(file)", "(encoding)", _unreadable(err)) from None
+        raise DataError(str(path), *_decode_failure(path, err)) from None
     if not header.strip():
         raise DataError(str(path), "line 1", "(header)", "the file is empty or starts blank")
     first = "\t" if str(path).lower().removesuffix(".gz").endswith(".tsv") else ","
@@ -80,15 +86,38 @@ def _header_delimiter(path: Path) -> str:
     )
 
 
-def _rows(path: Path) -> Iterator[tuple[str, dict[str, str | None]]]:
-    """(where, row) of each data row, column names stripped and lower-cased."""
+def _columns(cells: list[str], name: str) -> list[str]:
+    """The header's column names, stripped and lower-cased; a name given twice (``answer``
+    and ``answer_text`` count as one) is an error, unknown ones are logged."""
+    columns = [c.strip().lower() for c in cells]
+    folded = ["answer" if c in _ANSWER_COLUMNS else c for c in columns]
+    repeated = sorted({c for c in folded if c and folded.count(c) > 1})
+    if repeated:
+        raise DataError(
+            name,
+            "line 1",
+            "(header)",
+            f"the column(s) {', '.join(repeated)} appear more than once (answer and answer_text "
+            "are one column); keep one of each, or rename the others",
+        )
+    ignored = [c for c in columns if c not in _KNOWN_COLUMNS]
+    if ignored:
+        logger.info("%s: columns not read: %s", name, ", ".join(repr(c) for c in ignored))
+    return columns
+
+
+def _rows(path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """(where, row) of each data row, keyed by the header's column names."""
     delimiter = _header_delimiter(path)
     name = str(path)
-    line = 1
+    line = 0
+    # a long passage is one cell: the csv module's default limit (131,072 characters) is not
+    # a limit of the format (the same text is read from JSON)
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
     try:
-        with open_text(path) as handle:
+        with open_text(path, newline="") as handle:  # (newline="": a cell keeps its \r\n)
             reader = csv.reader(handle, delimiter=delimiter, strict=True)
-            columns = [c.strip().lower() for c in next(reader)]
+            columns = _columns(next(reader), name)
             line = reader.line_num
             for cells in reader:
                 where = f"line {line + 1}"
@@ -101,65 +130,106 @@ def _rows(path: Path) -> Iterator[tuple[str, dict[str, str | None]]]:
                         where,
                         "(row)",
                         f"{len(cells)} cells for {len(columns)} columns; quote any cell that "
-                        f'holds {delimiter!r}, a quote or a line break ("like, this")',
+                        f'holds {delimiter!r}, a quote or a line break ("like, this"), with no '
+                        "space between the separator and the opening quote",
                     )
                 yield where, dict(zip(columns, cells, strict=True))
     except csv.Error as err:
-        raise DataError(name, f"line {line + 1}", "(row)", f"not valid CSV: {err}") from None
+        hint = (
+            "; a cell that begins with a quote must be quoted whole, its quotes doubled"
+            if delimiter == "\t"
+            else ""
+        )
+        raise DataError(name, f"line {line + 1}", "(row)", f"not valid CSV: {err}{hint}") from None
     except UNREADABLE as err:
-        raise DataError(name, f"line {line + 1}", "(file)", _unreadable(err)) from None
+        raise DataError(name, *_decode_failure(path, err)) from None
 
 
-def _unreadable(err: BaseException) -> str:
-    hint = "; save it as UTF-8 (a spreadsheet's 'CSV UTF-8')"
-    return unreadable(err, "data") + (hint if isinstance(err, UnicodeDecodeError) else "")
+def _decode_failure(path: Path, err: BaseException) -> tuple[str, str, str]:
+    """(record, field, problem) of a file that cannot be read: the line of the first byte
+    that is not UTF-8 (a text reader decodes in blocks, so its own position says little)."""
+    if not isinstance(err, UnicodeDecodeError):
+        return "(file)", "(file)", unreadable(err, "data")
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    with opener(path, "rb") as handle:
+        raw = handle.read()
+    try:
+        raw.decode("utf-8-sig")
+    except UnicodeDecodeError as bad:
+        line = raw.count(b"\n", 0, bad.start) + 1
+        return (
+            f"line {line}",
+            "(encoding)",
+            f"byte {raw[bad.start]:#04x} is not UTF-8; save the file as UTF-8 (a "
+            "spreadsheet's 'CSV UTF-8')",
+        )
+    return "(file)", "(encoding)", unreadable(err, "data")
 
 
 def _read_row(
-    row: dict[str, str | None], where: str, *, seen: QuestionIds, report: ReadReport
+    row: dict[str, str], where: str, *, seen: QuestionIds, report: ReadReport
 ) -> Example | None:
     name = report.path
-    qid = (row.get("id") or "").strip() or f"row-{where.removeprefix('line ')}"
+    if "id" in row:
+        qid = check_clean_text(row["id"].strip(), path=name, record=where, field_name="id")
+        if not qid:
+            raise DataError(
+                name,
+                where,
+                "id",
+                "empty id; give every row an id, or drop the id column to have the rows "
+                "numbered by line (row-N)",
+            )
+    else:  # (a sheet sorted between training and scoring renumbers these)
+        qid = f"row-{where.removeprefix('line ')}"
     qid = seen.claim(qid, f"{qid} ({where})")
     rec = f"{qid} ({where})"
-    context = check_clean_text(
-        row.get("context") or "", path=name, record=rec, field_name="context"
-    )
-    question = check_clean_text(
-        row.get("question") or "", path=name, record=rec, field_name="question"
-    )
-    title = (row.get("title") or "").strip()
+    context = check_clean_text(row["context"], path=name, record=rec, field_name="context")
+    question = check_clean_text(row["question"], path=name, record=rec, field_name="question")
+    title = row.get("title", "").strip()
     if skip_unreadable(report, qid, where, context=context, question=question):
         return None
     column = "answer" if "answer" in row else "answer_text"
-    text = (row.get(column) or "").strip()  # a spreadsheet's stray spaces
+    text = check_clean_text(row[column].strip(), path=name, record=rec, field_name=column)
     if not text:  # no answer: unanswerable
         return make_example(report, qid, question, context, [], [], is_impossible=True, title=title)
-    located = _locate(report, context, qid, column, text, (row.get("answer_start") or "").strip())
+    start = _start(row.get("answer_start", "").strip(), name, rec)
+    if start is not None:
+        found = located_answer(report, context, qid, column, text, start)
+    else:
+        found = _first_occurrence(report, context, qid, column, text)
     return make_example(
-        report, qid, question, context, [] if located is None else [located], [text], title=title
+        report, qid, question, context, [] if found is None else [found], [text], title=title
     )
 
 
-def _locate(
-    report: ReadReport, context: str, qid: str, column: str, text: str, start_cell: str
+def _start(cell: str, name: str, rec: str) -> int | None:
+    """The ``answer_start`` cell as an offset (a spreadsheet's ``10.0`` is 10); empty: None."""
+    if not cell:
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        value = float("nan")
+    if not value.is_integer():
+        raise DataError(
+            name,
+            rec,
+            "answer_start",
+            f"{cell!r} is not a whole number; give the answer's character offset in the "
+            "context, or leave the cell empty to use its first occurrence",
+        )
+    return int(value)
+
+
+def _first_occurrence(
+    report: ReadReport, context: str, qid: str, column: str, text: str
 ) -> Answer | None:
-    """The answer at its ``answer_start`` (repaired nearby as for SQuAD), or at its first
-    occurrence when the table gives no start (a second occurrence is noted as ambiguous)."""
-    if start_cell:
-        try:
-            start = int(start_cell)
-        except ValueError:
-            raise DataError(
-                report.path,
-                qid,
-                "answer_start",
-                f"{start_cell!r} is not a whole number; give the answer's character offset in "
-                "the context, or leave the cell empty to use its first occurrence",
-            ) from None
-        return located_answer(report, context, qid, column, text, start)
-    found = context.find(text)
-    if found < 0:
+    """The answer where the table gives no start: its first occurrence as a whole word (not
+    "10" inside "2010"), else its first occurrence inside a word, noted; a second whole-word
+    occurrence is noted as ambiguous."""
+    anywhere = [m.start() for m in re.finditer(re.escape(text), context)]
+    if not anywhere:
         note_warning(
             report,
             "answer_not_in_context",
@@ -167,11 +237,30 @@ def _locate(
             "for scoring, not located)",
         )
         return None
-    if context.find(text, found + 1) >= 0:
+    words = [i for i in anywhere if _whole_word(context, i, i + len(text))]
+    if not words:
+        note_warning(
+            report,
+            "answer_inside_word",
+            f"question {qid!r}: {column} {text!r} occurs only inside longer words; the first, "
+            f"at {anywhere[0]}, is taken (give answer_start to choose)",
+        )
+        return Answer(text=text, start=anywhere[0])
+    if len(words) > 1:
         note_warning(
             report,
             "answer_start_ambiguous",
-            f"question {qid!r}: {column} {text!r} occurs more than once and no answer_start "
-            f"is given; the first, at {found}, is taken",
+            f"question {qid!r}: {column} {text!r} occurs {len(words)} times and no "
+            f"answer_start is given; the first, at {words[0]}, is taken",
         )
-    return Answer(text=text, start=found)
+    return Answer(text=text, start=words[0])
+
+
+def _whole_word(context: str, start: int, end: int) -> bool:
+    """Whether ``context[start:end]`` does not continue a word on either side."""
+    before = context[start - 1] if start > 0 else " "
+    after = context[end] if end < len(context) else " "
+    inner_first, inner_last = context[start], context[end - 1]
+    return not (before.isalnum() and inner_first.isalnum()) and not (
+        after.isalnum() and inner_last.isalnum()
+    )

@@ -1,10 +1,10 @@
 """Documents from files, cut into chunks that the retrievers index and the reader reads.
 
 A file becomes one document (``.txt``, ``.md``, ``.html``/``.htm``, ``.pdf``: one text per
-file, a PDF's pages joined with their character offsets kept), or many (a SQuAD/MRQA file: each
-context; a BEIR ``corpus.jsonl[.gz]``: each record, title and text). A file that cannot be
-read (a corrupt PDF, a binary file named ``.txt``, text in no known encoding, an empty file)
-is skipped with its reason; the rest are read, nothing is lost.
+file, a PDF's pages joined with their character offsets kept), or many (a SQuAD/MRQA file or
+Hugging Face's SQuAD records: each context; a BEIR ``corpus.jsonl[.gz]``: each record, title
+and text). A file that cannot be read (a corrupt PDF, a binary file named ``.txt``, text in no
+known encoding, an empty file) is skipped with its reason; the rest are read, nothing is lost.
 
 Chunks follow sentence boundaries, at most ``max_tokens`` tokens of the sentence encoder
 (all-MiniLM-L6-v2 reads 256), consecutive chunks sharing their boundary sentence, so every
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 #: the files that make a folder a document index (:mod:`structqa.documents.index`): never
 #: read as documents, also where the index was built inside the folder it indexes
 INDEX_MARKERS = ("index.json", "chunks.sqlite")
+# a line or list item of a QA file that is not a JSON object (named when skipped)
+_NOT_A_RECORD = object()
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
 HTML_SUFFIXES = (".html", ".htm")
 QA_SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".json.gz")
@@ -232,7 +234,9 @@ def _collection(path: Path, notes: list[str] | None = None) -> list[Document]:
     try:
         contexts = _qa_contexts(path, notes)
     except (ValueError, OSError, EOFError, zlib.error) as err:  # (a .gz cut short, too)
-        raise Unreadable(f"neither a BEIR corpus nor a SQuAD/MRQA file ({err})") from None
+        raise Unreadable(
+            f"neither a BEIR corpus nor a SQuAD/MRQA/flat SQuAD file ({err})"
+        ) from None
     docs: dict[str, Document] = {}
     for title, context in contexts:
         key = context_key(context)
@@ -282,7 +286,10 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
         raise ValueError(f"a {kind} file")
     contexts, bad = [], []
     for where, title, context in found:
-        problem = "no context" if not isinstance(context, str) else text_problem(context)
+        if context is _NOT_A_RECORD:
+            problem = "not a JSON record"
+        else:
+            problem = "no context" if not isinstance(context, str) else text_problem(context)
         if problem is None and context.strip():
             contexts.append((title, context))
         elif problem is not None:
@@ -294,8 +301,8 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
 
 
 def _json_lines(path: Path) -> Iterator[tuple[str, object]]:
-    """(``line N``, its record) of each non-blank line; a line that is not JSON is ``{}``
-    (a passage without a context, named by the caller)."""
+    """(``line N``, its record) of each non-blank line; a line that is not JSON (or nested
+    too deeply to parse) is ``None``, a passage without a context that the caller names."""
     from structqa.data.squad import open_text
 
     with open_text(path) as handle:
@@ -303,8 +310,8 @@ def _json_lines(path: Path) -> Iterator[tuple[str, object]]:
             if line.strip():
                 try:
                     yield f"line {lineno}", json.loads(line)
-                except json.JSONDecodeError:
-                    yield f"line {lineno}", {}
+                except (json.JSONDecodeError, RecursionError):
+                    yield f"line {lineno}", None
 
 
 def _title(record: object) -> str:
@@ -313,7 +320,9 @@ def _title(record: object) -> str:
 
 
 def _context(record: object) -> object:
-    return record.get("context") if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return _NOT_A_RECORD
+    return record.get("context")
 
 
 def _field(record: dict, name: str) -> str:
