@@ -10,7 +10,7 @@ one record a line (``.jsonl``, optionally ``.gz``), or a JSON list of such recor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +47,14 @@ def read_flat(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
         head = handle.read(4096).lstrip()
     if head.startswith("["):
         return read_flat_list(load_json(path), path, dedupe_ids=dedupe_ids)
-    return _dataset(_lines(path), str(path), dedupe_ids)
+    return read_records(_lines(path), str(path), dedupe_ids, _read_record)
 
 
 def read_flat_list(doc: Any, path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
     """Flat SQuAD records already parsed from ``path`` (a JSON list) into examples."""
     name = str(path)
     check_type(doc, list, path=name, record="(top level)", field_name="(records)")
-    return _dataset(((f"record {i}", r) for i, r in enumerate(doc)), name, dedupe_ids)
-
-
-def _dataset(records: Iterable[tuple[str, Any]], name: str, dedupe_ids: bool) -> Dataset:
+    records = ((f"record {i}", r) for i, r in enumerate(doc))
     return read_records(records, name, dedupe_ids, _read_record)
 
 

@@ -178,7 +178,16 @@ def _find_spans(text: str, needle: str, offsets: np.ndarray) -> tuple[list[tuple
     # or "3" of "3.7" (a hyphen stays a boundary: "45" of "45-yard")
     before = r"(?<![0-9A-Za-z])" + (r"(?<![0-9][.,])" if needle[0].isdigit() else "")
     after = r"(?![0-9A-Za-z])" + (r"(?![.,][0-9])" if needle[-1].isdigit() else "")
-    pattern = re.compile(before + re.escape(needle) + after, re.I)
+    return token_spans(re.compile(before + re.escape(needle) + after, re.I), text, offsets)
+
+
+def token_spans(
+    pattern: re.Pattern[str], text: str, offsets: np.ndarray
+) -> tuple[list[tuple[int, int]], int]:
+    """Token spans (inclusive, within ``offsets``) of each match of ``pattern`` in ``text``
+    and the number of matches past the last token (lost to truncation)."""
+    if not len(offsets):
+        return [], 0
     spans, lost = [], 0
     limit = int(offsets[-1, 1])
     for m in pattern.finditer(text):

@@ -25,16 +25,7 @@ def spans_before(text: str, needle: str, offsets: np.ndarray) -> tuple[list, int
     if not needle or not len(offsets):
         return [], 0
     pattern = re.compile(r"(?<![0-9A-Za-z])" + re.escape(needle) + r"(?![0-9A-Za-z])", re.I)
-    spans, lost, limit = [], 0, int(offsets[-1, 1])
-    for m in pattern.finditer(text):
-        if m.end() > limit:
-            lost += 1
-            continue
-        starts = np.flatnonzero(offsets[:, 1] > m.start())
-        ends = np.flatnonzero(offsets[:, 0] < m.end())
-        if len(starts) and len(ends) and starts[0] <= ends[-1]:
-            spans.append((int(starts[0]), int(ends[-1])))
-    return sorted(set(spans)), lost
+    return drop_features.token_spans(pattern, text, offsets)
 
 
 def main() -> None:
