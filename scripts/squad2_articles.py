@@ -50,8 +50,8 @@ from structqa.decoding import Prediction
 from structqa.evaluation import best_null_threshold, score_predictions
 from structqa.io import write_json
 from structqa.prediction.predictor import Predictor
+from structqa.training.negatives import REWRITE_MARK
 
-REWRITE_MARK = "-neg-"  # structqa.training.negatives names a rewrite ID-neg-RULE
 FEW_FEATURES = ("null_odds", "sentence_similarity", "answer_sentence_similarity")
 
 

@@ -255,6 +255,13 @@ class DecodeSettings:
         "more encoder pass per question), false, or auto: similarity where the validation "
         "questions include unanswerable ones, none where all are answerable",
     )
+    unanswerable_share: float | None = setting(
+        None,
+        "SQuAD 2.0: the share of unanswerable questions the no-answer threshold and the "
+        "answer probabilities are fitted for, the validation questions weighted to it; null: "
+        "their own share. The F1-best threshold moves with it: set the share the questions to "
+        "be answered are expected to have",
+    )
 
 
 @dataclass
@@ -457,6 +464,10 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(
             f"decode.verifier must be {VERIFIER_AUTO}, true, false, {', '.join(VERIFIER_KINDS)} "
             f"or none, got {dec.verifier!r}"
+        )
+    if dec.unanswerable_share is not None and not 0.0 < dec.unanswerable_share < 1.0:
+        raise ConfigError(
+            f"decode.unanswerable_share must be in (0, 1) or null, got {dec.unanswerable_share}"
         )
     if d.validation is None and not d.eval:
         raise ConfigError(

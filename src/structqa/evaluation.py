@@ -48,8 +48,33 @@ class EvalResult:
         return {**self.metrics, "null_threshold": self.null_threshold, **verified}
 
 
-def best_null_threshold(gold: dict[str, list[str]], predictions: dict[str, Prediction]) -> float:
-    """The null-odds threshold (answer "" where null_odds > it) with the best F1 on this set.
+def share_weights(unanswerable: np.ndarray, share: float | None) -> np.ndarray:
+    """(Q,) question weights (mean 1) under which the unanswerable questions make up ``share``
+    of the set (None: their own share, all weights 1). A threshold or probability fitted with
+    them is fitted for questions of that mix: the F1-best threshold moves with the share of
+    unanswerable questions, so one fitted where a fifth are unanswerable abstains too little
+    where half are."""
+    unanswerable = np.asarray(unanswerable, dtype=bool)
+    n, u = len(unanswerable), int(unanswerable.sum())
+    if share is None:
+        return np.ones(n)
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"the share of unanswerable questions must be in (0, 1), got {share}")
+    if u == 0 or u == n:
+        raise ValueError(
+            f"weighting to an unanswerable share of {share:g} needs answerable and unanswerable "
+            f"questions; these {n} are {'all' if u else 'none'} unanswerable"
+        )
+    return np.where(unanswerable, share * n / u, (1.0 - share) * n / (n - u))
+
+
+def best_null_threshold(
+    gold: dict[str, list[str]],
+    predictions: dict[str, Prediction],
+    unanswerable_share: float | None = None,
+) -> float:
+    """The null-odds threshold (answer "" where null_odds > it) with the best F1 on this set
+    (with ``unanswerable_share``: on this set weighted to that share, :func:`share_weights`).
 
     The official search (``best_f1_thresh``) is not used for this: it reports 0.0 for its
     "no answer everywhere" start, which assumes probabilities in [0, 1], and it scores states
@@ -59,8 +84,10 @@ def best_null_threshold(gold: dict[str, list[str]], predictions: dict[str, Predi
     ids = list(gold)
     _, f1_raw = raw_scores_v2(gold, {k: predictions[k].text for k in ids})
     odds = np.array([predictions[k].null_odds for k in ids])
-    answer_f1 = np.array([f1_raw[k] for k in ids])
-    abstain_f1 = np.array([0.0 if gold[k] else 1.0 for k in ids])  # "" is right iff no answer
+    weights = share_weights(np.array([not gold[k] for k in ids]), unanswerable_share)
+    answer_f1 = np.array([f1_raw[k] for k in ids]) * weights
+    # "" is right iff there is no answer
+    abstain_f1 = np.array([0.0 if gold[k] else 1.0 for k in ids]) * weights
     order = np.argsort(odds, kind="stable")
     odds, answer_f1, abstain_f1 = odds[order], answer_f1[order], abstain_f1[order]
     # answering the j lowest-odds questions and abstaining on the rest, for every j

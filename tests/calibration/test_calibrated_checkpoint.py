@@ -355,3 +355,16 @@ def test_calibrate_renames_repeated_ids_when_asked_as_its_error_says(
     assert "--dedupe-ids for calibrate" in capsys.readouterr().err
     assert main([*args, "--method", "temperature", "--dedupe-ids"]) == 0
     assert load_calibration(checkpoint).fit["source"].endswith("repeated.json")
+
+
+def test_calibrate_fits_for_an_unanswerable_share_and_records_it(checkpoint, v2_file):
+    """`structqa calibrate --unanswerable-share P` weights the questions to P (2 of the mini
+    file's 5 are unanswerable) and writes P and the file's own share into calibration.json;
+    without the flag, the file's own share is fitted for."""
+    args = ["calibrate", str(checkpoint), "--on", str(v2_file), "--bf16", "off", "--no-verifier"]
+    assert main([*args, "--unanswerable-share", "0.8"]) == 0
+    fit = load_calibration(checkpoint).fit
+    assert fit["unanswerable_share"] == 0.8
+    assert fit["unanswerable_share_of_questions"] == pytest.approx(0.4)
+    assert main(args) == 0
+    assert "unanswerable_share" not in load_calibration(checkpoint).fit

@@ -5,12 +5,14 @@ built reader is what `ask`, `serve` and `model.init_from=reader` find."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
 
 import pytest
 
+from structqa.calibration.report import load_calibration, save_calibration
 from structqa.cli import main
 from structqa.data.overlap import passage_key
 from structqa.data.readers import read_extractive
@@ -224,6 +226,27 @@ def test_a_soup_of_runs_is_built_stopped_resumed_and_calibrated(
     assert card["training_seconds"] == pytest.approx(sum(s["seconds"] for s in states))
     assert "greedy soup" in (out / "MODEL_CARD.md").read_text()
     assert find_reader(str(out)) == best
+    # calibrated by the calibrate stage, which the card follows
+    calibrated = json.loads((out / "stages" / "calibrate.json").read_text())
+    assert card["calibration"] == calibrated["calibration"]
+    assert load_calibration(best).null_threshold == calibrated["calibration"]["null_threshold"]
+    # a build finished before that stage existed: run again, it is calibrated and its
+    # held-out scores taken again, at the new threshold; nothing trains
+    from structqa.reader import build as build_module
+
+    before = (out / "stages" / "heldout.json").stat().st_mtime_ns
+    (out / "stages" / "calibrate.json").unlink()
+    save_calibration(best, dataclasses.replace(load_calibration(best), null_threshold=99.0))
+    trained: list = []
+    with monkeypatch.context() as patch:
+        patch.setattr(build_module, "_train", lambda *a, **k: trained.append(a))
+        assert main(args) == 0
+    assert not trained and (out / "stages" / "calibrate.json").is_file()
+    threshold = load_calibration(best).null_threshold
+    assert threshold != 99.0
+    scored = json.loads((out / "heldout" / "reader" / "squad2-torch" / "metrics.json").read_text())
+    assert scored["null_threshold"] == pytest.approx(threshold)
+    assert (out / "stages" / "heldout.json").stat().st_mtime_ns > before
     # the same directory with another --members is refused, naming what it holds
     single = [*args, "--members=1"]
     assert main(single) == 2

@@ -163,10 +163,10 @@ class Platt:
         return _sigmoid(self.a * np.log(q / (1 - q)) + self.b)
 
 
-def fit_platt(p: np.ndarray, correct: np.ndarray) -> Platt:
-    """The Platt map of ``p`` with the lowest log-loss of ``correct``."""
+def fit_platt(p: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = None) -> Platt:
+    """The Platt map of ``p`` with the lowest (weighted) log-loss of ``correct``."""
     best = minimize(
-        lambda ab: log_loss(Platt(float(ab[0]), float(ab[1]))(p), correct),
+        lambda ab: log_loss(Platt(float(ab[0]), float(ab[1]))(p), correct, weights),
         np.array([1.0, 0.0]),
         method="Nelder-Mead",
         options={"xatol": 1e-4, "fatol": 1e-7},
@@ -174,19 +174,21 @@ def fit_platt(p: np.ndarray, correct: np.ndarray) -> Platt:
     return Platt(float(best.x[0]), float(best.x[1]))
 
 
-def fit_isotonic(p: np.ndarray, correct: np.ndarray) -> Isotonic:
+def fit_isotonic(p: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = None) -> Isotonic:
     """Pool-adjacent-violators on (p, correct) sorted by p: each block of the fitted step
-    function gives a knot at its mean p with its accuracy, (correct + 1) / (size + 2)."""
+    function gives a knot at its mean p with its accuracy, (correct + 1) / (size + 2)
+    (``weights``, of mean 1: weighted means and sizes)."""
     order = np.argsort(p, kind="stable")
     xs, ys = p[order].astype(float), correct[order].astype(float)
-    # blocks as (sum x, sum y, count), merged while their means decrease
+    ws = np.ones(len(xs)) if weights is None else np.asarray(weights, dtype=float)[order]
+    # blocks as (sum w x, sum w y, sum w), merged while their means decrease
     sx: list[float] = []
     sy: list[float] = []
-    n: list[int] = []
-    for x, y in zip(xs.tolist(), ys.tolist(), strict=True):
-        sx.append(x)
-        sy.append(y)
-        n.append(1)
+    n: list[float] = []
+    for x, y, w in zip(xs.tolist(), ys.tolist(), ws.tolist(), strict=True):
+        sx.append(w * x)
+        sy.append(w * y)
+        n.append(w)
         while len(n) > 1 and sy[-2] / n[-2] >= sy[-1] / n[-1]:
             x_last, y_last, n_last = sx.pop(), sy.pop(), n.pop()
             sx[-1] += x_last
@@ -203,13 +205,13 @@ def fit_isotonic(p: np.ndarray, correct: np.ndarray) -> Isotonic:
     return Isotonic(knots_x, knots_y)
 
 
-def log_loss(p: np.ndarray, correct: np.ndarray) -> float:
+def log_loss(p: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = None) -> float:
     q = np.clip(p, 1e-6, 1 - 1e-6)
-    return float(-np.mean(np.where(correct, np.log(q), np.log1p(-q))))
+    return float(-np.average(np.where(correct, np.log(q), np.log1p(-q)), weights=weights))
 
 
 def fit_temperatures(
-    scores: Scores, correct: np.ndarray, threshold: float | None
+    scores: Scores, correct: np.ndarray, threshold: float | None, weights: np.ndarray | None = None
 ) -> tuple[float, float]:
     """``(T_span, T_null)`` minimizing the log-loss of "the returned answer is correct";
     T_null stays 1 on SQuAD 1.1-style data (no null threshold)."""
@@ -219,7 +221,8 @@ def fit_temperatures(
     def loss(theta: np.ndarray) -> float:
         t = np.exp(np.clip(theta, lo, hi))
         t_null = float(t[1]) if v2 else 1.0
-        return log_loss(raw_probability(scores, threshold, float(t[0]), t_null), correct)
+        p = raw_probability(scores, threshold, float(t[0]), t_null)
+        return log_loss(p, correct, weights)
 
     start = np.zeros(2 if v2 else 1)
     best = minimize(loss, start, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-7})
@@ -227,18 +230,25 @@ def fit_temperatures(
     return float(t[0]), float(t[1]) if v2 else 1.0
 
 
-def expected_calibration_error(p: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS) -> float:
+def expected_calibration_error(
+    p: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS, weights: np.ndarray | None = None
+) -> float:
     """Question-weighted mean |accuracy - confidence| over ``bins`` equal-width bins of p
-    (a p of exactly 1 falls in the last bin)."""
+    (a p of exactly 1 falls in the last bin; ``weights``: each question's weight)."""
     if len(p) == 0:
         raise ValueError("the calibration error needs at least one question")
-    rows = reliability_bins(p, correct, bins)
-    return float(sum(r["count"] * abs(r["accuracy"] - r["confidence"]) for r in rows) / len(p))
+    rows = reliability_bins(p, correct, bins, weights)
+    total = sum(r["weight"] for r in rows)
+    return float(sum(r["weight"] * abs(r["accuracy"] - r["confidence"]) for r in rows) / total)
 
 
-def reliability_bins(p: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS) -> list[dict]:
-    """The non-empty bins of a reliability diagram: edges, count, mean confidence, accuracy."""
+def reliability_bins(
+    p: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS, weights: np.ndarray | None = None
+) -> list[dict]:
+    """The non-empty bins of a reliability diagram: edges, count, mean confidence, accuracy
+    (means weighted by ``weights`` where given; ``weight``: the bin's total weight)."""
     idx = np.minimum((np.asarray(p) * bins).astype(int), bins - 1)
+    w = np.ones(len(idx)) if weights is None else np.asarray(weights, dtype=float)
     out = []
     for b in range(bins):
         inside = idx == b
@@ -248,8 +258,9 @@ def reliability_bins(p: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS) -
                     "low": b / bins,
                     "high": (b + 1) / bins,
                     "count": int(inside.sum()),
-                    "confidence": float(np.mean(p[inside])),
-                    "accuracy": float(np.mean(correct[inside])),
+                    "weight": float(w[inside].sum()),
+                    "confidence": float(np.average(p[inside], weights=w[inside])),
+                    "accuracy": float(np.average(correct[inside], weights=w[inside])),
                 }
             )
     return out
@@ -323,12 +334,16 @@ def _halves(ids: Sequence[str]) -> np.ndarray:
 
 
 def _fit_method(
-    method: str, scores: Scores, correct: np.ndarray, threshold: float | None
+    method: str,
+    scores: Scores,
+    correct: np.ndarray,
+    threshold: float | None,
+    weights: np.ndarray | None = None,
 ) -> Calibrator:
-    t_span, t_null = fit_temperatures(scores, correct, threshold)
+    t_span, t_null = fit_temperatures(scores, correct, threshold, weights)
     p = raw_probability(scores, threshold, t_span, t_null)
-    iso = fit_isotonic(p, correct) if method == "isotonic" else None
-    platt = fit_platt(p, correct) if method == "platt" else None
+    iso = fit_isotonic(p, correct, weights) if method == "isotonic" else None
+    platt = fit_platt(p, correct, weights) if method == "platt" else None
     return Calibrator(method, threshold, t_span, t_null, isotonic=iso, platt=platt)
 
 
@@ -339,17 +354,24 @@ def _subset(scores: Scores, keep: np.ndarray) -> Scores:
 
 
 def fit_calibrator(
-    scores: Scores, gold: Outcomes, threshold: float | None, method: str = "auto"
+    scores: Scores,
+    gold: Outcomes,
+    threshold: float | None,
+    method: str = "auto",
+    weights: np.ndarray | None = None,
 ) -> Calibrator:
     """Temperatures, then the Platt or isotonic map that ``method`` names (``auto``: the
     one of the three that calibrates held-back halves best) for the returned answers at
-    ``threshold``."""
+    ``threshold``; every fit and error weighted by ``weights`` (None: all 1) where given."""
     if method not in METHODS:
         raise ValueError(f"calibration method must be one of {METHODS}, not {method!r}")
     if len(scores) < 2:
         raise ValueError(f"calibration needs at least two questions, got {len(scores)}")
     correct = returned_correct(scores, gold, threshold)
-    fit: dict[str, Any] = {"questions": len(scores), "accuracy": float(correct.mean())}
+    fit: dict[str, Any] = {
+        "questions": len(scores),
+        "accuracy": float(np.average(correct, weights=weights)),
+    }
     if method == "auto":
         half = _halves(scores.ids)
         cv: dict[str, float] = {}
@@ -358,16 +380,18 @@ def fit_calibrator(
             for part in (half, ~half):
                 if part.sum() < 2 or (~part).sum() < 2:
                     continue
-                fitted = _fit_method(m, _subset(scores, part), correct[part], threshold)
+                w_in = None if weights is None else weights[part]
+                w_out = None if weights is None else weights[~part]
+                fitted = _fit_method(m, _subset(scores, part), correct[part], threshold, w_in)
                 p = fitted.probability(_subset(scores, ~part))
-                errors.append(expected_calibration_error(p, correct[~part]))
+                errors.append(expected_calibration_error(p, correct[~part], weights=w_out))
             cv[m] = float(np.mean(errors)) if errors else math.inf
         fit["two_fold_ece"] = cv
         method = min(MAPS, key=lambda m: cv[m])  # (ties: the simpler map, first in MAPS)
-    cal = dataclasses.replace(_fit_method(method, scores, correct, threshold), fit=fit)
+    cal = dataclasses.replace(_fit_method(method, scores, correct, threshold, weights), fit=fit)
     p = cal.probability(scores)
-    fit["ece"] = expected_calibration_error(p, correct)
+    fit["ece"] = expected_calibration_error(p, correct, weights=weights)
     fit["ece_uncalibrated"] = expected_calibration_error(
-        raw_probability(scores, threshold), correct
+        raw_probability(scores, threshold), correct, weights=weights
     )
     return cal

@@ -36,7 +36,12 @@ from structqa.config import VERIFIER_AUTO
 from structqa.data.overlap import passage_key
 from structqa.data.records import Example
 from structqa.decoding import Candidate, Prediction
-from structqa.evaluation import NULL_ODDS_VERIFIED, EvalResult, best_null_threshold
+from structqa.evaluation import (
+    NULL_ODDS_VERIFIED,
+    EvalResult,
+    best_null_threshold,
+    share_weights,
+)
 from structqa.io import write_json
 
 log = logging.getLogger(__name__)
@@ -61,9 +66,12 @@ def calibrate(
     method: str = "auto",
     source: str = "",
     verifier: bool | str = False,
+    unanswerable_share: float | None = None,
 ) -> Calibrator:
     """The null threshold (SQuAD 2.0: the F1-best one on these questions) and the probability
-    map fitted on ``examples`` (validation questions the model did not train on). With
+    map fitted on ``examples`` (validation questions the model did not train on); with
+    ``unanswerable_share`` (SQuAD 2.0), both fitted for questions of which that share is
+    unanswerable, the questions weighted to it (:func:`structqa.evaluation.share_weights`). With
     ``verifier`` (SQuAD 2.0 only; True or "lexical", or "similarity"), an answerability
     verifier of that kind is fitted first and the threshold and map are fitted on its
     out-of-fold null odds (:mod:`structqa.calibration.verifier`). "auto" fits the similarity
@@ -84,11 +92,18 @@ def calibrate(
     elif kind:
         log.warning("no answerability verifier: these questions are all answerable (SQuAD 1.1)")
     scores = scores_from_predictions(predictions, ids, version_2)
-    threshold = None
+    threshold, weights = None, None
     if version_2:
-        threshold = midway(best_null_threshold(gold, predictions), scores.null_odds)
-    cal = fit_calibrator(scores, outcomes(gold, predictions, ids), threshold, method)
+        share = unanswerable_share
+        threshold = midway(best_null_threshold(gold, predictions, share), scores.null_odds)
+        weights = share_weights(np.array([not gold[q] for q in ids]), share)
+    elif unanswerable_share is not None:
+        log.warning("no unanswerable share to fit for: these questions are all answerable")
+    cal = fit_calibrator(scores, outcomes(gold, predictions, ids), threshold, method, weights)
     cal = dataclasses.replace(cal, verifier=fitted)
+    if version_2 and unanswerable_share is not None:
+        cal.fit["unanswerable_share"] = unanswerable_share
+        cal.fit["unanswerable_share_of_questions"] = float(np.mean([not gold[q] for q in ids]))
     cal.fit["source"] = source
     cal.fit["passages"] = len({passage_key(ex.context) for ex in examples})
     if cal.fit["passages"] < MIN_PASSAGES:
@@ -206,11 +221,19 @@ def calibrate_evaluated(
     version_2: bool,
     source: str,
     verifier: bool | str = False,
+    unanswerable_share: float | None = None,
 ) -> Calibrator:
     """Fit and save the calibration of a checkpoint whose evaluation files (best/'s) answer
     ``examples``, validation questions (the experiment runner's validation split)."""
     predictions = predictions_from_files(directory)
-    cal = calibrate(examples, predictions, version_2, source=source, verifier=verifier)
+    cal = calibrate(
+        examples,
+        predictions,
+        version_2,
+        source=source,
+        verifier=verifier,
+        unanswerable_share=unanswerable_share,
+    )
     save_calibration(directory, cal)
     return cal
 
@@ -374,7 +397,14 @@ def calibrate_after_training(cfg: Any) -> Calibrator | None:
         return None
     examples, v2 = load_validation_examples(cfg)
     source = f"validation questions of {cfg.data.train} ({cfg.data.validation})"
-    return calibrate_evaluated(best, examples, v2, source=source, verifier=cfg.decode.verifier)
+    return calibrate_evaluated(
+        best,
+        examples,
+        v2,
+        source=source,
+        verifier=cfg.decode.verifier,
+        unanswerable_share=cfg.decode.unanswerable_share,
+    )
 
 
 def calibration_on_test(cfg: Any, cal: Calibrator) -> dict[str, Any]:

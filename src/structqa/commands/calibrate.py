@@ -77,7 +77,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--no-verifier", dest="verifier", action="store_const", const="none", help="fit none"
     )
+    c.add_argument(
+        "--unanswerable-share",
+        type=share,
+        metavar="P",
+        help="SQuAD 2.0: fit the threshold and probabilities for questions of which P (in "
+        "(0, 1)) are unanswerable, weighting the validation questions to that share; default: "
+        "the checkpoint's decode.unanswerable_share, else the questions' own share",
+    )
     c.set_defaults(func=cmd_calibrate)
+
+
+def share(text: str) -> float:
+    """A share in (0, 1), as argparse reads one."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1): give e.g. 0.5")
+    return value
 
 
 def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
@@ -92,6 +111,7 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         args.verifier,
         args.predictions,
         args.dedupe_ids,
+        args.unanswerable_share,
     )
     print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "isotonic"}, indent=2))
     return 0

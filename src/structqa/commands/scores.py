@@ -78,7 +78,9 @@ baseline's five seeds): each is then averaged on its own and no run pairs are pr
 
 def add_parser(sub) -> None:
     cp = command(sub, "compare", _COMPARE_TEXT)
-    cp.add_argument("data_file", help="the dataset the predictions answer (JSON, .jsonl[.gz], .csv/.tsv)")
+    cp.add_argument(
+        "data_file", help="the dataset the predictions answer (JSON, .jsonl[.gz], .csv/.tsv)"
+    )
     cp.add_argument(
         "--a",
         nargs="+",

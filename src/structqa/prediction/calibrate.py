@@ -73,11 +73,13 @@ def calibrate_checkpoint(
     verifier: bool | str | None = None,
     predictions_dir: str | Path | None = None,
     dedupe_ids: bool = False,
+    unanswerable_share: float | None = None,
 ):
     """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
     None follows the checkpoint's ``decode.verifier``; ``predictions_dir`` holds the
     checkpoint's saved answers to the questions (else it answers them now); ``dedupe_ids``
-    (or the checkpoint's ``data.dedupe_ids``) renames repeated ids of ``on`` (ID#2, ...)."""
+    (or the checkpoint's ``data.dedupe_ids``) renames repeated ids of ``on`` (ID#2, ...);
+    ``unanswerable_share`` None follows the checkpoint's ``decode.unanswerable_share``."""
     from structqa.models.build import checkpoint_config
     from structqa.prediction.predictor import Predictor
     from structqa.prediction.scoring import default_runtime
@@ -116,6 +118,8 @@ def calibrate_checkpoint(
         version_2 = any(ex.is_impossible for ex in examples)
     if verifier is None:
         verifier = cfg.decode.verifier
+    if unanswerable_share is None:
+        unanswerable_share = cfg.decode.unanswerable_share
     if predictor is not None:
         predictions = predictor.predict_examples(examples, verify=False)  # the model's own odds
     else:
@@ -124,7 +128,7 @@ def calibrate_checkpoint(
         any_unanswerable = any(ex.is_impossible for ex in examples)
         require_models_own_odds(Path(predictions_dir), any_unanswerable, verifies)
         predictions = saved_predictions(Path(predictions_dir), examples, source)
-    cal = calibrate(examples, predictions, version_2, method, source, verifier)
+    cal = calibrate(examples, predictions, version_2, method, source, verifier, unanswerable_share)
     path = save_calibration(checkpoint, cal)
     log.info("wrote %s", path)
     return cal

@@ -8,12 +8,16 @@ the same command run again goes on from where it stopped.
    ``members`` K > 1 (default 2), K runs from one start (``train.init_seed``) and K batch orders
    (``train.seed`` S..S+K-1), each recorded as it finishes (``members/mI``), then their greedy
    soup on the slice (:func:`greedy_soup`) as ``run/best``, calibrated there;
-3. **export**: the int8 ONNX graph beside the checkpoint (``run/best/onnx``);
-4. **heldout**: SQuAD 1.1 held-out EM/F1 with answers forced and SQuAD 2.0 held-out
+3. **calibrate**: the threshold, verifier and probabilities fitted again on the slice's
+   human-written questions, weighted to SQuAD 2.0's unanswerable share
+   (:mod:`structqa.reader.calibrate`); a build whose held-out scores were taken at an earlier
+   calibration is scored again;
+4. **export**: the int8 ONNX graph beside the checkpoint (``run/best/onnx``);
+5. **heldout**: SQuAD 1.1 held-out EM/F1 with answers forced and SQuAD 2.0 held-out
    F1/HasAns/AUC/ECE, for the checkpoint and its int8 graph;
-5. **baseline** (``--baseline``): the plain recipe (:data:`BASELINE`: Independent head, the whole
+6. **baseline** (``--baseline``): the plain recipe (:data:`BASELINE`: Independent head, the whole
    pool, no additions) on exactly the SQuAD 1.1 questions the reader starts from, scored the same;
-6. **card**: ``card.json`` and ``MODEL_CARD.md`` (data, recipe, commit, scores, CPU, times).
+7. **card**: ``card.json`` and ``MODEL_CARD.md`` (data, recipe, commit, scores, CPU, times).
 
 A stage's record is ``stages/NAME.json``; a stage with a record is not run again.
 """
@@ -87,7 +91,7 @@ BASELINE: tuple[str, ...] = (
 #: the validation slice, written beside the run (run/validation.v2.json)
 VALIDATION_FILE = "validation.v2.json"
 
-STAGES = ("data", "train", "export", "heldout", "baseline", "card")
+STAGES = ("data", "train", "calibrate", "export", "heldout", "baseline", "card")
 
 #: windows per question (SQuAD passages rarely need a second window at 384 tokens)
 WINDOWS_PER_QUESTION = 1.05
@@ -410,8 +414,9 @@ def _say(text: str) -> None:
 
 def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, Any]:
     """Run (or go on with) every stage; return the card."""
+    from structqa.reader.calibrate import calibrate_reader
     from structqa.reader.card import write_card
-    from structqa.reader.data import assemble
+    from structqa.reader.data import assemble, squad2_unanswerable_share
     from structqa.text.annotate import Annotator
 
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -478,6 +483,19 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
 
     trained = _run_stage(opts, "train", train_stage)
     checkpoint = Path(trained["checkpoint"])
+    if done(opts.out, "calibrate") is None and done(opts.out, "heldout") is not None:
+        log.info("reader build: held-out scores taken before the calibrate stage: scoring again")
+        _record_path(opts.out, "heldout").unlink()
+    _run_stage(
+        opts,
+        "calibrate",
+        lambda: calibrate_reader(
+            checkpoint,
+            Path(trained["validation_file"]),
+            squad2_unanswerable_share(data_dir),
+            cfg.decode.verifier,
+        ),
+    )
 
     def export_stage() -> dict[str, Any]:
         from structqa.runtimes.onnx_export import export_onnx

@@ -55,6 +55,18 @@ def _soup_lines(soup: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _calibrated_on(record: dict[str, Any] | None) -> str:
+    if not record:
+        return ""
+    if record.get("fallback"):
+        return f" ({record['fallback']})"
+    return (
+        f"'s {record['questions']} human-written questions ({record['unanswerable']} "
+        f"unanswerable; its {record['rewrites_left_out']} rewrites left out), weighted to "
+        f"SQuAD 2.0's unanswerable share ({100 * record['unanswerable_share']:.1f} %)"
+    )
+
+
 def _sized(size: int | None) -> str:
     return f"; **the first {size} questions of each file only** (--heldout-size)" if size else ""
 
@@ -93,7 +105,7 @@ def write_card(
         "baseline_config": None if base_cfg is None else base_cfg.to_dict(),
         "data": records["data"],
         "validation": (records["train"] or {}).get("validation"),
-        "calibration": (records["train"] or {}).get("calibration"),
+        "calibration": (records.get("calibrate") or records["train"] or {}).get("calibration"),
         "soup": (records["train"] or {}).get("soup"),
         "heldout": records["heldout"],
         "baseline": records["baseline"],
@@ -125,6 +137,7 @@ def write_card(
         f"- commit: `{commit}`; CPU: {card['cpu_kind']}; build time {seconds / 60:.0f} min{timed}",
         "- held-out scores: SQuAD 1.1 with every question answered (no abstention), SQuAD "
         "2.0 at the no-answer threshold fitted on the validation slice"
+        + _calibrated_on(records.get("calibrate"))
         + _sized((records["heldout"] or {}).get("heldout_size")),
         *_table(card["heldout"] or {}, card["baseline"]),
         "",

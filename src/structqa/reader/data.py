@@ -29,7 +29,7 @@ from structqa.data.records import Example
 from structqa.data.squad_json import write_squad_json
 from structqa.paths import resolve_data_file
 from structqa.text.annotate import Annotation
-from structqa.training.negatives import make_negatives
+from structqa.training.negatives import REWRITE_MARK, make_negatives
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,19 @@ class ReaderData:
             f"passages and {self.squad2_repeated} repeating a question already there dropped), "
             f"{self.rewrites} unanswerable rewrites"
         )
+
+
+def squad2_unanswerable_share(data_dir: Path) -> float:
+    """The share of unanswerable questions among SQuAD 2.0's own (its training split, the
+    held-out splits' passages left out, as :func:`assemble` reads it)."""
+    heldout = [resolve_data_file(name, data_dir) for name in HELDOUT]
+    squad2, _ = drop_overlap(
+        read_extractive(resolve_data_file(SQUAD2_TRAIN, data_dir)).examples, heldout
+    )
+    if not squad2:
+        raise ValueError(f"{resolve_data_file(SQUAD2_TRAIN, data_dir)}: no question outside "
+                         "the held-out passages")  # fmt: skip
+    return sum(ex.is_impossible for ex in squad2) / len(squad2)
 
 
 def _question_key(ex: Example) -> tuple[str, str]:
@@ -119,7 +132,7 @@ def assemble(
             rewrites.append(ex)
     counts.rewrites = len(rewrites)
     # by rule among those kept (the ids end "-neg-RULE"), so the rules sum to the rewrites
-    counts.rewrites_by_rule = dict(Counter(ex.id.rsplit("-neg-", 1)[-1] for ex in rewrites))
+    counts.rewrites_by_rule = dict(Counter(ex.id.rsplit(REWRITE_MARK, 1)[-1] for ex in rewrites))
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, examples in ((POOL_FILE, pool), (TRAIN_FILE, [*pool, *added, *rewrites])):
         write_squad_json(out_dir / name, examples)

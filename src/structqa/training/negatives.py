@@ -41,6 +41,14 @@ from structqa.text.annotate import DEFAULT_MODEL, Annotation, Annotator
 log = logging.getLogger(__name__)
 
 RULES = ("entity", "antonym", "negation")
+#: a rewrite's id is its question's id, this mark and its rule: ``ID-neg-RULE``
+REWRITE_MARK = "-neg-"
+
+
+def is_rewrite(question_id: str) -> bool:
+    """Whether a question id names an unanswerable rewrite made here, not a person's question."""
+    return REWRITE_MARK in question_id
+
 
 #: entity labels worth swapping (spaCy's OntoNotes labels); numbers and amounts are left alone
 SWAP_LABELS = frozenset(
@@ -252,7 +260,7 @@ def make_negatives(
                 out.append(
                     replace(
                         q.example,
-                        id=f"{q.example.id}-neg-{rule}",
+                        id=f"{q.example.id}{REWRITE_MARK}{rule}",
                         question=rewrite,
                         answers=(),
                         gold_texts=(),

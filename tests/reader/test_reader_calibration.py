@@ -1,0 +1,94 @@
+"""The general reader's calibrate stage: fitted on the validation slice's human-written
+questions (the rewrites left out), weighted to SQuAD 2.0's unanswerable share (the build
+itself, and an older build calibrated again: tests/reader/test_reader_build.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from structqa.calibration.report import load_calibration
+from structqa.data.readers import read_extractive
+from structqa.data.records import Example
+from structqa.data.squad_json import write_squad_json
+from structqa.reader.calibrate import HUMAN_FILE, calibrate_reader
+from structqa.reader.data import squad2_unanswerable_share
+from structqa.training.negatives import REWRITE_MARK, is_rewrite
+
+MINI = "fixtures/squad-v1.1-mini.json"
+
+
+def _slice(shared_data: Path, path: Path, human_unanswerable: bool = True) -> list[Example]:
+    """The mini fixture's questions (answerable), a rewrite of each (unanswerable) and, with
+    ``human_unanswerable``, each asked of the other passage (unanswerable)."""
+    examples = read_extractive(shared_data / MINI).examples
+    out = list(examples)
+    out += [
+        Example(
+            f"{ex.id}{REWRITE_MARK}negation",
+            f"Not {ex.question}",
+            ex.context,
+            is_impossible=True,
+            title=ex.title,
+        )  # fmt: skip
+        for ex in examples
+    ]
+    if human_unanswerable:
+        contexts = list(dict.fromkeys(ex.context for ex in examples))
+        out += [
+            Example(
+                f"{ex.id}-other",
+                ex.question,
+                next(c for c in contexts if c != ex.context),
+                is_impossible=True,
+            )  # fmt: skip
+            for ex in examples
+        ]
+    write_squad_json(path, out)
+    return out
+
+
+@pytest.fixture
+def checkpoint(tiny_trained_run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(tiny_trained_run / "best", tmp_path / "best"))
+
+
+def test_fitted_on_the_human_written_questions_weighted_to_the_share(
+    checkpoint: Path, shared_data: Path, tmp_path: Path
+):
+    validation = tmp_path / "run" / "validation.v2.json"
+    validation.parent.mkdir()
+    written = _slice(shared_data, validation)
+    human = [ex for ex in written if not is_rewrite(ex.id)]
+    record = calibrate_reader(checkpoint, validation, 0.5, False)
+    kept = read_extractive(validation.parent / HUMAN_FILE).examples
+    assert [ex.id for ex in kept] == [ex.id for ex in human]  # rewrites left out
+    assert record["questions"] == len(human) and record["fallback"] is None
+    assert record["rewrites_left_out"] == len(written) - len(human) > 0
+    assert record["unanswerable"] == sum(ex.is_impossible for ex in human) > 0
+    fit = load_calibration(checkpoint).fit
+    assert fit["unanswerable_share"] == 0.5 and fit["questions"] == len(human)
+    assert fit["source"].endswith(HUMAN_FILE)
+    assert record["calibration"]["null_threshold"] == load_calibration(checkpoint).null_threshold
+
+
+def test_a_slice_without_human_unanswerable_questions_is_fitted_whole_and_says_so(
+    checkpoint: Path, shared_data: Path, tmp_path: Path, caplog
+):
+    validation = tmp_path / "validation.v2.json"
+    written = _slice(shared_data, validation, human_unanswerable=False)
+    with caplog.at_level("WARNING", logger="structqa.reader.calibrate"):
+        record = calibrate_reader(checkpoint, validation, 0.5, False)
+    assert record["questions"] == len(written) and record["unanswerable_share"] == 0.5
+    assert "not of both kinds" in record["fallback"] and "not of both kinds" in caplog.text
+    assert load_calibration(checkpoint).fit["unanswerable_share"] == 0.5
+
+
+def test_the_share_is_counted_on_squad2_training_questions_off_held_out_passages(
+    shared_data: Path,
+):
+    share = squad2_unanswerable_share(shared_data)
+    # the split is 1,753 of 3,406 unanswerable; its questions on held-out passages dropped
+    assert 0.45 < share < 0.55 and share != pytest.approx(1753 / 3406)
