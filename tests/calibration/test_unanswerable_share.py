@@ -172,3 +172,10 @@ def test_config_and_command_refuse_a_share_outside_zero_one(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["calibrate", str(tmp_path), "--on", "x.json", "--unanswerable-share", "1"])
     assert "not in (0, 1)" in capsys.readouterr().err
+
+
+def test_a_file_of_one_kind_cannot_be_weighted_and_the_error_names_it():
+    examples, preds = _noisy()
+    answerable = [e for e in examples if not e.is_impossible]
+    with pytest.raises(ValueError, match=r"val\.json: .*none unanswerable.*without"):
+        calibrate(answerable, preds, version_2=True, source="val.json", unanswerable_share=0.5)

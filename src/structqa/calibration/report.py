@@ -95,8 +95,14 @@ def calibrate(
     threshold, weights = None, None
     if version_2:
         share = unanswerable_share
+        try:
+            weights = share_weights(np.array([not gold[q] for q in ids]), share)
+        except ValueError as err:
+            raise ValueError(
+                f"{source or 'the validation questions'}: {err}; calibrate without "
+                "--unanswerable-share (decode.unanswerable_share: null)"
+            ) from None
         threshold = midway(best_null_threshold(gold, predictions, share), scores.null_odds)
-        weights = share_weights(np.array([not gold[q] for q in ids]), share)
     elif unanswerable_share is not None:
         log.warning("no unanswerable share to fit for: these questions are all answerable")
     cal = fit_calibrator(scores, outcomes(gold, predictions, ids), threshold, method, weights)

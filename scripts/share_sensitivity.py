@@ -1,0 +1,87 @@
+"""How much a SQuAD 2.0 reader's held-out F1 depends on the unanswerable share its threshold
+was fitted for: the threshold fitted on validation questions weighted to each share of a grid
+(``structqa calibrate --unanswerable-share``), applied to held-out answers already scored.
+
+This reports, it chooses nothing: the general reader's share is counted on SQuAD 2.0's
+training split (:func:`structqa.reader.data.squad2_unanswerable_share`), never on held-out.
+The verifier is fitted once (its fit does not depend on the share), so the held-out null odds
+that ``structqa evaluate`` saved with the checkpoint's calibration are the ones each threshold
+applies to.
+
+    python scripts/share_sensitivity.py runs/reader/run/best \\
+        --on runs/reader/run/validation-human.v2.json \\
+        --heldout ../shared/data/splits/squad2-heldout.v2.0.json \\
+        --scored runs/reader/heldout/reader/squad2-torch --out share.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from structqa.calibration.report import calibrate
+from structqa.data.readers import read_extractive
+from structqa.io import write_json
+from structqa.metrics.squad import squad_v2
+from structqa.prediction.predictor import Predictor
+
+SHARES = (None, 0.3, 0.4, 0.45, 0.5, 0.55, 0.6)
+
+
+def heldout_f1(heldout: str, scored: Path, threshold: float) -> dict[str, float]:
+    """F1, HasAns F1 and NoAns F1 of the saved held-out answers at ``threshold``."""
+    gold = {ex.id: list(ex.gold_texts) for ex in read_extractive(heldout).examples}
+    nbest = json.loads((scored / "nbest_predictions.json").read_text())
+    odds = json.loads((scored / "null_odds.json").read_text())
+    answers = {
+        q: "" if odds[q] > threshold or not nbest.get(q) else nbest[q][0]["text"] for q in gold
+    }
+    m = squad_v2(gold, answers)
+    return {k: float(m[k]) for k in ("f1", "HasAns_f1", "NoAns_f1")}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("checkpoint", help="a calibrated SQuAD 2.0 checkpoint (its verifier kind)")
+    ap.add_argument("--on", required=True, help="the validation questions it was fitted on")
+    ap.add_argument("--heldout", required=True, help="the SQuAD 2.0 held-out file")
+    ap.add_argument("--scored", required=True, help="`structqa evaluate --out` of held-out")
+    ap.add_argument("--out", required=True, help="JSON file to write")
+    args = ap.parse_args(argv)
+    start = time.time()
+    predictor = Predictor.from_checkpoint(args.checkpoint)
+    examples = list(read_extractive(args.on).examples)
+    raw = dict(predictor.predict_examples(examples, verify=False))
+    saved = json.loads((Path(args.checkpoint) / "calibration.json").read_text())
+    verifier = saved.get("verifier")
+    kind: bool | str = False if not verifier else "similarity" if verifier["encoder"] else "lexical"
+    # calibrate fits the threshold on the verifier's out-of-fold odds; its verifier fit is
+    # the same at every share, so each share's threshold applies to the same held-out odds
+    rows = []
+    for share in SHARES:
+        fitted = calibrate(examples, raw, True, verifier=kind, unanswerable_share=share)
+        row = {"share": share, "threshold": fitted.null_threshold}
+        row.update(heldout_f1(args.heldout, Path(args.scored), float(fitted.null_threshold)))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    unanswerable = [ex.is_impossible for ex in examples]
+    write_json(
+        Path(args.out),
+        {
+            "checkpoint": args.checkpoint,
+            "on": args.on,
+            "questions": len(examples),
+            "own_share": sum(unanswerable) / len(examples),
+            "rows": rows,
+            "seconds": round(time.time() - start, 1),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
