@@ -1,10 +1,12 @@
 """How often `ask` over a collection says "no answer" to questions the collection does answer,
 and what that costs in F1, for one or more calibrations of the same reader.
 
-`ask` without a fitted set-level decision drops each chunk whose answer the reader declines
-(its calibrated no-answer threshold), so a reader calibrated to abstain more answers fewer
-questions. This asks the first N questions of an all-answerable file (SQuAD 1.1 held-out
-against the SQuAD-open index) exactly as `structqa ask` does and scores the top answer ("no
+`ask` over an index without a set-level no-answer decision fitted for the reader (`structqa
+fit-no-answer`) drops each chunk whose answer the reader declines (its calibrated no-answer
+threshold), so a reader calibrated to abstain more answers fewer questions. This asks the
+first N questions of an all-answerable file (SQuAD 1.1 held-out against the SQuAD-open index)
+as `structqa ask` does there (`set_threshold=None`: each chunk's own threshold; `--runtime`,
+int8 by default, as `ask` picks on a CPU without native bf16) and scores the top answer ("no
 answer" scores 0).
 
     python scripts/ask_abstention.py runs/squad-open-index \\

@@ -4,9 +4,10 @@ was fitted for: the threshold fitted on validation questions weighted to each sh
 
 This reports, it chooses nothing: the general reader's share is counted on SQuAD 2.0's
 training split (:func:`structqa.reader.data.squad2_unanswerable_share`), never on held-out.
-The verifier is fitted once (its fit does not depend on the share), so the held-out null odds
-that ``structqa evaluate`` saved with the checkpoint's calibration are the ones each threshold
-applies to.
+The verifier is refitted at each share (its fit does not depend on the share), and each fit
+must equal the checkpoint's saved one, so the held-out null odds that ``structqa evaluate``
+saved at the checkpoint's calibration (torch, as the build scores) are the ones each
+threshold applies to; anything else is refused.
 
     python scripts/share_sensitivity.py runs/reader/run/best \\
         --on runs/reader/run/validation-human.v2.json \\
@@ -43,6 +44,25 @@ def heldout_f1(heldout: str, scored: Path, threshold: float) -> dict[str, float]
     return {k: float(m[k]) for k in ("f1", "HasAns_f1", "NoAns_f1")}
 
 
+def _json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, default=float)
+
+
+def check_scored(checkpoint: Path, scored: Path, on: str) -> None:
+    """Refuse held-out answers not scored at ``checkpoint``'s calibration (its threshold,
+    its verifier's odds) or a calibration not fitted on ``on``."""
+    saved = json.loads((checkpoint / "calibration.json").read_text())
+    metrics = json.loads((scored / "metrics.json").read_text())
+    if not str(saved["fit"].get("source", "")).endswith(Path(on).name):
+        raise SystemExit(f"{checkpoint} was calibrated on {saved['fit'].get('source')}, not {on}")
+    same = metrics.get("null_threshold") == saved["null_threshold"]
+    if not same or bool(metrics.get("null_odds_verified")) != bool(saved.get("verifier")):
+        raise SystemExit(
+            f"{scored} was not scored at {checkpoint}'s calibration: score it again with "
+            f"`structqa evaluate {checkpoint} --eval HELDOUT --runtime torch --out {scored}`"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -54,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", required=True, help="JSON file to write")
     args = ap.parse_args(argv)
     start = time.time()
-    predictor = Predictor.from_checkpoint(args.checkpoint)
+    check_scored(Path(args.checkpoint), Path(args.scored), args.on)
+    predictor = Predictor.from_checkpoint(args.checkpoint, runtime="torch")
     examples = list(read_extractive(args.on).examples)
     raw = dict(predictor.predict_examples(examples, verify=False))
     saved = json.loads((Path(args.checkpoint) / "calibration.json").read_text())
@@ -65,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows = []
     for share in SHARES:
         fitted = calibrate(examples, raw, True, verifier=kind, unanswerable_share=share)
+        if _json(fitted.to_dict()["verifier"]) != _json(verifier):
+            raise SystemExit(
+                f"the verifier refitted on {args.on} differs from {args.checkpoint}'s: its "
+                "held-out odds would not be the ones this threshold is fitted for"
+            )
         row = {"share": share, "threshold": fitted.null_threshold}
         row.update(heldout_f1(args.heldout, Path(args.scored), float(fitted.null_threshold)))
         rows.append(row)

@@ -362,8 +362,11 @@ def test_calibrate_fits_for_an_unanswerable_share_and_records_it(checkpoint, v2_
     file's 5 are unanswerable) and writes P and the file's own share into calibration.json;
     without the flag, the file's own share is fitted for."""
     args = ["calibrate", str(checkpoint), "--on", str(v2_file), "--bf16", "off", "--no-verifier"]
+    assert main([*args, "--unanswerable-share", "0.2"]) == 0
+    low = load_calibration(checkpoint).null_threshold
     assert main([*args, "--unanswerable-share", "0.8"]) == 0
     fit = load_calibration(checkpoint).fit
+    assert load_calibration(checkpoint).null_threshold <= low  # abstains at least as often
     assert fit["unanswerable_share"] == 0.8
     assert fit["unanswerable_share_of_questions"] == pytest.approx(0.4)
     assert main(args) == 0

@@ -100,6 +100,10 @@ def test_integer_weights_fit_as_repeated_questions():
     assert expected_calibration_error(p, correct, weights=w) == pytest.approx(
         expected_calibration_error(p[rep], correct[rep])
     )
+    # weights of one value change nothing: the blocks' effective sizes are their sizes
+    same = fit_isotonic(p, correct, np.full(60, 2.5))
+    assert same.x == pytest.approx(fit_isotonic(p, correct).x)
+    assert same.y == pytest.approx(fit_isotonic(p, correct).y)
     a = fit_platt(p, correct, w)
     b = fit_platt(p[rep], correct[rep])
     assert (a.a, a.b) == pytest.approx((b.a, b.b), abs=1e-3)
@@ -158,10 +162,10 @@ def test_calibrate_fits_for_the_share_and_records_it():
     sub = {e.id: preds[e.id] for e in kept}
     assert 0.4 <= np.mean([e.is_impossible for e in kept]) <= 0.6
 
-    def f1(t: float) -> float:
+    def right(t: float) -> float:  # every span is right: the share of right decisions
         return float(np.mean([(sub[k].answer(t) == "") == (not gold[k]) for k in gold]))
 
-    assert f1(half.null_threshold) >= f1(own.null_threshold)
+    assert right(half.null_threshold) >= right(own.null_threshold)
 
 
 def test_config_and_command_refuse_a_share_outside_zero_one(tmp_path, capsys):

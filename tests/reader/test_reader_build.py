@@ -244,8 +244,11 @@ def test_a_soup_of_runs_is_built_stopped_resumed_and_calibrated(
     assert not trained and (out / "stages" / "calibrate.json").is_file()
     threshold = load_calibration(best).null_threshold
     assert threshold != 99.0
-    scored = json.loads((out / "heldout" / "reader" / "squad2-torch" / "metrics.json").read_text())
-    assert scored["null_threshold"] == pytest.approx(threshold)
+    for runtime in ("torch", "onnx-int8"):
+        scored = out / "heldout" / "reader" / f"squad2-{runtime}" / "metrics.json"
+        assert json.loads(scored.read_text())["null_threshold"] == pytest.approx(threshold)
+    exported = json.loads((best / "onnx" / "calibration.json").read_text())
+    assert exported["null_threshold"] == pytest.approx(threshold)
     assert (out / "stages" / "heldout.json").stat().st_mtime_ns > before
     # the same directory with another --members is refused, naming what it holds
     single = [*args, "--members=1"]

@@ -32,7 +32,7 @@ def _slice(shared_data: Path, path: Path, human_unanswerable: bool = True) -> li
             ex.context,
             is_impossible=True,
             title=ex.title,
-        )  # fmt: skip
+        )
         for ex in examples
     ]
     if human_unanswerable:
@@ -43,7 +43,7 @@ def _slice(shared_data: Path, path: Path, human_unanswerable: bool = True) -> li
                 ex.question,
                 next(c for c in contexts if c != ex.context),
                 is_impossible=True,
-            )  # fmt: skip
+            )
             for ex in examples
         ]
     write_squad_json(path, out)
@@ -84,6 +84,25 @@ def test_a_slice_without_human_unanswerable_questions_is_fitted_whole_and_says_s
     assert record["questions"] == len(written) and record["unanswerable_share"] == 0.5
     assert "not of both kinds" in record["fallback"] and "not of both kinds" in caplog.text
     assert load_calibration(checkpoint).fit["unanswerable_share"] == 0.5
+
+
+def test_a_slice_without_unanswerable_questions_is_fitted_unweighted(
+    checkpoint: Path, shared_data: Path, tmp_path: Path
+):
+    validation = tmp_path / "validation.v2.json"
+    write_squad_json(validation, read_extractive(shared_data / MINI).examples)
+    record = calibrate_reader(checkpoint, validation, 0.5, False)
+    assert record["unanswerable_share"] is None and "not weighted" in record["fallback"]
+    assert "unanswerable_share" not in load_calibration(checkpoint).fit
+
+
+def test_a_run_without_a_validation_slice_keeps_its_calibration(tmp_path: Path):
+    from structqa.config import load_config
+    from structqa.reader.calibrate import calibrate_stage
+
+    trained = {"checkpoint": str(tmp_path / "best"), "validation_file": None}
+    record = calibrate_stage(trained, load_config(None, []), tmp_path)
+    assert "no validation slice" in record["skipped"]
 
 
 def test_the_share_is_counted_on_squad2_training_questions_off_held_out_passages(

@@ -177,28 +177,33 @@ def fit_platt(p: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = N
 def fit_isotonic(p: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = None) -> Isotonic:
     """Pool-adjacent-violators on (p, correct) sorted by p: each block of the fitted step
     function gives a knot at its mean p with its accuracy, (correct + 1) / (size + 2)
-    (``weights``, of mean 1: weighted means and sizes)."""
+    (``weights``: weighted means, and the block's effective size (sum w)^2 / sum w^2, so
+    that two questions weighted up count as two, not as their weight)."""
     order = np.argsort(p, kind="stable")
     xs, ys = p[order].astype(float), correct[order].astype(float)
     ws = np.ones(len(xs)) if weights is None else np.asarray(weights, dtype=float)[order]
-    # blocks as (sum w x, sum w y, sum w), merged while their means decrease
+    # blocks as (sum w x, sum w y, sum w, sum w^2), merged while their means decrease
     sx: list[float] = []
     sy: list[float] = []
     n: list[float] = []
+    n2: list[float] = []
     for x, y, w in zip(xs.tolist(), ys.tolist(), ws.tolist(), strict=True):
         sx.append(w * x)
         sy.append(w * y)
         n.append(w)
+        n2.append(w * w)
         while len(n) > 1 and sy[-2] / n[-2] >= sy[-1] / n[-1]:
-            x_last, y_last, n_last = sx.pop(), sy.pop(), n.pop()
+            x_last, y_last, n_last, n2_last = sx.pop(), sy.pop(), n.pop(), n2.pop()
             sx[-1] += x_last
             sy[-1] += y_last
             n[-1] += n_last
+            n2[-1] += n2_last
     knots_x = [a / c for a, c in zip(sx, n, strict=True)]
     # each block's accuracy as the mean of a Beta(1, 1) posterior, (correct + 1) / (n + 2):
     # a finite block never says 0 or 1 (five right answers of five is not certainty), and
     # large blocks keep their mean; the running maximum keeps the map non-decreasing
-    smoothed = [(b + 1.0) / (c + 2.0) for b, c in zip(sy, n, strict=True)]
+    size = [c * c / c2 for c, c2 in zip(n, n2, strict=True)]  # effective sizes (n unweighted)
+    smoothed = [(b / c * m + 1.0) / (m + 2.0) for b, c, m in zip(sy, n, size, strict=True)]
     knots_y = np.maximum.accumulate(smoothed).tolist()
     if len(knots_x) == 1:  # one block: a constant map
         knots_x, knots_y = [0.0, 1.0], [knots_y[0], knots_y[0]]

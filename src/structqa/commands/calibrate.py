@@ -21,7 +21,7 @@ import json
 from structqa.calibration.fit import METHODS
 from structqa.commands.common import add_bf16_argument, add_sample_arguments
 from structqa.config import VERIFIER_AUTO, VERIFIER_KINDS
-from structqa.prediction.calibrate import calibrate_checkpoint
+from structqa.prediction.calibrate import FROM_CONFIG, calibrate_checkpoint
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -111,7 +111,7 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         args.verifier,
         args.predictions,
         args.dedupe_ids,
-        args.unanswerable_share,
+        FROM_CONFIG if args.unanswerable_share is None else args.unanswerable_share,
     )
     print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "isotonic"}, indent=2))
     return 0

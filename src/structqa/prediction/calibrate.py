@@ -62,6 +62,10 @@ def pool_slice_examples(cfg: Any, size: int, slice_seed: int = 1) -> list[Exampl
     )
 
 
+#: ``calibrate_checkpoint(unanswerable_share=FROM_CONFIG)``: the checkpoint's own setting
+FROM_CONFIG = "config"
+
+
 def calibrate_checkpoint(
     checkpoint: str | Path,
     on: str | None = None,
@@ -73,13 +77,14 @@ def calibrate_checkpoint(
     verifier: bool | str | None = None,
     predictions_dir: str | Path | None = None,
     dedupe_ids: bool = False,
-    unanswerable_share: float | None = None,
+    unanswerable_share: float | None | str = FROM_CONFIG,
 ):
     """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
     None follows the checkpoint's ``decode.verifier``; ``predictions_dir`` holds the
     checkpoint's saved answers to the questions (else it answers them now); ``dedupe_ids``
     (or the checkpoint's ``data.dedupe_ids``) renames repeated ids of ``on`` (ID#2, ...);
-    ``unanswerable_share`` None follows the checkpoint's ``decode.unanswerable_share``."""
+    ``unanswerable_share``: weight the questions to that share (None: their own share;
+    :data:`FROM_CONFIG`: the checkpoint's ``decode.unanswerable_share``)."""
     from structqa.models.build import checkpoint_config
     from structqa.prediction.predictor import Predictor
     from structqa.prediction.scoring import default_runtime
@@ -118,8 +123,12 @@ def calibrate_checkpoint(
         version_2 = any(ex.is_impossible for ex in examples)
     if verifier is None:
         verifier = cfg.decode.verifier
-    if unanswerable_share is None:
+    if unanswerable_share == FROM_CONFIG:
         unanswerable_share = cfg.decode.unanswerable_share
+    elif isinstance(unanswerable_share, str):
+        raise ValueError(
+            f"unanswerable_share {unanswerable_share!r}: a share, None or {FROM_CONFIG!r}"
+        )
     if predictor is not None:
         predictions = predictor.predict_examples(examples, verify=False)  # the model's own odds
     else:
@@ -134,4 +143,4 @@ def calibrate_checkpoint(
     return cal
 
 
-__all__ = ["calibrate_checkpoint", "pool_slice_examples", "unseen_pool_slice"]
+__all__ = ["FROM_CONFIG", "calibrate_checkpoint", "pool_slice_examples", "unseen_pool_slice"]

@@ -414,9 +414,9 @@ def _say(text: str) -> None:
 
 def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, Any]:
     """Run (or go on with) every stage; return the card."""
-    from structqa.reader.calibrate import calibrate_reader
+    from structqa.reader.calibrate import calibrate_stage
     from structqa.reader.card import write_card
-    from structqa.reader.data import assemble, squad2_unanswerable_share
+    from structqa.reader.data import assemble
     from structqa.text.annotate import Annotator
 
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -486,16 +486,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
     if done(opts.out, "calibrate") is None and done(opts.out, "heldout") is not None:
         log.info("reader build: held-out scores taken before the calibrate stage: scoring again")
         _record_path(opts.out, "heldout").unlink()
-    _run_stage(
-        opts,
-        "calibrate",
-        lambda: calibrate_reader(
-            checkpoint,
-            Path(trained["validation_file"]),
-            squad2_unanswerable_share(data_dir),
-            cfg.decode.verifier,
-        ),
-    )
+    _run_stage(opts, "calibrate", lambda: calibrate_stage(trained, cfg, data_dir))
 
     def export_stage() -> dict[str, Any]:
         from structqa.runtimes.onnx_export import export_onnx

@@ -20,6 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from structqa.config import Config
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.data.squad_json import write_squad_json
@@ -29,6 +30,25 @@ log = logging.getLogger(__name__)
 
 #: the slice's human-written questions, written beside it (run/validation-human.v2.json)
 HUMAN_FILE = "validation-human.v2.json"
+
+
+def calibrate_stage(trained: dict[str, Any], cfg: Config, data_dir: Path) -> dict[str, Any]:
+    """The calibrate stage of a build whose train stage recorded ``trained``: at the share
+    its settings give (``decode.unanswerable_share``), else SQuAD 2.0's own; a run without
+    a validation slice (``data.validation: none``) keeps the calibration it has, and the
+    record says so."""
+    from structqa.reader.data import squad2_unanswerable_share
+
+    if not trained.get("validation_file"):
+        kept = "no validation slice (data.validation: none): the run's own calibration is kept"
+        return {"skipped": kept}
+    share, source = cfg.decode.unanswerable_share, "decode.unanswerable_share"
+    if share is None:
+        share, source = squad2_unanswerable_share(data_dir), "SQuAD 2.0's training split"
+    record = calibrate_reader(
+        Path(trained["checkpoint"]), Path(trained["validation_file"]), share, cfg.decode.verifier
+    )
+    return {**record, "share_from": source}
 
 
 def calibrate_reader(
@@ -54,6 +74,8 @@ def calibrate_reader(
         log.warning("reader calibration: %s", fallback)
     path = validation.parent / HUMAN_FILE
     write_squad_json(path, chosen)
+    # the verifier is fitted unweighted (its ranking does not depend on the share); the
+    # threshold, temperatures and map are fitted at the share
     cal = calibrate_checkpoint(
         checkpoint, on=str(path), verifier=verifier, unanswerable_share=weighted
     )
@@ -78,4 +100,4 @@ def _both_kinds(examples: list[Example]) -> bool:
     return 0 < unanswerable < len(examples)
 
 
-__all__ = ["HUMAN_FILE", "calibrate_reader"]
+__all__ = ["HUMAN_FILE", "calibrate_reader", "calibrate_stage"]

@@ -58,12 +58,14 @@ def _soup_lines(soup: dict[str, Any] | None) -> list[str]:
 def _calibrated_on(record: dict[str, Any] | None) -> str:
     if not record:
         return ""
-    if record.get("fallback"):
-        return f" ({record['fallback']})"
+    if record.get("skipped") or record.get("fallback"):
+        return f" ({record.get('skipped') or record['fallback']})"
+    source = record.get("share_from", "SQuAD 2.0's training split")
     return (
         f"'s {record['questions']} human-written questions ({record['unanswerable']} "
         f"unanswerable; its {record['rewrites_left_out']} rewrites left out), weighted to "
-        f"SQuAD 2.0's unanswerable share ({100 * record['unanswerable_share']:.1f} %)"
+        f"an unanswerable share of {100 * record['unanswerable_share']:.1f} % "
+        f"({source})"
     )
 
 

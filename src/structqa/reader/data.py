@@ -82,8 +82,12 @@ def squad2_unanswerable_share(data_dir: Path) -> float:
         read_extractive(resolve_data_file(SQUAD2_TRAIN, data_dir)).examples, heldout
     )
     if not squad2:
-        raise ValueError(f"{resolve_data_file(SQUAD2_TRAIN, data_dir)}: no question outside "
-                         "the held-out passages")  # fmt: skip
+        path = resolve_data_file(SQUAD2_TRAIN, data_dir)
+        raise ValueError(
+            f"{path}: no question outside the held-out splits' passages, so no unanswerable "
+            "share to calibrate the reader for: restore the file from the data folder, or give "
+            "the share (--decode.unanswerable_share=P)"
+        )
     return sum(ex.is_impossible for ex in squad2) / len(squad2)
 
 
