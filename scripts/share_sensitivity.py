@@ -29,7 +29,7 @@ from structqa.io import write_json
 from structqa.metrics.squad import squad_v2
 from structqa.prediction.predictor import Predictor
 
-SHARES = (None, 0.3, 0.4, 0.45, 0.5, 0.55, 0.6)
+SHARES = (None, 0.1, 0.2, 0.3, 0.4, 0.45, 0.5, 0.514, 0.55, 0.6)
 
 
 def heldout_f1(heldout: str, scored: Path, threshold: float) -> dict[str, float]:
