@@ -37,6 +37,47 @@ def test_score_v1_perfect_and_empty(tmp_path, shared_data, capsys):
     assert _stdout_json(capsys) == {"exact_match": 0.0, "f1": 0.0}
 
 
+def test_score_and_compare_rename_repeated_ids_as_evaluate_named_them(tmp_path, capsys):
+    """A file asking one id twice (different questions): evaluate --data.dedupe_ids=true
+    answers ``q1`` and ``q1#2``; score --dedupe-ids scores both, as two questions. Without it
+    the repeat keeps the last answers, as the official script does, and ``q1#2`` is not read."""
+    qas = [
+        {"id": "q1", "question": "Who?", "answers": [{"text": "Ann", "answer_start": 0}]},
+        {"id": "q1", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 12}]},
+    ]
+    data = {
+        "version": "1.1",
+        "data": [{"title": "t", "paragraphs": [{"context": "Ann lives in Oslo.", "qas": qas}]}],
+    }
+    path = tmp_path / "rep.json"
+    path.write_text(json.dumps(data))
+    preds = tmp_path / "p.json"
+    preds.write_text(json.dumps({"q1": "Ann", "q1#2": "Oslo"}))
+    assert main(["score", str(path), str(preds), "--dedupe-ids"]) == 0
+    assert _stdout_json(capsys) == {"exact_match": 100.0, "f1": 100.0}
+    assert main(["score", str(path), str(preds)]) == 0
+    assert _stdout_json(capsys) == {"exact_match": 0.0, "f1": 0.0}  # q1 is "Oslo" there
+    wrong = tmp_path / "w.json"
+    wrong.write_text(json.dumps({"q1": "Ann", "q1#2": "Ann"}))
+    assert (
+        main(
+            [
+                "compare",
+                str(path),
+                "--a",
+                str(preds),
+                "--b",
+                str(wrong),
+                "--dedupe-ids",
+                "--resamples",
+                "200",
+            ]
+        )
+        == 0
+    )
+    assert "A 100.00   B 50.00" in capsys.readouterr().out
+
+
 def test_score_v2_with_na_probs_matches_metric(tmp_path, shared_data, capsys):
     path = shared_data / "splits" / "squad2-heldout.v2.0.json"
     data = json.loads(path.read_text())

@@ -51,6 +51,7 @@ def score_file(
     na_probs: str | Path | None = None,
     na_prob_thresh: float = 1.0,
     by: str | None = None,
+    dedupe_ids: bool = False,
 ) -> dict[str, Any]:
     """SQuAD JSON v1.1 -> the v1.1 script's output; v2.0 -> the v2.0 script's; MRQA -> v1.1;
     DROP JSON -> the DROP evaluation's ``global_em``/``global_f1`` (fractions) and per-type
@@ -61,11 +62,11 @@ def score_file(
     ``count``, ``em`` and ``f1`` (fractions, as the global scores).
 
     Several predictions files are read as one (the test folds of a cross-validation, say):
-    they must answer disjoint questions."""
+    they must answer disjoint questions. ``dedupe_ids``: see :func:`load_gold`."""
     preds = merged_predictions(predictions)
     if by is not None:
         return _drop_score_by(data_file, preds, by, na_probs)
-    scheme, gold = load_gold(data_file)
+    scheme, gold = load_gold(data_file, dedupe_ids)
     if scheme == "drop":
         _no_na_probs(na_probs)
         return drop_score(gold, preds)
@@ -174,17 +175,23 @@ def merged_predictions(paths: str | Path | Sequence[str | Path]) -> dict[str, An
     return merged
 
 
-def load_gold(data_file: str | Path) -> tuple[str, Mapping[str, Any]]:
+def load_gold(data_file: str | Path, dedupe_ids: bool = False) -> tuple[str, Mapping[str, Any]]:
     """``(scheme, gold)`` for :func:`score_questions`: MRQA JSONL and SQuAD v1.1 -> "squad1",
     SQuAD v2.0 -> "squad2" (gold texts per id; flat records by their questions), DROP JSON ->
-    "drop" (gold answers per id)."""
+    "drop" (gold answers per id). ``dedupe_ids``: a repeated id of an extractive file is
+    renamed ``ID#2``, ``ID#3``, ... in file order, as ``evaluate --data.dedupe_ids=true``
+    named its answers (else a repeat keeps the last answers, as the official scripts do)."""
     from structqa.data import read_examples
     from structqa.data.flat import is_flat_record, read_flat_list
+    from structqa.data.readers import read_extractive
     from structqa.data.table import is_table
 
     def read(ds: Any) -> tuple[str, Mapping[str, Any]]:  # flat records: SQuAD 1.1 or 2.0
         scheme = "squad2" if ds.version == "2.0" else "squad1"
         return scheme, {ex.id: list(ex.gold_texts) for ex in ds.examples}
+
+    if dedupe_ids:
+        return read(read_extractive(data_file, dedupe_ids=True))
 
     if str(data_file).endswith((".jsonl", ".jsonl.gz")) or is_table(data_file):
         return read(read_examples(data_file))  # MRQA, flat records or a CSV/TSV table
@@ -292,6 +299,7 @@ def compare_files(
     confidence: float = 0.95,
     seed: int = 0,
     parts: int = 1,
+    dedupe_ids: bool = False,
 ) -> Comparison:
     """Paired bootstrap over the questions of ``data_file`` between predictions ``a`` and ``b``
     (files or checkpoint directories; several per side are runs paired by position, e.g. the
@@ -311,7 +319,7 @@ def compare_files(
             f"{parts} consecutive files); side A has {len(a)}, side B {len(b)}"
         )
     side_a, side_b = _runs(a, parts), _runs(b, parts)
-    scheme, gold = load_gold(data_file)
+    scheme, gold = load_gold(data_file, dedupe_ids)
     if not gold:
         raise ValueError(f"{data_file}: no questions to compare on")
     scored = [score_predictions_file(scheme, gold, p, data_file) for p in [*side_a, *side_b]]

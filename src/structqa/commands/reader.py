@@ -53,8 +53,9 @@ Trains the general reader (by default two runs from one start, their weights ave
 rewrites (every passage of both held-out splits excluded), chooses it on a validation slice,
 calibrates it on the slice's human-written questions weighted to SQuAD 2.0's share of
 unanswerable ones (answer probabilities, no-answer threshold, answerability verifier;
---decode.unanswerable_share=P fits another share), exports it to int8 ONNX, scores both held-out splits and writes a model card. It says how long
-training will take before it starts; stopped, the same command goes on from where it was.
+--decode.unanswerable_share=P fits another share), exports it to int8 ONNX, scores both
+held-out splits and writes a model card. It says how long training will take before it
+starts; stopped, the same command goes on from where it was.
 Settings after the options override the recipe (e.g. --model.block=null: no added SA
 sub-layer, about 1.5x faster to train and to read, about 0.6 F1 lower on SQuAD 1.1 over 3
 seeds).

@@ -20,6 +20,7 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
                 args.na_probs,
                 args.na_prob_thresh,
                 args.by,
+                args.dedupe_ids,
             )
         )
     )
@@ -39,6 +40,7 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
         confidence=args.confidence,
         seed=args.seed,
         parts=args.parts,
+        dedupe_ids=args.dedupe_ids,
     )
     r = c.bootstrap
     name = "F1" if c.metric == "f1" else "EM"
@@ -111,6 +113,7 @@ def add_parser(sub) -> None:
         "folds of a cross-validation), read as one",
     )
     cp.add_argument("--json", metavar="OUT", help="also write the result as JSON")
+    _dedupe_argument(cp)
     cp.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("score", help="score a predictions file like the official scripts")
@@ -135,4 +138,15 @@ def add_parser(sub) -> None:
         help="DROP-format files: also score the questions grouped by this field of each "
         "question, e.g. --by subset for the MAWPS files of `structqa mwp` (per_FIELD)",
     )
+    _dedupe_argument(s)
     s.set_defaults(func=cmd_score)
+
+
+def _dedupe_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dedupe-ids",
+        action="store_true",
+        help="rename the data file's repeated question ids ID#2, ID#3, ... in file order, as "
+        "evaluate --data.dedupe_ids=true named its answers (default: a repeat keeps the last "
+        "answers, as the official scripts do)",
+    )
