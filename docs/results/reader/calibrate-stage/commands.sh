@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The calibrate stage's results on this page, as run on 2026-11-30 (AMD EPYC Zen 3, 2 cores,
+# The commands behind the calibrate stage's results on this page (2026-11-30; AMD EPYC Zen 3, 2 cores,
 # AVX2 only, torch 2.13.0+cpu fp32, onnxruntime int8) from the repository root. The two builds
 # had finished before the stage existed; READER1/READER2 are their folders.
 set -euo pipefail
