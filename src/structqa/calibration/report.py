@@ -93,23 +93,24 @@ def calibrate(
         log.warning("no answerability verifier: these questions are all answerable (SQuAD 1.1)")
     scores = scores_from_predictions(predictions, ids, version_2)
     threshold, weights = None, None
+    unanswerable = np.array([not gold[q] for q in ids])
     if version_2:
-        share = unanswerable_share
         try:
-            weights = share_weights(np.array([not gold[q] for q in ids]), share)
+            weights = share_weights(unanswerable, unanswerable_share)
         except ValueError as err:
             raise ValueError(
                 f"{source or 'the validation questions'}: {err}; calibrate without "
                 "--unanswerable-share (decode.unanswerable_share: null)"
             ) from None
-        threshold = midway(best_null_threshold(gold, predictions, share), scores.null_odds)
+        best = best_null_threshold(gold, predictions, unanswerable_share)
+        threshold = midway(best, scores.null_odds)
     elif unanswerable_share is not None:
         log.warning("no unanswerable share to fit for: these questions are all answerable")
     cal = fit_calibrator(scores, outcomes(gold, predictions, ids), threshold, method, weights)
     cal = dataclasses.replace(cal, verifier=fitted)
     if version_2 and unanswerable_share is not None:
         cal.fit["unanswerable_share"] = unanswerable_share
-        cal.fit["unanswerable_share_of_questions"] = float(np.mean([not gold[q] for q in ids]))
+        cal.fit["unanswerable_share_of_questions"] = float(unanswerable.mean())
     cal.fit["source"] = source
     cal.fit["passages"] = len({passage_key(ex.context) for ex in examples})
     if cal.fit["passages"] < MIN_PASSAGES:
