@@ -17,6 +17,7 @@ from structqa.cli import main
 from structqa.data.overlap import passage_key
 from structqa.data.readers import read_extractive
 from structqa.paths import find_reader
+from structqa.provenance import git_info
 from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL, SQUAD2_TRAIN, assemble
 
 pytest.importorskip("spacy")
@@ -154,6 +155,7 @@ def test_build_stops_resumes_and_is_found(
     assert "| reader, onnx-int8 |" in (out / "MODEL_CARD.md").read_text()
     # the card's training time is the run's over both starts, as its train state sums it
     assert card["training_seconds"] == state["seconds"]
+    assert json.loads((out / "stages" / "train.json").read_text())["commit"] == git_info()
     assert "every start counted" in (out / "MODEL_CARD.md").read_text()
 
     # run again: every stage is done, nothing trains
@@ -311,3 +313,14 @@ def test_the_build_time_counts_training_over_every_start() -> None:
     # longer than its runs' training: its own time is the build's
     counted = {**soup, "seconds": 4400.0}
     assert build_seconds({**records, "train": counted}) == (60 + 20 + 300 + 4400.0, 4100.0)
+
+
+def test_the_card_names_each_stages_commit_when_a_build_spans_commits() -> None:
+    from structqa.reader.card import _commits
+
+    here = {"commit": "a" * 40, "dirty": False}
+    same = {"data": {"commit": here}, "train": {"commit": here}, "baseline": None}
+    assert _commits(same, here) == f"commit: `{'a' * 12}`"
+    spans = {"data": {"seconds": 1.0}, "train": {"commit": {"commit": "b" * 40, "dirty": True}}}
+    line = _commits(spans, here)
+    assert line == f"commits: data `not recorded`, train `{'b' * 12}+edits`, card `{'a' * 12}`"

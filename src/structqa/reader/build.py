@@ -39,6 +39,7 @@ import torch
 from structqa.config import Config, load_config, validate
 from structqa.io import read_json, recover_dir, write_json
 from structqa.paths import resolve_data_dir, resolve_data_file
+from structqa.provenance import git_info
 from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL_FILE, TRAIN_FILE
 from structqa.reader.members import RUN, member_dir, soup_members
 from structqa.runtime import cpu_kind, default_device, use_bf16
@@ -145,6 +146,8 @@ def _run_stage(
             log.warning("reader build: %s's time so far could not be saved", stage)
         raise
     record["seconds"] = round(spent + time.perf_counter() - t0, 1)
+    # the code that finished the stage: a build resumed across commits shows each on its card
+    record["commit"] = git_info()
     write_json(_record_path(opts.out, stage), record)
     spent_file.unlink(missing_ok=True)
     return record

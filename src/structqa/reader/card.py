@@ -69,6 +69,22 @@ def _calibrated_on(record: dict[str, Any] | None) -> str:
     )
 
 
+def _short(info: dict[str, Any] | None) -> str:
+    commit = (info or {}).get("commit") or "unknown"
+    return commit[:12] + ("+edits" if (info or {}).get("dirty") else "")
+
+
+def _commits(records: dict[str, dict[str, Any] | None], card: dict[str, Any]) -> str:
+    """The commit line: one commit where every stage finished at the card's, else each
+    stage's (a record written before stages kept theirs shows as "not recorded")."""
+    stages = {s: r.get("commit") for s, r in records.items() if r}
+    shown = {s: _short(c) if c else "not recorded" for s, c in stages.items()}
+    if all(v == _short(card) for v in shown.values()):
+        return f"commit: `{_short(card)}`"
+    each = ", ".join(f"{s} `{v}`" for s, v in shown.items())
+    return f"commits: {each}, card `{_short(card)}`"
+
+
 def _sized(size: int | None) -> str:
     return f"; **the first {size} questions of each file only** (--heldout-size)" if size else ""
 
@@ -126,7 +142,7 @@ def write_card(
         else f" (training {training / 60:.0f} min over {runs} run{'s' * (runs > 1)}, "
         "every start counted)"
     )
-    commit = card["commit"].get("commit") or "unknown"
+    commit = _commits(records, card["commit"])
     lines = [
         "# General reader",
         "",
@@ -136,7 +152,7 @@ def write_card(
         f"- recipe: `{' '.join(card['recipe'])}`",
         *_soup_lines(card["soup"]),
         f"- checkpoint: `{card['checkpoint']}`; int8 graph: `{card['int8']}`",
-        f"- commit: `{commit}`; CPU: {card['cpu_kind']}; build time {seconds / 60:.0f} min{timed}",
+        f"- {commit}; CPU: {card['cpu_kind']}; build time {seconds / 60:.0f} min{timed}",
         "- held-out scores: SQuAD 1.1 with every question answered (no abstention), SQuAD "
         "2.0 at the no-answer threshold fitted on the validation slice"
         + _calibrated_on(records.get("calibrate"))
