@@ -207,6 +207,23 @@ def test_a_finished_run_resumes_to_nothing_and_a_fresh_one_is_refused(tmp_path):
         fit(ToyTask(), Toy(), changed, resume=True)
 
 
+def test_resume_refuses_other_training_data_and_continues_on_the_same(tmp_path):
+    """A changed data.dir may resolve a relative data.train to another file, which the config
+    comparison cannot see (data.dir may change: the data moved): the windows' digest does."""
+    choices = dict(epochs=2, eval_every_steps=2, save_every_steps=2)
+    train_toy(tmp_path, ToyTask(interrupt_at=2), **choices)
+    saved = state(tmp_path)
+    assert saved["data_windows"] == 10 and saved["data_fingerprint"]
+    other = ToyTask()
+    other.lengths = [*other.lengths[1:], other.lengths[0]]  # as many windows, other ones
+    with pytest.raises(ValueError, match=r"training data differs.*10 training windows then"):
+        train_toy(tmp_path, other, resume=True, **choices)
+    assert state(tmp_path) == saved  # nothing trained or saved by the refused start
+    train_toy(tmp_path, resume=True, **choices)
+    assert state(tmp_path)["finished"]
+    assert state(tmp_path)["data_fingerprint"] == saved["data_fingerprint"]
+
+
 def test_no_training_example_is_an_error_that_says_why(tmp_path):
     """Zero windows come from data without a located answer, not from the batch size (a
     partial batch still trains; only more processes than examples leave none)."""

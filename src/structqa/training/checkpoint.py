@@ -10,13 +10,14 @@ with ``torch.load(weights_only=True)``: resuming a run directory from elsewhere 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import pickle
 import random
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ class TrainState:
     best_epoch: int = -1
     finished: bool = False
     seconds: float = 0.0  # wall time spent training, summed over every start that trained it
+    # the training windows it was trained on (:func:`data_fingerprint`; "" before it was kept)
+    data_windows: int = 0
+    data_fingerprint: str = ""
 
 
 def save_checkpoint(
@@ -287,6 +291,29 @@ def check_fresh_start(out: Path) -> None:
 
 # checkpoint directories of the training loops (a ".tmp" or ".old" twin counts too)
 _CHECKPOINT_DIRS = ("last", "best", "final")
+
+
+def data_fingerprint(lengths: Sequence[int]) -> str:
+    """A digest of the training windows' token lengths in their order: the same data read
+    from a moved directory gives the same digest, other data (a changed ``data.dir`` that
+    resolves a relative ``data.train`` to another file, an edited file) almost surely not."""
+    digest = hashlib.sha256(",".join(map(str, lengths)).encode()).hexdigest()
+    return digest[:16]
+
+
+def check_same_data(last_dir: Path, state: TrainState, lengths: Sequence[int]) -> None:
+    """Refuse to continue a run on other training data than it was trained on (a state
+    saved before the digest was kept is not checked); then keep this data's digest."""
+    fingerprint = data_fingerprint(lengths)
+    if state.data_fingerprint and state.data_fingerprint != fingerprint:
+        raise ValueError(
+            f"{last_dir}: cannot resume, the training data differs from the data it was "
+            f"trained on ({state.data_windows} training windows then, {len(lengths)} now, "
+            "or the same count of other windows): data.dir, data.train or the file itself "
+            "changed since. Give the same data to continue this run, or train into a new "
+            "output_dir"
+        )
+    state.data_windows, state.data_fingerprint = len(lengths), fingerprint
 
 
 def check_same_config(last_dir: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:

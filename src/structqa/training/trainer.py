@@ -52,6 +52,7 @@ from structqa.io import append_jsonl, write_json
 from structqa.runtime import autocast, use_bf16
 from structqa.training.checkpoint import (
     TrainState,
+    check_same_data,
     resume_from,
     safetensors_loader,
     save_checkpoint,
@@ -339,6 +340,7 @@ def fit(
     if state.finished:
         log.info("%s: run already finished", out)
         return None
+    check_same_data(last_dir, state, task.lengths)
     model, optimizer = accelerator.prepare(model, optimizer)
     raw_model = accelerator.unwrap_model(model)
     log_path = out / "metrics.jsonl"
