@@ -34,9 +34,13 @@ CHECKPOINT_DIRS = ("best", "last", "final")
 
 
 def _without_clock(state: dict[str, Any]) -> dict[str, Any]:
-    """A train state without its wall time (recorded, never reproducible; a float >= 0)."""
+    """A train state without its wall time (recorded, never reproducible; a float >= 0) and
+    the training data's digest, which train states keep since after these were recorded (the
+    resume test checks it; here only that it is there)."""
     seconds = state.pop("seconds")
     assert isinstance(seconds, float) and seconds >= 0, seconds
+    windows, digest = state.pop("data_windows"), state.pop("data_fingerprint")
+    assert isinstance(windows, int) and windows > 0 and len(digest) == 16, (windows, digest)
     return state
 
 
