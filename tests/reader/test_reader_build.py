@@ -321,6 +321,9 @@ def test_the_card_names_each_stages_commit_when_a_build_spans_commits() -> None:
     here = {"commit": "a" * 40, "dirty": False}
     same = {"data": {"commit": here}, "train": {"commit": here}, "baseline": None}
     assert _commits(same, here) == f"commit: `{'a' * 12}`"
-    spans = {"data": {"seconds": 1.0}, "train": {"commit": {"commit": "b" * 40, "dirty": True}}}
-    line = _commits(spans, here)
-    assert line == f"commits: data `not recorded`, train `{'b' * 12}+edits`, card `{'a' * 12}`"
+    b = {"commit": "b" * 40, "dirty": True}
+    spans = {"data": {"seconds": 1.0}, "train": {"commit": b, "members": [{"commit": here}, {}]}}
+    assert _commits(spans, here) == (
+        f"commits: data `not recorded`, run 0 `{'a' * 12}`, run 1 `not recorded`, "
+        f"train `{'b' * 12}+edits`, card `{'a' * 12}`"
+    )

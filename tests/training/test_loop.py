@@ -207,6 +207,45 @@ def test_resume_refuses_a_changed_config(tmp_path, tiny_checkpoint, shared_data,
     assert json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())["finished"]
 
 
+def test_resume_refuses_other_training_windows_but_not_a_moved_directory(
+    tmp_path, tiny_checkpoint, shared_data, monkeypatch
+):
+    """``data.dir`` may change on a resume (the data moved), so a relative ``data.train`` can
+    then name another file, here one whose first answer moved to another span: the same
+    windows' count and lengths, other labels. Refused by the windows' digest; the same file in
+    a moved directory resumes."""
+    data = json.loads((shared_data / MINI).read_text())
+    for name in ("a", "moved"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "qa.json").write_text(json.dumps(data))
+    par = data["data"][0]["paragraphs"][0]
+    first = par["context"].split()[0]
+    par["qas"][0]["answers"] = [{"text": first, "answer_start": 0}]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "qa.json").write_text(json.dumps(data))
+
+    def config(data_dir: str):
+        return tiny_config(
+            tmp_path / "r",
+            tiny_checkpoint,
+            tmp_path / data_dir,
+            "data.train=qa.json",
+            f"data.eval={shared_data / MINI}",
+            "train.max_steps=6",
+        )
+
+    interrupt_at_batch(monkeypatch, 3)
+    loop.run(config("a"), progress=False)
+    monkeypatch.undo()
+    saved = json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())
+    assert saved["global_step"] == 3 and saved["data_windows"] > 0
+    with pytest.raises(ValueError, match=r"cannot resume, the training windows differ"):
+        loop.run(config("b"), resume=True, progress=False)
+    loop.run(config("moved"), resume=True, progress=False)
+    final = json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())
+    assert final["finished"] and final["data_fingerprint"] == saved["data_fingerprint"]
+
+
 def test_a_fresh_run_does_not_overwrite_one(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
     cfg = tiny_config(tmp_path / "once", tiny_checkpoint, shared_data, "train.max_steps=2")
     loop.run(cfg, progress=False)

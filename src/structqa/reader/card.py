@@ -75,9 +75,17 @@ def _short(info: dict[str, Any] | None) -> str:
 
 
 def _commits(records: dict[str, dict[str, Any] | None], card: dict[str, Any]) -> str:
-    """The commit line: one commit where every stage finished at the card's, else each
-    stage's (a record written before stages kept theirs shows as "not recorded")."""
-    stages = {s: r.get("commit") for s, r in records.items() if r}
+    """The commit line: one commit where every stage (and each run of the train stage)
+    finished at the card's, else each one's (a record written before stages kept theirs
+    shows as "not recorded")."""
+    stages: dict[str, dict[str, Any] | None] = {}
+    for stage, record in records.items():
+        if not record:
+            continue
+        if stage == "train":
+            for i, member in enumerate(record.get("members") or []):
+                stages[f"run {i}"] = member.get("commit")
+        stages[stage] = record.get("commit")
     shown = {s: _short(c) if c else "not recorded" for s, c in stages.items()}
     if all(v == _short(card) for v in shown.values()):
         return f"commit: `{_short(card)}`"

@@ -294,26 +294,31 @@ _CHECKPOINT_DIRS = ("last", "best", "final")
 
 
 def data_fingerprint(lengths: Sequence[int]) -> str:
-    """A digest of the training windows' token lengths in their order: the same data read
-    from a moved directory gives the same digest, other data (a changed ``data.dir`` that
-    resolves a relative ``data.train`` to another file, an edited file) almost surely not."""
-    digest = hashlib.sha256(",".join(map(str, lengths)).encode()).hexdigest()
-    return digest[:16]
+    """A digest of the training windows' token lengths in their order, for a task that
+    gives no digest of its own (:func:`check_same_data`)."""
+    return hashlib.sha256(",".join(map(str, lengths)).encode()).hexdigest()[:16]
 
 
-def check_same_data(last_dir: Path, state: TrainState, lengths: Sequence[int]) -> None:
-    """Refuse to continue a run on other training data than it was trained on (a state
-    saved before the digest was kept is not checked); then keep this data's digest."""
-    fingerprint = data_fingerprint(lengths)
-    if state.data_fingerprint and state.data_fingerprint != fingerprint:
+def check_same_data(
+    last_dir: Path, state: TrainState, lengths: Sequence[int], digest: str | None = None
+) -> None:
+    """Refuse to continue a run on other training windows than it was trained on; then keep
+    their count and digest in ``state``. ``digest``: the task's own, of the windows' tokens
+    and labels (extractive QA's); else one of their lengths. The same data read from a moved
+    directory gives the same digest; another file (a changed ``data.dir`` that resolves a
+    relative ``data.train`` elsewhere), an edited one, or a structqa version that cuts the
+    windows differently gives another. A state saved before digests were kept is not checked."""
+    digest = digest or data_fingerprint(lengths)
+    if state.data_fingerprint and state.data_fingerprint != digest:
         raise ValueError(
-            f"{last_dir}: cannot resume, the training data differs from the data it was "
-            f"trained on ({state.data_windows} training windows then, {len(lengths)} now, "
-            "or the same count of other windows): data.dir, data.train or the file itself "
-            "changed since. Give the same data to continue this run, or train into a new "
-            "output_dir"
+            f"{last_dir}: cannot resume, the training windows differ from those it was "
+            f"trained on ({state.data_windows} then, {len(lengths)} now; digest "
+            f"{state.data_fingerprint} then, {digest} now): data.dir, data.train or the file "
+            "changed since, or a structqa version that cuts or labels the windows differently "
+            "read it. Give the same data (and version) to continue this run, or start afresh "
+            "in another output directory"
         )
-    state.data_windows, state.data_fingerprint = len(lengths), fingerprint
+    state.data_windows, state.data_fingerprint = len(lengths), digest
 
 
 def check_same_config(last_dir: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ Evaluation runs at epoch ends (``train.eval_every_epoch``) and when the step bud
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,15 @@ class SpanTask(CheckpointedTask):
     @property
     def lengths(self) -> list[int]:
         return [len(f) for f in self.data.train_features]
+
+    def data_digest(self) -> str:
+        """The training windows' tokens, segments and answer positions, in order (what a
+        resume checks it continues on)."""
+        h = hashlib.sha256()
+        for f in self.data.train_features:
+            h.update(f.input_ids.tobytes() + f.token_type_ids.tobytes())
+            h.update(f"{f.start_position},{f.end_position};".encode())
+        return h.hexdigest()[:16]
 
     def batch(self, indices: list[int], epoch: int) -> Batch:  # noqa: ARG002
         return collate(self.data.train_features, indices)

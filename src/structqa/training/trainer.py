@@ -340,7 +340,8 @@ def fit(
     if state.finished:
         log.info("%s: run already finished", out)
         return None
-    check_same_data(last_dir, state, task.lengths)
+    digest = getattr(task, "data_digest", None)  # a task's own digest of its windows
+    check_same_data(last_dir, state, task.lengths, digest() if callable(digest) else None)
     model, optimizer = accelerator.prepare(model, optimizer)
     raw_model = accelerator.unwrap_model(model)
     log_path = out / "metrics.jsonl"
