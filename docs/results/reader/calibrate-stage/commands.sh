@@ -8,12 +8,31 @@ READER2=${READER2:-/work/reader-seed2}
 DATA=../shared/data
 OUT=docs/results/reader/calibrate-stage
 
+# before running the builds again, keep what the slice calibration gave: the held-out answers,
+# the stage records, the card and the calibration (READER-before)
+for R in "$READER1" "$READER2"; do
+  mkdir -p "$R-before"
+  cp -r "$R/heldout" "$R/stages" "$R/card.json" "$R/MODEL_CARD.md" "$R-before/"
+  cp "$R/run/best/calibration.json" "$R-before/"
+done
+
 # the builds, run again: the calibrate stage, then the held-out stage scored again (commit 83761cf)
 structqa reader build --seed 2 --out "$READER2" --no-progress
 structqa reader build --seed 1 --out "$READER1" --no-progress
 
-# against the slice calibration each build had before (its held-out answers, kept aside as
-# READER-before/heldout), paired bootstrap over the 2,672 SQuAD 2.0 held-out questions
+# the fit at a later commit is the same (start-S/refit-at-a-later-commit.json compares the
+# stage's calibration with a copy's, refitted at the commit the file names)
+for s in 1 2; do
+  R=$([ "$s" = 1 ] && echo "$READER1" || echo "$READER2")
+  rm -rf "REFIT$s" && cp -r "$R/run/best" "REFIT$s" && rm -rf "REFIT$s/onnx"
+  structqa calibrate "REFIT$s" --on "$R/run/validation-human.v2.json" \
+    --unanswerable-share "$(python -c "import json; print(json.load(open('$R/stages/calibrate.json'))['unanswerable_share'])")"
+  python scripts/compare_calibrations.py "$R/run/best/calibration.json" "REFIT$s/calibration.json" \
+    --out "$OUT/start-$s/refit-at-a-later-commit.json"
+done
+
+# against the slice calibration each build had before (READER-before/heldout), paired
+# bootstrap over the 2,672 SQuAD 2.0 held-out questions
 for s in 1 2; do
   R=$([ "$s" = 1 ] && echo "$READER1" || echo "$READER2")
   structqa compare "$DATA/splits/squad2-heldout.v2.0.json" \
@@ -31,11 +50,17 @@ python scripts/share_sensitivity.py "$READER2/run/best" --on "$READER2/run/valid
   --heldout "$DATA/splits/squad2-heldout.v2.0.json" --scored "$READER2/heldout/reader/squad2-torch" \
   --out "$OUT/sensitivity-start-2.json"
 
-# over a collection: BEFORE is a copy of READER2/run/best with its slice calibration saved back
-# (structqa.calibration.report.save_calibration), LOW a copy refitted at share 0.1
+# over a collection: BEFORE is a copy of READER2/run/best with its slice calibration saved back,
+# LOW a copy refitted at share 0.1
+cp -r "$READER2/run/best" BEFORE
+python -c "
+from structqa.calibration.report import load_calibration, save_calibration
+save_calibration('BEFORE', load_calibration('$READER2-before'))"
 cp -r "$READER2/run/best" LOW
 structqa calibrate LOW --on "$READER2/run/validation-human.v2.json" --unanswerable-share 0.1
 structqa index "$DATA/squad/squad-v1.1-dev.mrqa.jsonl.gz" --out IDX
+# (the SQuAD 1.1 rows were taken by two runs of the script, the share-0.1 row after the other
+# two, and merged: the file records both commands; each row is its checkpoint's alone)
 python scripts/ask_abstention.py IDX --eval "$DATA/splits/squad1-heldout.mrqa.jsonl.gz" --questions 400 \
   --checkpoint before=BEFORE --checkpoint human-share="$READER2/run/best" --checkpoint share-0.1=LOW \
   --out "$OUT/ask-abstention-start-2.json"
