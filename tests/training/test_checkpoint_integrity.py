@@ -262,6 +262,23 @@ def test_a_resume_state_from_before_plain_rng_states_still_loads(tmp_path):
     assert np.array_equal(extra["rng"]["numpy"][1], legacy_rng["numpy"][1])
 
 
+def test_a_train_state_from_a_later_version_loads_what_this_one_knows(tmp_path, caplog):
+    """A later structqa may keep more in train_state.json: this one resumes on the fields it
+    knows and says which it left aside; a file that is no state at all is refused."""
+    import logging
+
+    from structqa.io import UnreadableFile
+
+    (tmp_path / "train_state.json").write_text(json.dumps({"global_step": 3, "later": 1}))
+    torch.save({"optimizer": {}, "scheduler": None, "rng": {}}, tmp_path / "resume.pt")
+    with caplog.at_level(logging.WARNING):
+        state, _ = load_resume(tmp_path)
+    assert state.global_step == 3 and "['later'] unknown here" in caplog.text
+    (tmp_path / "train_state.json").write_text("[3]")
+    with pytest.raises(UnreadableFile, match="not a train state"):
+        load_resume(tmp_path)
+
+
 def test_a_pretraining_checkpoint_is_sealed_and_checked_when_used_as_encoder(
     tiny_checkpoint, tmp_path
 ):

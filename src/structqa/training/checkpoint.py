@@ -18,7 +18,7 @@ import random
 import re
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +139,14 @@ def load_resume(path: Path) -> tuple[TrainState, dict[str, Any]]:
     ``resume.pt`` holding anything but tensors and plain data is refused
     (:class:`UnreadableFile`)."""
     remedy = "start the run afresh in a new output_dir"
-    try:
-        state = TrainState(**read_json(path / "train_state.json", remedy))
-    except TypeError as err:  # fields that are not TrainState's
-        raise UnreadableFile(
-            path / "train_state.json", f"not a train state ({err})", remedy
-        ) from None
+    saved = read_json(path / "train_state.json", remedy)
+    if not isinstance(saved, dict):
+        raise UnreadableFile(path / "train_state.json", "not a train state", remedy)
+    known = {f.name for f in fields(TrainState)}
+    newer = sorted(set(saved) - known)
+    if newer:  # kept by a later structqa: what this version knows of the state still holds
+        log.warning("%s: train state fields %s unknown here, left aside", path, newer)
+    state = TrainState(**{k: v for k, v in saved.items() if k in known})
     resume = path / "resume.pt"
     try:
         with torch.serialization.safe_globals(_LEGACY_NUMPY_GLOBALS):
