@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,12 @@ def best_null_threshold(
     return float(odds[0] - 1.0) if j == 0 else float(odds[j - 1])
 
 
+#: a null threshold under which every question is answered, for scoring SQuAD 2.0 where the
+#: calibration answers everything (fitted on answerable questions only); scored results
+#: record it as None, as the Predictor applies it
+ANSWER_ALL = math.inf
+
+
 def score_predictions(
     examples: Sequence[Example],
     predictions: dict[str, Prediction],
@@ -130,7 +137,7 @@ def score_predictions(
         **{k: v for k, v in official.items() if k.startswith("best_")},
         **answerability_metrics(gold, predictions),
     }
-    return EvalResult(metrics, predictions, thresh)
+    return EvalResult(metrics, predictions, None if thresh == ANSWER_ALL else thresh)
 
 
 def answerability_metrics(

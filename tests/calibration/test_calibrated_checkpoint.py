@@ -111,6 +111,36 @@ def test_evaluate_scores_at_the_saved_threshold_and_reports_ece(checkpoint, v2_f
     assert metrics["null_threshold_source"] == "this file" and metrics["calibrated"] is False
 
 
+def test_an_abstaining_checkpoint_is_not_calibrated_into_answering_all_unless_asked(
+    checkpoint, v2_file, shared_data, tmp_path, capsys
+):
+    """Answerable questions fit no threshold: refused for a checkpoint that abstains, unless
+    --answer-all; then predict, serve and evaluate all answer every question with the map."""
+    metrics = json.loads((checkpoint / "metrics.json").read_text())
+    # as a SQuAD 2.0 run's last evaluation leaves it: a threshold under which all abstain
+    (checkpoint / "metrics.json").write_text(json.dumps({**metrics, "null_threshold": -1e9}))
+    write_manifest(checkpoint)
+    fitted = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off", verifier=False)
+    answerable = str(shared_data / MINI)
+    args = ["calibrate", str(checkpoint), "--on", answerable, "--bf16=off", "--no-verifier"]
+    assert main(args) == 2
+    assert "every question is answerable" in capsys.readouterr().err
+    assert load_calibration(checkpoint) == fitted  # left as it was
+    assert main([*args, "--answer-all"]) == 0
+    cal = load_calibration(checkpoint)
+    assert cal is not None and cal.null_threshold is None and cal.answers_all
+    # (before, the Predictor fell back to metrics.json's threshold and dropped the map)
+    predictor = Predictor.from_checkpoint(checkpoint, bf16="off")
+    assert predictor.null_threshold is None and predictor.calibrator == cal
+    ans = predictor.predict("Who won?", "The Denver Broncos won the game.")
+    assert ans.answerable and not ans.no_answer and ans.calibrated
+    out = tmp_path / "eval"
+    assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["null_threshold"] is None and metrics["NoAns_f1"] == 0.0
+    assert all(json.loads((out / "predictions.json").read_text()).values())
+
+
 def test_calibrating_on_saved_answers_fits_what_answering_again_fits(checkpoint, v2_file, tmp_path):
     """--predictions: the answers `evaluate` saved stand in for a second pass of the model."""
     (checkpoint / CALIBRATION_FILE).unlink(missing_ok=True)

@@ -271,6 +271,10 @@ def reliability_bins(
     return out
 
 
+#: ``Calibrator.fit`` key of a calibration that answers every question (``answers_all``)
+ANSWERS_ALL = "answers_every_question"
+
+
 @dataclass(frozen=True)
 class Calibrator:
     """A fitted null threshold and probability map, saved with a checkpoint."""
@@ -287,6 +291,13 @@ class Calibrator:
     )
     fit: dict[str, Any] = field(default_factory=dict)  # what it was fitted on, and how well
     verifier: Verifier | None = None  # re-scores the null odds before the threshold (SQuAD 2.0)
+
+    @property
+    def answers_all(self) -> bool:
+        """Fitted on answerable questions for a checkpoint that abstained (``structqa
+        calibrate --answer-all``): its missing threshold then means "answer every question",
+        for ``evaluate`` as for the Predictor, not "tune one" or "take the last evaluation's"."""
+        return self.null_threshold is None and bool(self.fit.get(ANSWERS_ALL))
 
     def verify(
         self, examples: Sequence[Example], predictions: Mapping[str, Prediction]

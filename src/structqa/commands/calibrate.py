@@ -85,6 +85,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(0, 1)) are unanswerable, weighting the validation questions to that share; default: "
         "the checkpoint's decode.unanswerable_share, else the questions' own share",
     )
+    c.add_argument(
+        "--answer-all",
+        action="store_true",
+        help="questions all answerable, checkpoint that abstains: fit anyway, and have it "
+        "answer every question from then on (refused without it)",
+    )
     c.set_defaults(func=cmd_calibrate)
 
 
@@ -112,6 +118,7 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         args.predictions,
         args.dedupe_ids,
         FROM_CONFIG if args.unanswerable_share is None else args.unanswerable_share,
+        args.answer_all,
     )
     print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "isotonic"}, indent=2))
     return 0

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from structqa.calibration.fit import ANSWERS_ALL
 from structqa.calibration.report import (
     calibrate,
     load_calibration,
@@ -19,6 +20,7 @@ from structqa.calibration.report import (
 from structqa.data import parse_train_size, train_subset
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
+from structqa.io import read_json
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,17 @@ def pool_slice_examples(cfg: Any, size: int, slice_seed: int = 1) -> list[Exampl
     )
 
 
+def abstains(checkpoint: Path) -> float | None:
+    """The no-answer threshold ``checkpoint`` answers at (its calibration's, else the one
+    tuned at its last evaluation, as :meth:`Predictor.from_checkpoint` takes it), or None
+    where it answers every question."""
+    cal = load_calibration(checkpoint)
+    if cal is not None:
+        return cal.null_threshold
+    metrics = checkpoint / "metrics.json"
+    return read_json(metrics).get("null_threshold") if metrics.is_file() else None
+
+
 #: ``calibrate_checkpoint(unanswerable_share=FROM_CONFIG)``: the checkpoint's own setting
 FROM_CONFIG = "config"
 
@@ -78,13 +91,16 @@ def calibrate_checkpoint(
     predictions_dir: str | Path | None = None,
     dedupe_ids: bool = False,
     unanswerable_share: float | None | str = FROM_CONFIG,
+    answer_all: bool = False,
 ):
     """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
     None follows the checkpoint's ``decode.verifier``; ``predictions_dir`` holds the
     checkpoint's saved answers to the questions (else it answers them now); ``dedupe_ids``
     (or the checkpoint's ``data.dedupe_ids``) renames repeated ids of ``on`` (ID#2, ...);
     ``unanswerable_share``: weight the questions to that share (None: their own share;
-    :data:`FROM_CONFIG`: the checkpoint's ``decode.unanswerable_share``)."""
+    :data:`FROM_CONFIG`: the checkpoint's ``decode.unanswerable_share``). Questions that are
+    all answerable fit no threshold, so a checkpoint that abstains would answer every
+    question from then on: refused unless ``answer_all`` (:func:`abstains`)."""
     from structqa.models.build import checkpoint_config
     from structqa.prediction.predictor import Predictor
     from structqa.prediction.scoring import default_runtime
@@ -121,6 +137,15 @@ def calibrate_checkpoint(
     version_2 = cfg.decode.version_2
     if version_2 is None:
         version_2 = any(ex.is_impossible for ex in examples)
+    threshold = abstains(Path(checkpoint))
+    if not version_2 and threshold is not None and not answer_all:
+        raise ValueError(
+            f"{source}: every question is answerable, but {checkpoint} abstains (no-answer "
+            f"threshold {threshold:.3f}); a calibration fitted on these questions has no "
+            "threshold, so it would answer every question from then on. Fit on questions that "
+            "include unanswerable ones (`structqa negatives FILE` writes unanswerable "
+            "rewrites of yours), or give --answer-all to have it answer every question"
+        )
     if verifier is None:
         verifier = cfg.decode.verifier
     if unanswerable_share == FROM_CONFIG:
@@ -138,6 +163,8 @@ def calibrate_checkpoint(
         require_models_own_odds(Path(predictions_dir), any_unanswerable, verifies)
         predictions = saved_predictions(Path(predictions_dir), examples, source)
     cal = calibrate(examples, predictions, version_2, method, source, verifier, unanswerable_share)
+    if not version_2 and threshold is not None:  # (--answer-all: refused above without it)
+        cal.fit[ANSWERS_ALL] = True
     path = save_calibration(checkpoint, cal)
     log.info("wrote %s", path)
     return cal

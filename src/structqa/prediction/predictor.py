@@ -169,8 +169,10 @@ class Predictor:
         and ``serve`` do: :func:`structqa.runtimes.select.load`).
 
         For SQuAD 2.0-style models the no-answer threshold is ``null_threshold`` when given,
-        else the one fitted on validation questions (calibration.json, which also maps the
-        answers' probabilities), else the one tuned at the last evaluation (metrics.json).
+        else the calibration's where there is one (calibration.json, fitted on validation
+        questions, which also maps the answers' probabilities; one fitted on answerable
+        questions only, ``calibrate --answer-all``, answers every question), else the one
+        tuned at the last evaluation (metrics.json).
         ``whole_words`` (default: the checkpoint's ``decode.whole_words``) widens answers that
         start or end inside a word to the word.
         ``device`` defaults to the first GPU when there is one, else the CPU."""
@@ -182,10 +184,11 @@ class Predictor:
         if whole_words is not None:
             cfg.decode.whole_words = whole_words
         calibrator = load_calibration(path)
+        metrics_file = Path(path) / "metrics.json"
         if null_threshold is None and calibrator is not None:
             null_threshold = calibrator.null_threshold
-        metrics_file = Path(path) / "metrics.json"
-        if null_threshold is None and metrics_file.exists():
+        answers_all = calibrator is not None and calibrator.answers_all  # evaluate's too
+        if null_threshold is None and metrics_file.exists() and not answers_all:
             null_threshold = read_json(metrics_file).get("null_threshold")
         if calibrator is not None and null_threshold != calibrator.null_threshold:
             # its map was fitted for the answers at its own threshold

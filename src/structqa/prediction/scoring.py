@@ -14,7 +14,7 @@ import torch
 
 from structqa.calibration.report import calibration_report, load_calibration
 from structqa.config import apply_overrides
-from structqa.evaluation import write_outputs
+from structqa.evaluation import ANSWER_ALL, write_outputs
 from structqa.runtime import default_device
 from structqa.runtimes.select import load
 from structqa.training.heldout import score_file
@@ -78,6 +78,8 @@ def evaluate_checkpoint(
     # else evaluate_model tunes one on this file and says so
     calibrator = load_calibration(checkpoint)
     threshold = calibrator.null_threshold if calibrator else None
+    if calibrator is not None and calibrator.answers_all:
+        threshold = ANSWER_ALL
     # the threshold was fitted on the verifier's null odds where the calibration has one
     rescore = calibrator.verify if calibrator is not None and calibrator.verifier else None
     if rescore is not None:
