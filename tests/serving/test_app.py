@@ -50,6 +50,9 @@ def test_predict_alias_keeps_the_old_shapes(client, tiny_predictor):
     assert body["probability"] == pytest.approx(expected.probability)  # the Predictor's own
     r = client.post("/predict", json={"pairs": [{"question": QUESTION, "context": CONTEXT}] * 2})
     assert r.status_code == 200 and [b["answer"] for b in r.json()] == [expected.text] * 2
+    # top_k, which the body takes as /v1/answer's does, cuts the n-best here too
+    r = client.post("/predict", json={"question": QUESTION, "context": CONTEXT, "top_k": 1})
+    assert r.status_code == 200 and len(r.json()["nbest"]) == 1
 
 
 def test_health_ready_metrics(client):

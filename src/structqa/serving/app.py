@@ -346,7 +346,7 @@ def create_app(
     async def predict(request: Request, body: Questions = legacy_body) -> Any:
         async with disconnect_watch(request) as gone:
             answers = await service.answer(body.pairs, gone)
-        out = [legacy_json(a) for a in answers]
+        out = [legacy_json(a, i.top_k) for a, i in zip(answers, body.items, strict=True)]
         return out[0] if body.single else out
 
     @app.post(
