@@ -130,3 +130,10 @@ def test_fit_no_answer_is_saved_for_its_reader_and_used(
         (passage,) = ask_index(ix, predictor, ["Who painted the moon?"], 2, set_threshold=None)
         (deeper,) = ask_index(ix, predictor, ["Who painted the moon?"], 3)
     assert fit_used.no_answer and not passage.no_answer and not deeper.no_answer
+    # a reader loaded from an export directory has no torch checkpoint beside it, but the fit
+    # is matched to the directory it was loaded from, as `structqa ask --checkpoint` does
+    assert predictor.source == reader
+    predictor.checkpoint = None
+    with DocumentIndex.open(index) as ix:
+        (export_like,) = ask_index(ix, predictor, ["Who painted the moon?"], 2)
+    assert export_like.no_answer

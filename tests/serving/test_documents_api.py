@@ -130,6 +130,34 @@ def test_the_indexs_set_level_fit_decides(
         assert [a["text"] for a in body["answers"]] == [a.text for a in want.answers[:5]]
 
 
+def test_fits_are_matched_to_the_reader_as_the_server_loaded_it(
+    tiny_trained_run, squad_index, tmp_path
+):
+    """A calibration rewritten on disk while the server runs changes the reader's manifest,
+    not the answers the server gives: a fit made for the reader it serves still applies when
+    the index is reopened, and one made for the rewritten reader does not."""
+    import shutil
+
+    from structqa.documents.no_answer import SetThreshold, reader_id, save
+
+    index, reader = tmp_path / "index", tmp_path / "reader"
+    shutil.copytree(squad_index, index)
+    shutil.copytree(tiny_trained_run / "best", reader)
+    served = reader_id(reader)
+    save(index, SetThreshold(1.0, served, "hybrid", 3, "test", 2, 1, 50.0, 40.0))
+    docs = DocumentService(index, reader)
+    try:
+        assert docs.fitted is not None
+        manifest = reader / "manifest.json"
+        manifest.write_text(manifest.read_text() + "\n")  # as `structqa calibrate` reseals it
+        assert reader_id(reader) != served
+        assert docs._fit() is not None and docs._fit().reader == served
+        save(index, SetThreshold(1.0, reader_id(reader), "hybrid", 3, "test", 2, 1, 50.0, 40.0))
+        assert docs._fit() is None  # fitted for answers this server does not give
+    finally:
+        docs.close()
+
+
 def test_a_running_server_follows_the_index_on_disk(
     tiny_predictor, shared_data: Path, tmp_path: Path
 ) -> None:

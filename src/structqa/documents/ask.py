@@ -52,8 +52,9 @@ def ask(
     retrieved set instead (:mod:`structqa.documents.no_answer`): every chunk's best span
     counts, and the question has no answer where the best rank score falls below it. By
     default (:data:`FITTED`) the index's own fit where it was made for this reader
-    (``predictor.checkpoint``), retriever and ``top_k_chunks``, as ``structqa ask`` and the
-    service decide; None: each chunk's passage threshold."""
+    (``predictor.source``, the checkpoint or export it was loaded from), retriever and
+    ``top_k_chunks``, as ``structqa ask`` and the service decide; None: each chunk's passage
+    threshold."""
     if set_threshold == FITTED:
         set_threshold = _fitted_threshold(index, predictor, retriever, top_k_chunks)
     if isinstance(set_threshold, str):
@@ -74,9 +75,9 @@ def ask(
 def _fitted_threshold(
     index: DocumentIndex, predictor: Predictor, retriever: str, top_k_chunks: int
 ) -> float | None:
-    if predictor.checkpoint is None:  # (an export loaded alone: no reader to match a fit to)
+    if predictor.source is None:  # (built from a model in memory: no reader to match a fit to)
         return None
-    fitted = for_reader(index.directory, predictor.checkpoint, retriever, top_k_chunks)
+    fitted = for_reader(index.directory, predictor.source, retriever, top_k_chunks)
     return None if fitted is None else fitted.threshold
 
 

@@ -114,6 +114,9 @@ class Predictor:
         # the training checkpoint an exported graph came from (from_checkpoint sets it): its
         # torch weights draw the attention maps that a graph cannot (attention_model)
         self.checkpoint: Path | None = None
+        # the directory it was loaded from (a checkpoint or an export): the reader a
+        # collection's set-level no-answer fit is matched to, as `structqa ask` matches it
+        self.source: Path | None = None
         self._attention_model: Any = None
         self._attention_lock = threading.Lock()
 
@@ -199,6 +202,7 @@ class Predictor:
         )
         if (Path(path) / "model.safetensors").is_file():
             predictor.checkpoint = Path(path)
+        predictor.source = Path(path)
         return predictor
 
     @property

@@ -97,6 +97,9 @@ class DocumentService:
     def __init__(self, directory: str | Path, reader: str | Path | None = None) -> None:
         self.directory = Path(directory)
         self.reader = reader
+        # the served reader as loaded: a calibration rewritten on disk later changes its
+        # manifest, not the answers this process gives, so fits are matched to this identity
+        self.reader_id = None if reader is None else no_answer.reader_id(reader)
         self.fitted = self._fit()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index")
         self._seen = self._on_disk()
@@ -108,7 +111,7 @@ class DocumentService:
         """The index's set-level no-answer fit, where it was made for this reader (it applies
         to requests with its retriever and number of chunks)."""
         fitted = None if self.reader is None else no_answer.load(self.directory)
-        if fitted is not None and fitted.reader != no_answer.reader_id(self.reader):
+        if fitted is not None and fitted.reader != self.reader_id:
             log.warning("%s: fitted for another reader; not used", self.directory)
             return None
         return fitted
