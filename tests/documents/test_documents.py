@@ -231,6 +231,27 @@ def test_ask_reads_the_retrieved_chunks_and_answers_with_sources(
     assert reply["answers"][0]["text"] == result.answers[0].text
     assert main(["ask", str(out), "--question", "Where?"]) == 2  # no reader named
     assert "structqa reader build" in capsys.readouterr().err
+    # --whole-words as serve and predict take it: the same answers as the API widened
+    widened = Predictor.from_checkpoint(tiny_trained_run / "best", bf16="off", whole_words=True)
+    (wide,) = ask(index, widened, ["Where is Mount Etna?"], top_k_chunks=3)
+    ckpt = ["--checkpoint", str(tiny_trained_run / "best"), "--bf16", "off", "--whole-words"]
+    assert main([*args, *ckpt]) == 0
+    reply = json.loads(capsys.readouterr().out)
+    assert [a["text"] for a in reply["answers"]] == [a.text for a in wide.answers[:5]]
+
+
+def test_the_collection_commands_take_whole_words_as_serve_does() -> None:
+    from structqa.cli import build_parser
+
+    parser = build_parser()
+    for command in (
+        ["ask", "IDX", "--question", "Q"],
+        ["evaluate-ask", "IDX", "--eval", "F"],
+        ["fit-no-answer", "IDX", "--questions", "F"],
+    ):
+        assert parser.parse_args(command).whole_words is None  # the checkpoint's setting
+        assert parser.parse_args([*command, "--whole-words"]).whole_words is True
+        assert parser.parse_args([*command, "--no-whole-words"]).whole_words is False
 
 
 def test_identical_answers_from_overlapping_chunks_are_merged() -> None:

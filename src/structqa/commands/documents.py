@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from structqa.commands.common import (
+    WHOLE_WORDS_HELP,
     add_bf16_argument,
     add_no_progress_argument,
     add_runtime_argument,
@@ -319,6 +320,7 @@ def _add_reader_arguments(p: argparse.ArgumentParser, progress: bool = True) -> 
     p.add_argument("--top-k-chunks", type=int, default=10, help="chunks read per question")
     p.add_argument("--retriever", choices=RETRIEVERS, default="hybrid", help=RETRIEVER_HELP)
     add_bf16_argument(p)
+    p.add_argument("--whole-words", action=argparse.BooleanOptionalAction, help=WHOLE_WORDS_HELP)
     if progress:
         add_no_progress_argument(p)
     add_runtime_argument(p)
@@ -436,7 +438,7 @@ def add_parser(sub) -> None:
     ak.add_argument("--answers", type=int, default=5, help="answers shown")
     ak.add_argument("--json", action="store_true", help="the answers as JSON, for scripts")
     _add_reader_arguments(ak, progress=False)
-    ak.set_defaults(func=cmd_ask, whole_words=None)
+    ak.set_defaults(func=cmd_ask)
 
     ea = command(sub, "evaluate-ask", _EVALUATE_ASK_TEXT)
     ea.add_argument("index")
@@ -461,13 +463,13 @@ def add_parser(sub) -> None:
         "place of reading every gold passage again, most of the time on long documents",
     )
     _add_reader_arguments(ea)
-    ea.set_defaults(func=cmd_evaluate_ask, whole_words=None)
+    ea.set_defaults(func=cmd_evaluate_ask)
 
     fn = command(sub, "fit-no-answer", _FIT_NO_ANSWER_TEXT)
     _fit_arguments(fn, "SQuAD 2.0 JSON", "scored at the fitted threshold", "the fit and scores")
     fn.add_argument("--max-questions", type=positive_int, help="the first N questions of each file")
     _add_reader_arguments(fn)
-    fn.set_defaults(func=cmd_fit_no_answer, whole_words=None)
+    fn.set_defaults(func=cmd_fit_no_answer)
 
     ff = command(sub, "fit-fusion", _FIT_FUSION_TEXT)
     _fit_arguments(ff, "SQuAD/MRQA file", "recall of every retriever on it", "the fit (and recall)")
