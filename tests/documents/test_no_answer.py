@@ -115,6 +115,15 @@ def test_fit_no_answer_is_saved_for_its_reader_and_used(
             ix, predictor, ["Who painted the moon?"], 2, set_threshold=fitted.threshold
         )
     assert reply["no_answer"] == want.no_answer
+    assert not any(a["declined"] for a in reply["answers"])  # this reader never declines
+    # one that declines every chunk: under a set-level decision its spans are taken anyway,
+    # each saying so (its probability is then the span's share of the n-best)
+    declining = Predictor.from_checkpoint(reader, bf16="off", null_threshold=-1e9)
+    with DocumentIndex.open(index) as ix:
+        (per_chunk,) = ask_index(ix, declining, ["Who painted the moon?"], 2, set_threshold=None)
+        (set_level,) = ask_index(ix, declining, ["Who painted the moon?"], 2, set_threshold=0.0)
+    assert per_chunk.no_answer and set_level.answers
+    assert all(a.declined for a in set_level.answers)
     assert [a["text"] for a in reply["answers"]] == [a.text for a in want.answers[:5]]
     # the Python API decides as the command does by default: with the index's fit for this
     # reader (here one that abstains on everything), and with none for another depth

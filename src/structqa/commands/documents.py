@@ -136,7 +136,12 @@ def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     for rank, a in enumerate(result.answers[: args.answers], start=1):
         page = f", page {a.page}" if a.page else ""
         where = f"retrieved chunk {a.retrieval_rank + 1}"
-        print(f"{rank}. {a.text}  (probability {100 * a.probability:.1f}%, {where})")
+        chance = (
+            f"n-best share {100 * a.probability:.1f}%, declined by the reader in its chunk"
+            if a.declined
+            else f"probability {100 * a.probability:.1f}%"
+        )
+        print(f"{rank}. {a.text}  ({chance}, {where})")
         print(f"   {a.title or a.doc_id}: {a.source}{page}, chars {a.start}-{a.end}")
     return 0
 

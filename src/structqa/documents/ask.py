@@ -91,11 +91,14 @@ def ranked(
 ) -> AskResult:
     """The answers the reader gave (``read``, one per hit, in retrieval order) as ranked,
     merged answers with their sources: what :func:`ask` and the service's POST /v1/ask return."""
-    found = [(h, _best_span(a) if forced else a) for h, a in zip(hits, read, strict=True)]
+    found = [
+        (h, _best_span(a) if forced else a, forced and not a.text)
+        for h, a in zip(hits, read, strict=True)
+    ]
     answers = merged(
         [
-            _sourced(h, a, rank, rank_decay)
-            for rank, (h, a) in enumerate(found)
+            _sourced(h, a, rank, rank_decay, declined)
+            for rank, (h, a, declined) in enumerate(found)
             if _answers(a, min_probability)
         ]
     )
@@ -125,7 +128,7 @@ def _answers(a: Answer, min_probability: float) -> bool:
     return bool(a.text) and not a.no_answer and a.probability >= min_probability
 
 
-def _sourced(h: Hit, a: Answer, rank: int, decay: float) -> SourcedAnswer:
+def _sourced(h: Hit, a: Answer, rank: int, decay: float, declined: bool) -> SourcedAnswer:
     return SourcedAnswer(
         text=a.text,
         probability=a.probability,
@@ -142,6 +145,7 @@ def _sourced(h: Hit, a: Answer, rank: int, decay: float) -> SourcedAnswer:
         chunk_text=h.text,
         retrieval_rank=rank,
         rank_score=a.probability * math.exp(-decay * rank),
+        declined=declined,
     )
 
 

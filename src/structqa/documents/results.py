@@ -14,7 +14,9 @@ class SourcedAnswer:
     """An answer found in the documents, and where."""
 
     text: str
-    probability: float  # the reader's calibrated chance that the answer is right
+    # the reader's chance that the answer is right (calibrated where the reader is); for a
+    # span read where the reader declined (``declined``), the span's share of its n-best
+    probability: float
     score: float  # the span's start + end logit
     doc_id: str
     title: str
@@ -29,6 +31,9 @@ class SourcedAnswer:
     chunks: int = 1  # overlapping chunks that gave this answer
     retrieval_rank: int = 0  # of the chunk it was read in (0: the best)
     rank_score: float = 0.0  # what orders the answers: probability x exp(-decay x rank)
+    # the reader declined its chunk: the span was taken anyway, for a decision over the whole
+    # retrieved set (a collection's no-answer fit) or --forced scoring
+    declined: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))

@@ -218,7 +218,8 @@ function documentResult(question, out) {
   }
   return {
     question, no_answer: false, answer: best.text, probability: best.probability,
-    calibrated: Boolean(out.calibrated), start: best.chunk_start, end: best.chunk_end,
+    // a span the reader declined (taken for the set-level decision) carries its n-best share
+    calibrated: Boolean(out.calibrated) && !best.declined, start: best.chunk_start, end: best.chunk_end,
     context: best.chunk_text, source: sourced(best).source, nbest: out.answers.slice(1).map(sourced),
   };
 }
