@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,7 @@ def test_fit_no_answer_is_saved_for_its_reader_and_used(
     assert for_reader(index, reader, "hybrid", 10) is None  # fitted for 2 chunks
     assert for_reader(index, tmp_path, "hybrid", 2) is None  # another reader
     assert fitted.bm25_weight == 0.5  # the hybrid's weight it was fitted under
+    assert fitted.runtime == "torch-fp32"  # the probabilities it was fitted on (--bf16 off)
     (index / "fusion.json").write_text(json.dumps({"bm25_weight": 0.7}), encoding="utf-8")
     assert for_reader(index, reader, "hybrid", 2) is None  # `fit-fusion` changed the ranking
     assert for_reader(index, reader, "bm25", 2) is None and load(index) == fitted
@@ -146,3 +148,25 @@ def test_fit_no_answer_is_saved_for_its_reader_and_used(
     with DocumentIndex.open(index) as ix:
         (export_like,) = ask_index(ix, predictor, ["Who painted the moon?"], 2)
     assert export_like.no_answer
+
+
+def test_a_fit_made_on_another_runtimes_probabilities_is_used_and_said(
+    tmp_path: Path, caplog
+) -> None:
+    import logging
+
+    from structqa.documents.no_answer import SetThreshold, save
+
+    index = tmp_path / "index"
+    index.mkdir()
+    fitted = SetThreshold(0.5, reader_id(tmp_path), "bm25", 3, "q.json", 10, 4, 60.0, 50.0)
+    save(index, replace(fitted, runtime="torch-bf16"))
+    with caplog.at_level(logging.WARNING):
+        assert for_reader(index, tmp_path, "bm25", 3, "onnx-int8") is not None
+    assert "torch-bf16 runtime's probabilities, these come from onnx-int8" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert for_reader(index, tmp_path, "bm25", 3, "torch-bf16") is not None
+        save(index, fitted)  # a fit from before the runtime was kept: nothing to compare
+        assert for_reader(index, tmp_path, "bm25", 3, "onnx-int8") is not None
+    assert "runtime" not in caplog.text

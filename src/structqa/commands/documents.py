@@ -115,7 +115,9 @@ def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
             raise ValueError(f"{option} {value}: give 1 or more")
     args.checkpoint = _reader(args.checkpoint)
     predictor = answering_predictor(args)
-    fitted = for_reader(args.index, args.checkpoint, args.retriever, args.top_k_chunks)
+    fitted = for_reader(
+        args.index, args.checkpoint, args.retriever, args.top_k_chunks, predictor.runtime
+    )
     with DocumentIndex.open(args.index) as index:
         (result,) = ask(
             index,
@@ -282,6 +284,7 @@ def cmd_fit_no_answer(args: argparse.Namespace, extra: list[str]) -> int:  # noq
             f1=f1,
             f1_always_answer=always,
             bm25_weight=index.bm25_weight,
+            runtime=reader.runtime,
         )
         path = na.save(args.index, fitted)
         print(

@@ -140,7 +140,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     if args.index:
         from structqa.serving.documents import DocumentService
 
-        documents = DocumentService(args.index, args.checkpoint)
+        documents = DocumentService(args.index, args.checkpoint, predictor.runtime)
         log.info("index %s: %d chunks", args.index, documents.info["chunks"])
     app = create_app(predictor, settings, time.perf_counter() - t0, documents)
     config = uvicorn.Config(

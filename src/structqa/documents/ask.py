@@ -77,7 +77,9 @@ def _fitted_threshold(
 ) -> float | None:
     if predictor.source is None:  # (built from a model in memory: no reader to match a fit to)
         return None
-    fitted = for_reader(index.directory, predictor.source, retriever, top_k_chunks)
+    fitted = for_reader(
+        index.directory, predictor.source, retriever, top_k_chunks, predictor.runtime
+    )
     return None if fitted is None else fitted.threshold
 
 

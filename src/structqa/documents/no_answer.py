@@ -56,6 +56,9 @@ class SetThreshold:
     f1_always_answer: float  # and with no abstention
     # the hybrid's BM25 share when fitted (None: a fit made before it was recorded)
     bm25_weight: float | None = None
+    # the runtime whose probabilities it was fitted on (None: a fit made before it was
+    # recorded); another one's (int8 against bf16) differ a little: warned, not refused
+    runtime: str | None = None
 
     def applies_to(
         self, reader: str, retriever: str, top_k_chunks: int, bm25_weight: float | None = None
@@ -155,11 +158,27 @@ def load(index_dir: str | Path) -> SetThreshold | None:
         raise ValueError(f"{path}: not a set-level no-answer fit ({e}); fit it again") from None
 
 
+def warn_if_other_runtime(fitted: SetThreshold, runtime: str | None) -> None:
+    """Say so where the fit's probabilities came from another runtime than the one reading."""
+    if runtime and fitted.runtime and fitted.runtime != runtime:
+        log.warning(
+            "the no-answer fit was made on the %s runtime's probabilities, these come from %s "
+            "(they differ a little); fit it again with this runtime (--runtime %s) to match",
+            fitted.runtime,
+            runtime,
+            runtime,
+        )
+
+
 def for_reader(
-    index_dir: str | Path, checkpoint: str | Path, retriever: str, top_k_chunks: int
+    index_dir: str | Path,
+    checkpoint: str | Path,
+    retriever: str,
+    top_k_chunks: int,
+    runtime: str | None = None,
 ) -> SetThreshold | None:
     """The index's fit if it was made for this reader, retriever and depth; else None (and a
-    warning when there is a fit for something else)."""
+    warning when there is a fit for something else, or one made on another ``runtime``)."""
     fitted = load(index_dir)
     if fitted is None:
         return None
@@ -167,6 +186,7 @@ def for_reader(
 
     weight = DocumentIndex.fusion_weight(Path(index_dir) / FUSION_FILE)
     if fitted.applies_to(reader_id(checkpoint), retriever, top_k_chunks, weight):
+        warn_if_other_runtime(fitted, runtime)
         return fitted
     log.warning(
         "%s was fitted for another reader, retriever, --top-k-chunks or fusion weight (%s, "

@@ -94,9 +94,11 @@ class DocumentService:
     """An open index on a thread of its own, reopened when `structqa index`, `fit-fusion` or
     `fit-no-answer` has changed it on disk (checked at each request: a few file stats)."""
 
-    def __init__(self, directory: str | Path, reader: str | Path | None = None) -> None:
+    def __init__(
+        self, directory: str | Path, reader: str | Path | None = None, runtime: str | None = None
+    ) -> None:
         self.directory = Path(directory)
-        self.reader = reader
+        self.reader, self.runtime = reader, runtime
         # the served reader as loaded: a calibration rewritten on disk later changes its
         # manifest, not the answers this process gives, so fits are matched to this identity
         self.reader_id = None if reader is None else no_answer.reader_id(reader)
@@ -114,6 +116,8 @@ class DocumentService:
         if fitted is not None and fitted.reader != self.reader_id:
             log.warning("%s: fitted for another reader; not used", self.directory)
             return None
+        if fitted is not None:
+            no_answer.warn_if_other_runtime(fitted, self.runtime)
         return fitted
 
     def _on_disk(self) -> tuple[tuple[int, int, int] | None, ...]:
