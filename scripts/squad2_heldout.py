@@ -116,10 +116,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = []
     for r in rows:
         m = r["metrics"]
+        # (None: a calibration fitted to answer every question)
+        threshold = "none" if m["null_threshold"] is None else f"{m['null_threshold']:.3f}"
         lines.append(
             f"| {r['experiment']} | {r['run']} | {r['seed']} | {m['f1']:.2f} | {m['exact']:.2f} "
             f"| {m['HasAns_f1']:.2f} | {m['NoAns_f1']:.2f} | {m['NoAns_auc']:.1f} | "
-            f"{m['forced_HasAns_f1']:.2f} | {m['null_threshold']:.3f} | {m['ece']:.3f} | "
+            f"{m['forced_HasAns_f1']:.2f} | {threshold} | {m['ece']:.3f} | "
             f"{m['ece_uncalibrated']:.3f} |"
         )
     return head + "\n".join(lines) + "\n"

@@ -139,6 +139,17 @@ def test_an_abstaining_checkpoint_is_not_calibrated_into_answering_all_unless_as
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["null_threshold"] is None and metrics["NoAns_f1"] == 0.0
     assert all(json.loads((out / "predictions.json").read_text()).values())
+    assert metrics["null_threshold_source"].startswith("validation")
+    # fitted so once, it is fitted again on answerable questions without asking twice
+    assert main(args) == 0 and load_calibration(checkpoint).answers_all
+    # a calibration of that kind written before the mark existed: the Predictor took the
+    # last evaluation's threshold (and dropped the map), evaluate tuned one on the file
+    save_calibration(checkpoint, Calibrator("temperature", None, t_span=2.0))
+    assert Predictor.from_checkpoint(checkpoint, bf16="off").null_threshold == -1e9
+    assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["null_threshold_source"] == "this file"
+    assert main(args) == 2  # so it abstains: refused as before
+    assert main([*args, "--answer-all"]) == 0 and load_calibration(checkpoint).answers_all
 
 
 def test_calibrating_on_saved_answers_fits_what_answering_again_fits(checkpoint, v2_file, tmp_path):

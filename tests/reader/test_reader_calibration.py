@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from structqa.calibration.report import load_calibration
+from structqa.calibration import Calibrator
+from structqa.calibration.report import load_calibration, save_calibration
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 from structqa.data.squad_json import write_squad_json
@@ -86,14 +87,18 @@ def test_a_slice_without_human_unanswerable_questions_is_fitted_whole_and_says_s
     assert load_calibration(checkpoint).fit["unanswerable_share"] == 0.5
 
 
-def test_a_slice_without_unanswerable_questions_is_fitted_unweighted(
+def test_a_slice_without_unanswerable_questions_keeps_the_runs_calibration(
     checkpoint: Path, shared_data: Path, tmp_path: Path
 ):
+    """No threshold can be fitted on answerable questions alone: refitting would take the
+    abstaining reader's threshold away (refused by calibrate), so its own is kept."""
+    save_calibration(checkpoint, Calibrator("temperature", -0.5, t_span=2.0))  # abstains
+    before = load_calibration(checkpoint)
     validation = tmp_path / "validation.v2.json"
     write_squad_json(validation, read_extractive(shared_data / MINI).examples)
     record = calibrate_reader(checkpoint, validation, 0.5, False)
-    assert record["unanswerable_share"] is None and "not weighted" in record["fallback"]
-    assert "unanswerable_share" not in load_calibration(checkpoint).fit
+    assert "not of both kinds" in record["skipped"] and "kept" in record["skipped"]
+    assert load_calibration(checkpoint) == before
 
 
 def test_a_run_without_a_validation_slice_keeps_its_calibration(tmp_path: Path):

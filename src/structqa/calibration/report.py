@@ -385,8 +385,11 @@ def calibration_report(
         examples, result.predictions, version_2, result.null_threshold, cal, out_dir
     )
     if version_2:
+        # a calibration without a threshold (fitted on answerable questions only) decided
+        # only where it was fitted to answer every question; else the file's own was tuned
+        decided = cal is not None and (cal.null_threshold is not None or cal.answers_all)
         report["null_threshold_source"] = (
-            f"validation ({cal.fit.get('source', '')})" if cal is not None else "this file"
+            f"validation ({cal.fit.get('source', '')})" if decided else "this file"
         )
     return report
 

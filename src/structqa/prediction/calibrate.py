@@ -65,11 +65,12 @@ def pool_slice_examples(cfg: Any, size: int, slice_seed: int = 1) -> list[Exampl
 
 
 def abstains(checkpoint: Path) -> float | None:
-    """The no-answer threshold ``checkpoint`` answers at (its calibration's, else the one
-    tuned at its last evaluation, as :meth:`Predictor.from_checkpoint` takes it), or None
-    where it answers every question."""
+    """The no-answer threshold ``checkpoint`` answers at, as :meth:`Predictor.from_checkpoint`
+    takes it: its calibration's, else (no calibration, or one without a threshold that was
+    not fitted to answer every question) the one tuned at its last evaluation; None where it
+    answers every question."""
     cal = load_calibration(checkpoint)
-    if cal is not None:
+    if cal is not None and (cal.null_threshold is not None or cal.answers_all):
         return cal.null_threshold
     metrics = checkpoint / "metrics.json"
     return read_json(metrics).get("null_threshold") if metrics.is_file() else None
@@ -138,6 +139,8 @@ def calibrate_checkpoint(
     if version_2 is None:
         version_2 = any(ex.is_impossible for ex in examples)
     threshold = abstains(Path(checkpoint))
+    earlier = load_calibration(Path(checkpoint))
+    answered_all = earlier is not None and earlier.answers_all  # by an earlier --answer-all
     if not version_2 and threshold is not None and not answer_all:
         raise ValueError(
             f"{source}: every question is answerable, but {checkpoint} abstains (no-answer "
@@ -157,14 +160,13 @@ def calibrate_checkpoint(
     if predictor is not None:
         predictions = predictor.predict_examples(examples, verify=False)  # the model's own odds
     else:
-        earlier = load_calibration(checkpoint)
         verifies = earlier is not None and earlier.verifier is not None
         any_unanswerable = any(ex.is_impossible for ex in examples)
         require_models_own_odds(Path(predictions_dir), any_unanswerable, verifies)
         predictions = saved_predictions(Path(predictions_dir), examples, source)
     cal = calibrate(examples, predictions, version_2, method, source, verifier, unanswerable_share)
-    if not version_2 and threshold is not None:  # (--answer-all: refused above without it)
-        cal.fit[ANSWERS_ALL] = True
+    if not version_2 and (threshold is not None or answered_all):  # (refused above unless
+        cal.fit[ANSWERS_ALL] = True  # --answer-all, now or when it was first fitted so)
     path = save_calibration(checkpoint, cal)
     log.info("wrote %s", path)
     return cal

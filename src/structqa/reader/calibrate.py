@@ -56,20 +56,26 @@ def calibrate_reader(
 ) -> dict[str, Any]:
     """Fit ``checkpoint``'s calibration on the human-written questions of ``validation`` (the
     slice), weighted to ``share`` unanswerable; the calibrate stage's record. A slice whose
-    human-written questions are not of both kinds (a tiny build) is fitted whole, weighted
-    where it holds both kinds, and the record's ``fallback`` says so."""
+    human-written questions are not of both kinds (a tiny build) is fitted whole, and the
+    record's ``fallback`` says so; where the whole slice is not of both kinds either, no
+    threshold can be fitted on it, and the run's own calibration is kept (``skipped``)."""
     from structqa.prediction.calibrate import calibrate_checkpoint
 
     examples = read_extractive(validation).examples
     human = [ex for ex in examples if not is_rewrite(ex.id)]
+    if not _both_kinds(examples):
+        kept = (
+            f"the slice's {len(examples)} questions are not of both kinds: the run's own "
+            "calibration is kept"
+        )
+        log.warning("reader calibration: %s", kept)
+        return {"skipped": kept}
     chosen, weighted, fallback = human, share, None
     if not _both_kinds(human):
         chosen = examples
-        weighted = share if _both_kinds(examples) else None
         fallback = (
             f"the slice's {len(human)} human-written questions are not of both kinds: fitted "
             f"on all {len(examples)} of its questions"
-            + ("" if weighted else ", not weighted (they are not of both kinds either)")
         )
         log.warning("reader calibration: %s", fallback)
     path = validation.parent / HUMAN_FILE

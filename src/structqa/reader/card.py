@@ -131,7 +131,8 @@ def write_card(
         "baseline_config": None if base_cfg is None else base_cfg.to_dict(),
         "data": records["data"],
         "validation": (records["train"] or {}).get("validation"),
-        "calibration": (records.get("calibrate") or records["train"] or {}).get("calibration"),
+        "calibration": (records.get("calibrate") or {}).get("calibration")
+        or (records["train"] or {}).get("calibration"),
         "soup": (records["train"] or {}).get("soup"),
         "heldout": records["heldout"],
         "baseline": records["baseline"],

@@ -166,7 +166,9 @@ function renderResults(latencyMs) {
       for (const c of r.nbest) {
         const row = body.insertRow();
         row.insertCell().textContent = c.text;
-        row.insertCell().textContent = `${(100 * c.probability).toFixed(1)}%`;
+        const share = row.insertCell();
+        share.textContent = `${(100 * c.probability).toFixed(1)}%${c.declined ? "*" : ""}`;
+        if (c.declined) share.title = "declined by the reader in its chunk: the span's share of the n-best";
         row.insertCell().textContent = c.source ? sourceText(c.source) : `${c.start}–${c.end}`;
       }
       details.append(sum, table);
@@ -209,7 +211,7 @@ function sourceText(s) {
 // the others as the n-best, each with its source
 function documentResult(question, out) {
   const sourced = (a) => ({
-    text: a.text, probability: a.probability,
+    text: a.text, probability: a.probability, declined: Boolean(a.declined),
     source: { title: a.title, doc_id: a.doc_id, file: a.source, page: a.page, start: a.start, end: a.end },
   });
   const best = out.answers[0];
