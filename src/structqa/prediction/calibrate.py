@@ -145,9 +145,10 @@ def calibrate_checkpoint(
         raise ValueError(
             f"{source}: every question is answerable, but {checkpoint} abstains (no-answer "
             f"threshold {threshold:.3f}); a calibration fitted on these questions has no "
-            "threshold, so it would answer every question from then on. Fit on questions that "
-            "include unanswerable ones (`structqa negatives FILE` writes unanswerable "
-            "rewrites of yours), or give --answer-all to have it answer every question"
+            "threshold, so it would answer every question from then on. Fit on labelled "
+            "questions that include unanswerable ones people asked (a built reader: its "
+            "run/validation-human.v2.json, with --unanswerable-share for your share), or "
+            "give --answer-all to have it answer every question"
         )
     if verifier is None:
         verifier = cfg.decode.verifier
