@@ -148,7 +148,10 @@ def test_an_abstaining_checkpoint_is_not_calibrated_into_answering_all_unless_as
     assert Predictor.from_checkpoint(checkpoint, bf16="off").null_threshold == -1e9
     assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--out", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["null_threshold_source"] == "this file"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["calibrated"] is False  # its map is not what the Predictor serves
     assert main(args) == 2  # so it abstains: refused as before
+    assert "every question is answerable" in capsys.readouterr().err
     assert main([*args, "--answer-all"]) == 0 and load_calibration(checkpoint).answers_all
 
 

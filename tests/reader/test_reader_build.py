@@ -327,3 +327,21 @@ def test_the_card_names_each_stages_commit_when_a_build_spans_commits() -> None:
         f"commits: data `not recorded`, run 0 `{'a' * 12}`, run 1 `not recorded`, "
         f"train `{'b' * 12}+edits`, card `{'a' * 12}`"
     )
+
+
+def test_a_skipped_calibrate_stage_leaves_the_runs_calibration_on_the_card(tmp_path: Path):
+    from structqa.config import load_config
+    from structqa.reader.card import write_card
+
+    calibration = {"method": "temperature", "null_threshold": -0.5}
+    records = {
+        "data": {"summary": "10 questions", "seconds": 1.0},
+        "train": {"seconds": 2.0, "calibration": calibration},
+        "calibrate": {"skipped": "the slice's 4 questions are not of both kinds", "seconds": 0.1},
+        "heldout": None,
+        "baseline": None,
+    }
+    card = write_card(tmp_path, "structqa reader build", [], records, load_config(None, []), None)
+    assert card["calibration"] == calibration
+    shown = (tmp_path / "MODEL_CARD.md").read_text()
+    assert "(the slice's 4 questions are not of both kinds)" in shown

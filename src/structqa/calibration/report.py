@@ -375,6 +375,15 @@ def calibration_report(
 ) -> dict[str, Any]:
     """What ``structqa evaluate`` adds to metrics.json: ``ece``, ``ece_uncalibrated``, where
     the null threshold came from; reliability.png and reliability.json go to ``out_dir``."""
+    if version_2 and cal is not None and cal.null_threshold is None and not cal.answers_all:
+        # fitted on answerable questions before --answer-all existed: the Predictor drops its
+        # map (it abstains at metrics.json's threshold), so its probabilities are not served
+        log.warning(
+            "the calibration has no no-answer threshold (fitted on answerable questions only): "
+            "refit it with `structqa calibrate` on questions that include unanswerable ones, "
+            "or with --answer-all"
+        )
+        cal = None
     if cal is None:
         log.warning(
             "no calibration.json in the checkpoint: probabilities are uncalibrated%s; fit them "
@@ -385,11 +394,8 @@ def calibration_report(
         examples, result.predictions, version_2, result.null_threshold, cal, out_dir
     )
     if version_2:
-        # a calibration without a threshold (fitted on answerable questions only) decided
-        # only where it was fitted to answer every question; else the file's own was tuned
-        decided = cal is not None and (cal.null_threshold is not None or cal.answers_all)
         report["null_threshold_source"] = (
-            f"validation ({cal.fit.get('source', '')})" if decided else "this file"
+            f"validation ({cal.fit.get('source', '')})" if cal is not None else "this file"
         )
     return report
 

@@ -166,8 +166,10 @@ def calibrate_checkpoint(
         require_models_own_odds(Path(predictions_dir), any_unanswerable, verifies)
         predictions = saved_predictions(Path(predictions_dir), examples, source)
     cal = calibrate(examples, predictions, version_2, method, source, verifier, unanswerable_share)
-    if not version_2 and (threshold is not None or answered_all):  # (refused above unless
-        cal.fit[ANSWERS_ALL] = True  # --answer-all, now or when it was first fitted so)
+    if not version_2 and (answer_all or answered_all or threshold is not None):
+        # asked now or when first fitted so (a checkpoint that abstains is refused above
+        # without it): evaluate then answers every question too, as the Predictor does
+        cal.fit[ANSWERS_ALL] = True
     path = save_calibration(checkpoint, cal)
     log.info("wrote %s", path)
     return cal

@@ -9,6 +9,7 @@ slice as a single run's ``best/`` is."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from collections.abc import Callable
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from structqa.config import Config
+from structqa.data.readers import read_extractive
+
+log = logging.getLogger(__name__)
 
 #: where the soup and its slice go: where a single build's run is (``run/best``)
 RUN = "run"
@@ -58,7 +62,17 @@ def soup_members(
     score = slice_score(validation, run)
     scores = [float(r["validation"].get("best_f1", r["validation"]["f1"])) for r in member_records]
     path = greedy_soup([r["checkpoint"] for r in member_records], best, score, scores)
-    cal = calibrate_checkpoint(best, on=str(validation), verifier=member_cfgs[0].decode.verifier)
+    # a slice without unanswerable questions (a tiny build's) fits no threshold: the soup
+    # then answers every question, said in its calibration (answers_every_question)
+    answer_all = not any(ex.is_impossible for ex in read_extractive(validation).examples)
+    if answer_all:
+        log.warning("reader build: the validation slice has no unanswerable question")
+    cal = calibrate_checkpoint(
+        best,
+        on=str(validation),
+        verifier=member_cfgs[0].decode.verifier,
+        answer_all=answer_all,
+    )
     return {
         "validation_file": str(validation),
         "checkpoint": str(best),

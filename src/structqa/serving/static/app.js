@@ -137,10 +137,12 @@ function renderResults(latencyMs) {
     // an answer: the chance it is right; "no answer": (calibrated only) the chance that the
     // passage has none, which the uncalibrated n-best share does not estimate
     const shown = !r.no_answer || r.calibrated;
-    p.textContent = shown ? `${(100 * r.probability).toFixed(1)}%` : "";
+    p.textContent = shown ? `${(100 * r.probability).toFixed(1)}%${r.declined ? "*" : ""}` : "";
     p.title = r.no_answer
       ? "calibrated chance that the passage does not answer this question"
-      : `${r.calibrated ? "calibrated chance" : "uncalibrated share of the n-best"} that this answer is right`;
+      : r.declined
+        ? "declined by the reader in its chunk: the span's share of the n-best"
+        : `${r.calibrated ? "calibrated chance" : "uncalibrated share of the n-best"} that this answer is right`;
     pick.append(q, a, p);
     if (r.source && !r.no_answer) {
       const src = document.createElement("span");
@@ -221,7 +223,8 @@ function documentResult(question, out) {
   return {
     question, no_answer: false, answer: best.text, probability: best.probability,
     // a span the reader declined (taken for the set-level decision) carries its n-best share
-    calibrated: Boolean(out.calibrated) && !best.declined, start: best.chunk_start, end: best.chunk_end,
+    calibrated: Boolean(out.calibrated) && !best.declined, declined: Boolean(best.declined),
+    start: best.chunk_start, end: best.chunk_end,
     context: best.chunk_text, source: sourced(best).source, nbest: out.answers.slice(1).map(sourced),
   };
 }
