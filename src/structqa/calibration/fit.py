@@ -299,6 +299,12 @@ class Calibrator:
         for ``evaluate`` as for the Predictor, not "tune one" or "take the last evaluation's"."""
         return self.null_threshold is None and bool(self.fit.get(ANSWERS_ALL))
 
+    @property
+    def decides_threshold(self) -> bool:
+        """Whether its threshold (None where :attr:`answers_all`) is the one to answer at; a
+        threshold-less fit from before ``--answer-all`` leaves it to the last evaluation's."""
+        return self.null_threshold is not None or self.answers_all
+
     def verify(
         self, examples: Sequence[Example], predictions: Mapping[str, Prediction]
     ) -> Mapping[str, Prediction]:

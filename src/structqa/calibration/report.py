@@ -42,7 +42,7 @@ from structqa.evaluation import (
     best_null_threshold,
     share_weights,
 )
-from structqa.io import write_json
+from structqa.io import read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +277,16 @@ def _write_sealed(directory: Path, cal: Calibrator) -> Path:
     return path
 
 
+def saved_threshold(checkpoint: str | Path, cal: Calibrator | None) -> float | None:
+    """The no-answer threshold ``checkpoint`` answers at with its calibration ``cal``: the
+    calibration's where it decides (:attr:`Calibrator.decides_threshold`), else the one tuned
+    at its last evaluation (metrics.json); None: it answers every question."""
+    if cal is not None and cal.decides_threshold:
+        return cal.null_threshold
+    metrics = Path(checkpoint) / "metrics.json"
+    return read_json(metrics).get("null_threshold") if metrics.is_file() else None
+
+
 def load_calibration(checkpoint: str | Path) -> Calibrator | None:
     """The checkpoint's calibration, or None when it has none (never fitted)."""
     path = Path(checkpoint) / CALIBRATION_FILE
@@ -375,7 +385,7 @@ def calibration_report(
 ) -> dict[str, Any]:
     """What ``structqa evaluate`` adds to metrics.json: ``ece``, ``ece_uncalibrated``, where
     the null threshold came from; reliability.png and reliability.json go to ``out_dir``."""
-    if version_2 and cal is not None and cal.null_threshold is None and not cal.answers_all:
+    if version_2 and cal is not None and not cal.decides_threshold:
         # fitted on answerable questions before --answer-all existed: the Predictor drops its
         # map (it abstains at metrics.json's threshold), so its probabilities are not served
         log.warning(

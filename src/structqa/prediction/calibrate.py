@@ -16,11 +16,11 @@ from structqa.calibration.report import (
     require_models_own_odds,
     save_calibration,
     saved_predictions,
+    saved_threshold,
 )
 from structqa.data import parse_train_size, train_subset
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
-from structqa.io import read_json
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +64,6 @@ def pool_slice_examples(cfg: Any, size: int, slice_seed: int = 1) -> list[Exampl
     )
 
 
-def abstains(checkpoint: Path) -> float | None:
-    """The no-answer threshold ``checkpoint`` answers at, as :meth:`Predictor.from_checkpoint`
-    takes it: its calibration's, else (no calibration, or one without a threshold that was
-    not fitted to answer every question) the one tuned at its last evaluation; None where it
-    answers every question."""
-    cal = load_calibration(checkpoint)
-    if cal is not None and (cal.null_threshold is not None or cal.answers_all):
-        return cal.null_threshold
-    metrics = checkpoint / "metrics.json"
-    return read_json(metrics).get("null_threshold") if metrics.is_file() else None
-
-
 #: ``calibrate_checkpoint(unanswerable_share=FROM_CONFIG)``: the checkpoint's own setting
 FROM_CONFIG = "config"
 
@@ -101,7 +89,7 @@ def calibrate_checkpoint(
     ``unanswerable_share``: weight the questions to that share (None: their own share;
     :data:`FROM_CONFIG`: the checkpoint's ``decode.unanswerable_share``). Questions that are
     all answerable fit no threshold, so a checkpoint that abstains would answer every
-    question from then on: refused unless ``answer_all`` (:func:`abstains`)."""
+    question from then on: refused unless ``answer_all``."""
     from structqa.models.build import checkpoint_config
     from structqa.prediction.predictor import Predictor
     from structqa.prediction.scoring import default_runtime
@@ -138,8 +126,8 @@ def calibrate_checkpoint(
     version_2 = cfg.decode.version_2
     if version_2 is None:
         version_2 = any(ex.is_impossible for ex in examples)
-    threshold = abstains(Path(checkpoint))
     earlier = load_calibration(Path(checkpoint))
+    threshold = saved_threshold(checkpoint, earlier)  # where it abstains now
     answered_all = earlier is not None and earlier.answers_all  # by an earlier --answer-all
     if not version_2 and threshold is not None and not answer_all:
         raise ValueError(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from structqa.calibration import Calibrator, load_calibration, returned_probabilities
+from structqa.calibration.report import saved_threshold
 from structqa.cpu import tune_allocator
 from structqa.data.hygiene import InvalidText, check_text, has_readable_text
 from structqa.data.records import Example
@@ -17,7 +18,6 @@ from structqa.decoding import Candidate, DecodeConfig, Prediction
 from structqa.encoders.bert import BertEncoder
 from structqa.features.squad import Feature, QuestionTooLong, featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
-from structqa.io import read_json
 from structqa.runtime import use_bf16
 from structqa.runtimes.protocol import GraphRuntime
 from structqa.training.data import feature_config
@@ -187,12 +187,8 @@ class Predictor:
         if whole_words is not None:
             cfg.decode.whole_words = whole_words
         calibrator = load_calibration(path)
-        metrics_file = Path(path) / "metrics.json"
-        if null_threshold is None and calibrator is not None:
-            null_threshold = calibrator.null_threshold
-        answers_all = calibrator is not None and calibrator.answers_all  # evaluate's too
-        if null_threshold is None and metrics_file.exists() and not answers_all:
-            null_threshold = read_json(metrics_file).get("null_threshold")
+        if null_threshold is None:  # as `structqa calibrate` reads it (evaluate's too)
+            null_threshold = saved_threshold(path, calibrator)
         if calibrator is not None and null_threshold != calibrator.null_threshold:
             # its map was fitted for the answers at its own threshold
             calibrator = None
