@@ -146,3 +146,19 @@ def test_score_reports_deep_or_cut_files_with_exit_2(tmp_path, capsys):
     preds.write_text('{"q1": "The cat"}')
     assert main(["score", str(cut), str(preds)]) == 2
     assert "data.json.gz: the dataset file is not valid gzip" in capsys.readouterr().err
+
+
+def test_a_byte_that_is_not_utf8_is_named_on_its_own_line(tmp_path: Path) -> None:
+    """Decoded in blocks, a stray byte deep in a JSON-lines file was named at the first line of
+    its block (line 1 for a byte on line 2): each line is now decoded alone."""
+    header, record = mrqa_lines().splitlines()
+    lines = [header] + [record.replace('"q1"', f'"q{i}"') for i in range(300)]
+    raw = "\n".join(lines).encode()
+    at = raw.index(b"The cat sat", len("\n".join(lines[:250])))  # in line 251's context
+    bad = raw[:at] + b"\xe9" + raw[at:]
+    for name, data in (("dev.jsonl", bad), ("dev.jsonl.gz", gzip.compress(bad))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(DataError, match=r"record 'line 251'.*utf-8") as err:
+            read_mrqa(path)
+        assert err.value.field_name == "(file)"

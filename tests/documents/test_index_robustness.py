@@ -22,15 +22,6 @@ from structqa.documents.vectors import FaissStore
 from structqa.paths import default_encoder_path
 
 
-@pytest.fixture
-def small(tmp_path: Path) -> Path:
-    d = tmp_path / "docs"
-    d.mkdir()
-    (d / "bees.txt").write_text(BEES, encoding="utf-8")
-    (d / "etna.txt").write_text(VOLCANO, encoding="utf-8")
-    return d
-
-
 def test_a_pdf_with_a_reference_loop_is_skipped_not_fatal(
     small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -69,12 +60,15 @@ def test_damage_past_a_corpus_head_names_the_file_and_line(small: Path, tmp_path
     (small / "cut.corpus.jsonl.gz").write_bytes(packed[: len(packed) // 2])  # truncated
     (small / "latin.corpus.jsonl").write_bytes(raw[:70000] + "é\n".encode("latin-1") + raw[70000:])
     report = DocumentIndex(tmp_path / "index").update([small])
-    assert report.added_files == 2  # the two good files; the bad ones are skipped, named
-    reasons = dict(report.read.skipped)
-    cut = reasons[str(small / "cut.corpus.jsonl.gz")]
-    latin = reasons[str(small / "latin.corpus.jsonl")]
-    assert "EOFError" in cut and "unreadable after line" in cut
-    assert "UnicodeDecodeError" in latin and "unreadable after line" in latin
+    # the cut file is skipped, named; a stray byte costs its line, not the corpus of 600
+    assert report.added_files == 3
+    ((cut_name, cut),) = report.read.skipped
+    assert cut_name == str(small / "cut.corpus.jsonl.gz")
+    assert "compressed data cut short" in cut and "unreadable after line" in cut
+    line = raw[:70000].count(b"\n") + 1  # the line the byte is on, counted exactly
+    notes = [what for name, what in report.read.notes if name.endswith("latin.corpus.jsonl")]
+    assert any("1 line(s) not valid UTF-8" in n and f"(lines {line})" in n for n in notes)
+    assert any("2 line(s) not corpus records" in n for n in notes)  # the record it cut in two
 
 
 def test_a_file_that_cannot_be_read_is_skipped_and_a_changed_one_keeps_its_old_text(

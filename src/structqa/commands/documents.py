@@ -20,7 +20,7 @@ from structqa.commands.common import (
     command,
     positive_int,
 )
-from structqa.documents.index import RETRIEVERS
+from structqa.documents.index import RETRIEVERS, require_index
 from structqa.io import write_json
 from structqa.paths import READER_ENV, find_reader, no_reader_message
 from structqa.training.progress import tracked
@@ -47,16 +47,25 @@ def _reader(checkpoint: str | None) -> str:
 def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
 
     from structqa.documents import DocumentIndex
-    from structqa.documents.ingest import files_under
 
-    # read before the index folder is made: a PATH that does not exist stops the run first;
-    # the index itself is left out where it is built inside a folder it indexes
-    files = files_under(args.paths, exclude=[args.out])
+    # checked before the index folder is made: a PATH that does not exist, or an index that
+    # would hold its own documents, stops the run first; an index built inside a folder it
+    # indexes is left out of it
+    out = Path(args.out).resolve()
+    for path in map(Path, args.paths):
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such file or folder")
+        if path.resolve().is_relative_to(out):
+            raise ValueError(
+                f"--out {args.out} holds {path}: the index would leave out the documents it "
+                "indexes (and mix its files with them); give a folder of its own, such as "
+                f"--out {path.resolve().with_name(path.resolve().name + '-index')}"
+            )
     with (
         DocumentIndex(args.out, store=args.store) as index,
         tracked(_mode(args.no_progress), "embedding", "chunks") as progress,
     ):
-        report = index.update(files, progress=progress)
+        report = index.update(args.paths, progress=progress, exclude=[args.out])
     print(report.summary(details=False))  # each skipped file once, below, on stderr
     for path, why in report.read.skipped:
         print(f"structqa index: warning: skipped {path}: {why}", file=sys.stderr)
@@ -113,6 +122,7 @@ def cmd_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
     for option, value in (("--top-k-chunks", args.top_k_chunks), ("--answers", args.answers)):
         if value < 1:
             raise ValueError(f"{option} {value}: give 1 or more")
+    require_index(args.index)
     args.checkpoint = _reader(args.checkpoint)
     predictor = answering_predictor(args)
     fitted = for_reader(
@@ -159,6 +169,7 @@ def cmd_evaluate_ask(args: argparse.Namespace, extra: list[str]) -> int:  # noqa
         # a seeded sample, kept in file order: a file's first questions are a few documents'
         keep = sorted(random.Random(args.sample_seed).sample(range(len(examples)), args.sample))
         examples = [examples[i] for i in keep]
+    require_index(args.index)
     if not args.retrieval_only:
         args.checkpoint = _reader(args.checkpoint)
     reader = None if args.retrieval_only else answering_predictor(args)
@@ -259,6 +270,7 @@ def cmd_fit_no_answer(args: argparse.Namespace, extra: list[str]) -> int:  # noq
     from structqa.documents import no_answer as na
     from structqa.documents.evaluate import check_passages_indexed
 
+    require_index(args.index)
     args.checkpoint = _reader(args.checkpoint)
     reader = answering_predictor(args)
     fit_examples = list(read_extractive(args.questions).examples)[: args.max_questions]

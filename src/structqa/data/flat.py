@@ -19,11 +19,11 @@ from structqa.data.squad import (
     QuestionIds,
     check_clean_text,
     check_type,
+    file_lines,
     get_field,
     load_json,
     located_answer,
     make_example,
-    numbered_lines,
     open_text,
     parse_json,
     read_records,
@@ -61,10 +61,9 @@ def read_flat_list(doc: Any, path: str | Path, *, dedupe_ids: bool = False) -> D
 def _lines(path: Path) -> Iterator[tuple[str, Any]]:
     """(where, record) of each JSON line."""
     name = str(path)
-    with open_text(path) as handle:
-        for lineno, line in numbered_lines(handle, name):
-            if line.strip():
-                yield f"line {lineno}", parse_json(line, name, lineno)
+    for lineno, line in file_lines(path):
+        if line.strip():
+            yield f"line {lineno}", parse_json(line, name, lineno)
 
 
 def _read_record(

@@ -18,13 +18,12 @@ from structqa.data.squad import (
     answer_text,
     check_clean_text,
     check_type,
+    file_lines,
     finish,
     get_field,
     make_example,
     note_skip,
     note_warning,
-    numbered_lines,
-    open_text,
     parse_json,
 )
 
@@ -38,21 +37,20 @@ def read_mrqa(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
     seen = QuestionIds(report, dedupe_ids)
     examples: list[Example] = []
     first = True
-    with open_text(path) as handle:
-        for lineno, line in numbered_lines(handle, name):
-            if not line.strip():
-                continue
-            where = f"line {lineno}"
-            record = parse_json(line, name, lineno)
-            check_type(record, dict, path=name, record=where, field_name="(line)")
-            if first and "header" in record:
-                first = False
-                continue
-            if first:
-                # No data is lost by reading on, but the file is not quite MRQA.
-                note_warning(report, "missing_header", f"{where}: first line is not a header")
-                first = False
-            examples.extend(_read_context(record, lineno, seen=seen, report=report))
+    for lineno, line in file_lines(path):
+        if not line.strip():
+            continue
+        where = f"line {lineno}"
+        record = parse_json(line, name, lineno)
+        check_type(record, dict, path=name, record=where, field_name="(line)")
+        if first and "header" in record:
+            first = False
+            continue
+        if first:
+            # No data is lost by reading on, but the file is not quite MRQA.
+            note_warning(report, "missing_header", f"{where}: first line is not a header")
+            first = False
+        examples.extend(_read_context(record, lineno, seen=seen, report=report))
     return finish(report, examples, "mrqa")
 
 

@@ -8,6 +8,7 @@ naming file, record and field; problems that are safe to skip or repair are coun
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import logging
@@ -82,6 +83,33 @@ def check_clean_text(text: str, *, path: str, record: str, field_name: str) -> s
     if problem is not None:
         raise DataError(path, record, field_name, f"contains {problem}; fix the file's text")
     return text
+
+
+def file_lines(path: Path, mended: list[int] | None = None) -> Iterator[tuple[int, str]]:
+    """``(line_number, line)`` from 1 of a UTF-8 (optionally gzipped) file, each line decoded
+    alone, so that a byte that is not UTF-8 is placed on its own line (decoded in blocks, it
+    was named at the first line of its block): DataError, or (``mended`` given) read as
+    U+FFFD and its line number appended there."""
+    name = str(path)
+    opener: Callable = gzip.open if path.suffix.lower() == ".gz" else open
+    lineno = 0
+    try:
+        with opener(path, "rb") as handle:
+            for lineno, raw in enumerate(handle, start=1):  # noqa: B007 (named in the error)
+                if lineno == 1:
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    if mended is None:
+                        raise DataError(
+                            name, f"line {lineno}", "(file)", unreadable(err, "data")
+                        ) from None
+                    line = raw.decode("utf-8", errors="replace")
+                    mended.append(lineno)
+                yield lineno, line
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # a .gz cut short or damaged
+        raise DataError(name, f"line {lineno + 1}", "(file)", unreadable(err, "data")) from None
 
 
 def numbered_lines(handle: Iterable[str], path: str) -> Iterator[tuple[int, str]]:

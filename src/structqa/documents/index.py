@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import sqlite3
 import time
 import uuid
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from structqa.data.hygiene import has_readable_text
+from structqa.documents import lexical
 from structqa.documents.ingest import (
     Chunk,
     ReadReport,
@@ -69,11 +69,14 @@ READERS_VERSION = 2
 # finds this file and indexes every file afresh, and a search warns until then
 UPDATING_FILE = "updating"
 EMBED_BATCH = 512  # chunks embedded between progress updates
+# chunk ids are never reused (autoincrement): a server still searching the version opened
+# before an update finds an old id missing, never another file's chunk under it
 _SCHEMA = """
 create table if not exists files (path text primary key, sha256 text not null);
 create table if not exists chunks (
-    id integer primary key, path text not null, doc_id text not null, title text not null,
-    start integer not null, end integer not null, page integer, text text not null);
+    id integer primary key autoincrement, path text not null, doc_id text not null,
+    title text not null, start integer not null, end integer not null, page integer,
+    text text not null);
 create index if not exists chunks_path on chunks(path);
 create table if not exists meta (key text primary key, value text not null);
 """
@@ -205,17 +208,7 @@ class DocumentIndex:
 
     @classmethod
     def open(cls, directory: str | Path, encoder=None) -> DocumentIndex:
-        interrupted = (Path(directory) / UPDATING_FILE).is_file()
-        if not (Path(directory) / INDEX_FILE).is_file():
-            if interrupted:
-                raise FileNotFoundError(
-                    f"{directory}: its first build stopped before it finished; run "
-                    "`structqa index FOLDER --out INDEX` again"
-                )
-            raise FileNotFoundError(
-                f"{directory}: not a document index (no {INDEX_FILE}); build one with "
-                "`structqa index FOLDER --out INDEX`"
-            )
+        interrupted = require_index(directory)
         if interrupted:
             log.warning(
                 "%s: its last update stopped before it finished, so some chunks may be missing "
@@ -247,16 +240,20 @@ class DocumentIndex:
     # ---- building ----------------------------------------------------------------------
 
     def update(
-        self, paths: Sequence[str | Path], progress: Callable[[int, int], None] | None = None
+        self,
+        paths: Sequence[str | Path],
+        progress: Callable[[int, int], None] | None = None,
+        exclude: Sequence[str | Path] = (),
     ) -> IndexReport:
-        """Index the files under ``paths``: new and changed ones (by content hash) are
-        chunked and embedded, those no longer under ``paths`` dropped; files that cannot be
-        read are skipped and reported (a changed one keeps its earlier version), the rest
+        """Index the files under ``paths`` (``exclude``: folders left out): new and changed
+        ones (by content hash) are chunked and embedded, those no longer under ``paths``
+        dropped; files that cannot be read, folders that cannot be listed and links to
+        nothing are skipped and reported (what was indexed from them is kept), the rest
         indexed. ``progress(chunks embedded, chunks to embed)``. Stopped (Ctrl-C, an
         error), the database's uncommitted changes are rolled back at once: an index object
         kept after the stop does not hold its write lock."""
         try:
-            return self._update(paths, progress)
+            return self._update(paths, progress, exclude)
         except BaseException:
             self.db.rollback()
             # the vectors and BM25 in memory took part of the update: read them from disk
@@ -268,10 +265,15 @@ class DocumentIndex:
             raise
 
     def _update(
-        self, paths: Sequence[str | Path], progress: Callable[[int, int], None] | None
+        self,
+        paths: Sequence[str | Path],
+        progress: Callable[[int, int], None] | None,
+        exclude: Sequence[str | Path],
     ) -> IndexReport:
         t0 = time.perf_counter()
-        files = files_under(paths)
+        walk_skipped: list[tuple[str, str]] = []
+        files = files_under(paths, exclude, walk_skipped)
+        kept = [Path(p) for p, _ in walk_skipped]  # what was indexed from them stays
         report = IndexReport(ReadReport())
         dense = self.dense
         updating = self.directory / UPDATING_FILE
@@ -293,7 +295,7 @@ class DocumentIndex:
         present = {str(f) for f in files}
         gone: dict[str, list[str]] = {}  # content hash -> the paths no longer given
         for path, digest in sorted(known.items()):
-            if path not in present:
+            if path not in present and not any(Path(path).is_relative_to(k) for k in kept):
                 gone.setdefault(digest, []).append(path)
         todo = []
         stale = self.recorded.get("readers", 1) < READERS_VERSION and bool(known)
@@ -311,7 +313,9 @@ class DocumentIndex:
                 continue
             if known.get(str(f)) == digest and not stale:
                 report.unchanged_files += 1
-            elif str(f) not in known and (was := _moved_from(gone.get(digest, []), f)):
+            elif (
+                not stale and str(f) not in known and (was := _moved_from(gone.get(digest, []), f))
+            ):
                 self._move(was, str(f))  # moved, or typed from elsewhere: the same reader
                 report.moved_files += 1
             else:
@@ -338,7 +342,7 @@ class DocumentIndex:
         report.read.skipped = [  # a changed file that no longer reads keeps its old text
             (f, f"{why}; the version indexed earlier is kept" if f in known else why)
             for f, why in report.read.skipped
-        ]
+        ] + walk_skipped
         total, done = sum(len(rows) for _, rows in chunked), 0
         for path, rows in chunked:  # ... then embedded, with progress over the chunks
             self._drop(str(path), dense)
@@ -416,21 +420,8 @@ class DocumentIndex:
         self.db.execute("delete from files where path = ?", (path,))
 
     def _build_bm25(self) -> None:
-        bm25s = _bm25s()
-
         rows = self.db.execute("select id, text from chunks order by id").fetchall()
-        ids = np.asarray([r[0] for r in rows], dtype=np.int64)
-        out = self.directory / "bm25"
-        if not rows:  # bm25s cannot save an empty index; a search of no chunks finds none
-            shutil.rmtree(out, ignore_errors=True)
-            self._bm25 = None
-            return
-        retriever = bm25s.BM25()
-        tokens = bm25s.tokenize([r[1] for r in rows], stemmer=_stemmer(), show_progress=False)
-        retriever.index(tokens, show_progress=False)
-        retriever.save(str(out), show_progress=False)
-        np.save(out / "chunk_ids.npy", ids)
-        self._bm25 = (retriever, ids)
+        self._bm25 = lexical.build(self.directory, rows)
 
     # ---- searching ---------------------------------------------------------------------
 
@@ -471,21 +462,9 @@ class DocumentIndex:
         return list(zip(sparse, dense, strict=True))
 
     def _bm25_ranked(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
-        bm25s = _bm25s()
-
         if self._bm25 is None:
-            path = self.directory / "bm25"
-            self._bm25 = (bm25s.BM25.load(str(path)), np.load(path / "chunk_ids.npy"))
-        retriever, ids = self._bm25
-        tokens = bm25s.tokenize(
-            list(queries), stemmer=_stemmer(), return_ids=False, show_progress=False
-        )
-        k = min(k, len(ids))
-        docs, scores = retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        return [
-            [(int(ids[d]), float(s)) for d, s in zip(row, srow, strict=True) if s > 0]
-            for row, srow in zip(docs, scores, strict=True)
-        ]
+            self._bm25 = lexical.load(self.directory)
+        return lexical.ranked(self._bm25, queries, k)
 
     def _dense_ranked(self, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:
         return self.dense.search(self.encoder(list(queries)).astype(np.float32), k)
@@ -553,6 +532,23 @@ def fuse(
     return sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+def require_index(directory: str | Path) -> bool:
+    """FileNotFoundError unless ``directory`` is a document index (a check of a file, for a
+    command to make before it loads a reader); whether its last update was interrupted."""
+    interrupted = (Path(directory) / UPDATING_FILE).is_file()
+    if not (Path(directory) / INDEX_FILE).is_file():
+        if interrupted:
+            raise FileNotFoundError(
+                f"{directory}: its first build stopped before it finished; run "
+                "`structqa index FOLDER --out INDEX` again"
+            )
+        raise FileNotFoundError(
+            f"{directory}: not a document index (no {INDEX_FILE}); build one with "
+            "`structqa index FOLDER --out INDEX`"
+        )
+    return interrupted
+
+
 def _moved_from(candidates: list[str], new: Path) -> str | None:
     """The first of ``candidates`` (paths no longer given, with ``new``'s content) that the
     same reader read (a.txt renamed a.html must be read again), taken from the list."""
@@ -560,21 +556,6 @@ def _moved_from(candidates: list[str], new: Path) -> str | None:
         if reader_kind(old) == reader_kind(new):
             return candidates.pop(i)
     return None
-
-
-def _bm25s():
-    """bm25s, its logger quieted (it sets itself to DEBUG when imported)."""
-    import bm25s
-
-    logging.getLogger("bm25s").setLevel(logging.WARNING)
-    return bm25s
-
-
-def _stemmer():
-    """English Snowball stemming for BM25 (PyStemmer), as the published BM25 baselines use."""
-    import Stemmer
-
-    return Stemmer.Stemmer("english").stemWords
 
 
 def _dimension(encoder: Any) -> int:

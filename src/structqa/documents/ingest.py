@@ -22,6 +22,7 @@ import gzip
 import hashlib
 import json
 import logging
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from structqa.data.hygiene import text_problem
+from structqa.data.records import DataError
+from structqa.data.squad import file_lines
 from structqa.documents.textfiles import Unreadable, decode, html_text
 from structqa.text.spans import pieces
 
@@ -37,6 +40,8 @@ log = logging.getLogger(__name__)
 #: the files that make a folder a document index (:mod:`structqa.documents.index`): never
 #: read as documents, also where the index was built inside the folder it indexes
 INDEX_MARKERS = ("index.json", "chunks.sqlite")
+# said of a folder or link left out by the walk: an update keeps what it indexed from there
+KEPT = "; anything indexed from it earlier is kept"
 # a line or list item of a QA file that is not a JSON object (named when skipped)
 _NOT_A_RECORD = object()
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
@@ -97,27 +102,30 @@ class ReadReport:
         return out + "".join(f"\n  note {f}: {what}" for f, what in self.notes)
 
 
-def files_under(paths: Sequence[str | Path], exclude: Sequence[str | Path] = ()) -> list[Path]:
-    """Every file under ``paths`` (folders recursively, hidden ones left out), sorted; a file
-    reached through two of the paths (``docs docs/a.txt``) is listed once. Left out of a
-    folder: the folders ``exclude`` names and every document index in it (an index built
-    inside the folder it indexes once read its own files as documents on every update)."""
+def files_under(
+    paths: Sequence[str | Path],
+    exclude: Sequence[str | Path] = (),
+    skipped: list[tuple[str, str]] | None = None,
+) -> list[Path]:
+    """Every file under ``paths`` (folders recursively, hidden ones left out, a linked folder
+    followed once), sorted; a file reached through two of the paths (``docs docs/a.txt``) is
+    listed once. Left out of a folder: the folders ``exclude`` names and every document index
+    in it (an index built inside the folder it indexes once read its own files as documents
+    on every update). A folder that cannot be listed and a link to nothing are appended to
+    ``skipped`` as (path, why): once left out in silence, a re-index took their files for
+    deleted ones and dropped them."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            skipped = {Path(x).resolve() for x in exclude} | _indexes_under(p)
-            for d in sorted(skipped):
+            left_out = {Path(x).resolve() for x in exclude} | _indexes_under(p)
+            for d in sorted(left_out):
                 if d.is_relative_to(p.resolve()):
                     log.info("%s: left out, a document index and not documents", d)
-            out += [
-                f
-                for f in sorted(p.rglob("*"))
-                if f.is_file()
-                and not any(part.startswith(".") for part in f.relative_to(p).parts)
-                and not any(f.resolve().is_relative_to(d) for d in skipped)
-            ]
+            out += _walk(p, left_out, skipped if skipped is not None else [])
         elif p.is_file():
             out.append(p)
+        elif p.is_symlink():
+            raise FileNotFoundError(f"{p}: a link to {os.readlink(p)}, which does not exist")
         else:
             raise FileNotFoundError(f"{p}: no such file or folder")
     seen: set[Path] = set()
@@ -127,6 +135,35 @@ def files_under(paths: Sequence[str | Path], exclude: Sequence[str | Path] = ())
             seen.add(real)
             unique.append(f)
     return unique
+
+
+def _walk(top: Path, left_out: set[Path], skipped: list[tuple[str, str]]) -> list[Path]:
+    """The files under ``top`` for :func:`files_under` (os.walk: pathlib's rglob passes over
+    a folder it cannot list without a word)."""
+
+    def unlisted(err: OSError) -> None:
+        why = err.strerror or type(err).__name__
+        skipped.append((str(err.filename), f"a folder that cannot be listed ({why}){KEPT}"))
+
+    found: list[Path] = []
+    visited: set[Path] = set()  # real folders walked: a link back up is not followed again
+    for root, dirs, names in os.walk(top, onerror=unlisted, followlinks=True):
+        here = Path(root)
+        real = here.resolve()
+        if real in visited or any(real.is_relative_to(d) for d in left_out):
+            dirs[:] = []
+            continue
+        visited.add(real)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in names:
+            f = here / name
+            if name.startswith(".") or any(f.resolve().is_relative_to(d) for d in left_out):
+                continue
+            if f.is_file():
+                found.append(f)
+            elif f.is_symlink() and not f.exists():
+                skipped.append((str(f), f"a link to {os.readlink(f)}, which does not exist{KEPT}"))
+    return sorted(found)
 
 
 def _indexes_under(folder: Path) -> set[Path]:
@@ -160,7 +197,10 @@ def read_documents(path: Path, notes: list[str] | None = None) -> list[Document]
         return [_one(path, _checked(decode(path, notes)))]
     if kind == "qa":
         return _collection(path, notes)
-    raise Unreadable(f"not a document type read here ({path.suffix or 'no suffix'})")
+    raise Unreadable(
+        f"not a document type read here ({path.suffix or 'no suffix'}); save it as PDF, HTML "
+        "or text to index it"
+    )
 
 
 def _checked(text: str) -> str:
@@ -181,7 +221,7 @@ def _one(path: Path, text: str) -> Document:
 
 def _pdf(path: Path) -> Document:
     from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
+    from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
     # pypdf's own errors (a damaged file: PdfReadError, LimitReachedError on a reference loop,
     # ...) and what its parsing of a damaged object lets through: one bad PDF is skipped and
@@ -190,7 +230,16 @@ def _pdf(path: Path) -> Document:
     try:
         reader = PdfReader(str(path))
         texts = [page.extract_text() or "" for page in reader.pages]
-    except (*damaged, RecursionError, OSError) as err:
+    except DependencyError as err:  # AES without pypdf's crypto extra
+        raise Unreadable(
+            f"an encrypted PDF that needs a cryptography library ({err}); "
+            "pip install 'pypdf[crypto]' and index it again"
+        ) from None
+    except FileNotDecryptedError:
+        raise Unreadable(
+            "a password-protected PDF; save a copy without the password, or export its text"
+        ) from None
+    except (*damaged, NotImplementedError, AssertionError, RecursionError, OSError) as err:
         raise Unreadable(
             f"not a readable PDF ({type(err).__name__}: {err}); open and re-save it as PDF, "
             "or export its text"
@@ -217,11 +266,11 @@ def context_key(context: str) -> str:
 def _collection(path: Path, notes: list[str] | None = None) -> list[Document]:
     """A BEIR corpus (records with ``_id`` and ``text``) or a SQuAD/MRQA file (each context)."""
     opener: Callable = gzip.open if path.name.lower().endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8-sig") as f:
-            head = f.read(1 << 16)
-    except (OSError, UnicodeDecodeError, EOFError) as err:
-        raise Unreadable(f"cannot be read as text ({err})") from None
+    try:  # (a stray byte here is the line reader's to name, with its line)
+        with opener(path, "rb") as f:
+            head = f.read(1 << 16).decode("utf-8", errors="replace").lstrip("\ufeff")
+    except (OSError, EOFError, zlib.error) as err:
+        raise Unreadable(f"cannot be read ({type(err).__name__}: {err})") from None
     lines = [line for line in head.splitlines()[:5] if line.strip()]
     # a BEIR corpus: records of one line each, with an _id (a bad first line is skipped later)
     if lines and lines[0].lstrip()[:1] == "{" and any('"_id"' in line for line in lines):
@@ -230,9 +279,15 @@ def _collection(path: Path, notes: list[str] | None = None) -> list[Document]:
                 "a BEIR queries file (its questions, not documents); index the corpus alone, "
                 "and give this file to `structqa evaluate-retrieval --queries`"
             )
-        return _beir(path, opener, notes)
+        return _beir(path, notes)
     try:
         contexts = _qa_contexts(path, notes)
+    except DataError as err:
+        if err.field_name != "(file)":
+            raise Unreadable(
+                f"neither a BEIR corpus nor a SQuAD/MRQA/flat SQuAD file ({err})"
+            ) from None
+        raise Unreadable(f"{err.record}: {err.problem}") from None  # (a .gz cut short)
     except (ValueError, OSError, EOFError, zlib.error) as err:  # (a .gz cut short, too)
         raise Unreadable(
             f"neither a BEIR corpus nor a SQuAD/MRQA/flat SQuAD file ({err})"
@@ -270,7 +325,7 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
                 context = paragraph.get("context") if isinstance(paragraph, dict) else None
                 found.append((f"data[{i}].paragraphs[{j}]", title, context))
     elif kind == "mrqa":
-        for where, record in _json_lines(path):
+        for where, record in _json_lines(path, notes):
             if not (isinstance(record, dict) and "header" in record):
                 found.append((where, "", _context(record)))
     elif kind == "flat":  # Hugging Face's SQuAD records: a JSON list, or one a line
@@ -281,7 +336,7 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
             records = enumerate(doc if isinstance(doc, list) else [])
             found.extend((f"record {i}", _title(r), _context(r)) for i, r in records)
         else:
-            found.extend((w, _title(r), _context(r)) for w, r in _json_lines(path))
+            found.extend((w, _title(r), _context(r)) for w, r in _json_lines(path, notes))
     else:
         raise ValueError(f"a {kind} file")
     contexts, bad = [], []
@@ -300,18 +355,27 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
     return contexts
 
 
-def _json_lines(path: Path) -> Iterator[tuple[str, object]]:
+def _json_lines(path: Path, notes: list[str] | None) -> Iterator[tuple[str, object]]:
     """(``line N``, its record) of each non-blank line; a line that is not JSON (or nested
-    too deeply to parse) is ``None``, a passage without a context that the caller names."""
-    from structqa.data.squad import open_text
+    too deeply to parse) is ``None``, a passage without a context that the caller names.
+    Bytes that are not UTF-8 are read as U+FFFD, their lines named in ``notes``."""
+    mended: list[int] = []
+    for lineno, line in file_lines(path, mended):
+        if line.strip():
+            try:
+                yield f"line {lineno}", json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                yield f"line {lineno}", None
+    _note_mended(mended, notes)
 
-    with open_text(path) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    yield f"line {lineno}", json.loads(line)
-                except (json.JSONDecodeError, RecursionError):
-                    yield f"line {lineno}", None
+
+def _note_mended(mended: list[int], notes: list[str] | None) -> None:
+    if mended and notes is not None:
+        shown = ", ".join(map(str, mended[:10])) + (" ..." if len(mended) > 10 else "")
+        notes.append(
+            f"{len(mended)} line(s) not valid UTF-8, read with U+FFFD for the bytes that are "
+            f"not (lines {shown}); save the file as UTF-8 to keep those characters"
+        )
 
 
 def _title(record: object) -> str:
@@ -335,7 +399,7 @@ def _field(record: dict, name: str) -> str:
     return value
 
 
-def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[Document]:
+def _beir(path: Path, notes: list[str] | None = None) -> list[Document]:
     """A BEIR corpus; a line that is not a record is skipped and named in ``notes`` (one bad
     line in a corpus of thousands once lost the whole file), a file with none is unreadable."""
     docs: list[Document] = []
@@ -344,36 +408,37 @@ def _beir(path: Path, opener: Callable, notes: list[str] | None = None) -> list[
     fields: set[str] = set()
     first_error = ""
     lineno = 0
+    mended: list[int] = []
     try:
-        with opener(path, "rt", encoding="utf-8-sig") as f:
-            for lineno, line in enumerate(f, start=1):  # noqa: B007 (named in the error)
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                    if isinstance(rec, dict):
-                        fields.update(map(str, rec))
-                    doc_id, text, title = str(rec["_id"]), _field(rec, "text"), _field(rec, "title")
-                    for name, value in (("title", title), ("text", text)):
-                        if (problem := text_problem(value)) is not None:
-                            raise ValueError(f"its {name} contains {problem}")
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-                    bad.append(lineno)
-                    first_error = first_error or f"line {lineno}: {type(err).__name__} {err}"
-                    continue
-                full = "\n\n".join(part for part in (title, text) if part.strip())
-                if full.strip():
-                    docs.append(Document(doc_id, str(path), title, full))
-                else:
-                    empty.append(lineno)
-    # damage past the part read to recognise the format: a truncated .gz, bytes not UTF-8
-    except (OSError, EOFError, UnicodeDecodeError) as err:
+        for lineno, line in file_lines(path, mended):  # noqa: B007 (named in the error)
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                if isinstance(rec, dict):
+                    fields.update(map(str, rec))
+                doc_id, text, title = str(rec["_id"]), _field(rec, "text"), _field(rec, "title")
+                for name, value in (("title", title), ("text", text)):
+                    if (problem := text_problem(value)) is not None:
+                        raise ValueError(f"its {name} contains {problem}")
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+                bad.append(lineno)
+                first_error = first_error or f"line {lineno}: {type(err).__name__} {err}"
+                continue
+            full = "\n\n".join(part for part in (title, text) if part.strip())
+            if full.strip():
+                docs.append(Document(doc_id, str(path), title, full))
+            else:
+                empty.append(lineno)
+    # damage past the part read to recognise the format: a truncated .gz
+    except (OSError, DataError) as err:
+        why = err.problem if isinstance(err, DataError) else f"{type(err).__name__}: {err}"
         raise Unreadable(
-            f"unreadable after line {lineno} ({type(err).__name__}: {err}); "
-            "fix or re-download the file"
+            f"unreadable after line {lineno} ({why}); fix or re-download the file"
         ) from None
     if bad and not docs:
         raise Unreadable(f"no line is a corpus record ({first_error})")
+    _note_mended(mended, notes)
     if empty and not docs:
         raise Unreadable(
             f"no record has a title or a text ({len(empty)} records with the fields "
@@ -502,6 +567,11 @@ def read_all(paths: Iterable[Path], report: ReadReport) -> Iterator[tuple[Path, 
             docs = read_documents(path, notes)
         except (Unreadable, OSError) as err:
             report.skipped.append((str(path), str(err)))
+            continue
+        except Exception as err:  # a reader's failure on one file is that file's alone
+            log.debug("%s: not read", path, exc_info=True)
+            why = f"{type(err).__name__}: {err}"
+            report.skipped.append((str(path), f"not read ({why}); save it again, or as text"))
             continue
         finally:
             report.notes += [(str(path), note) for note in notes]

@@ -47,9 +47,11 @@ def decode(path: Path, notes: list[str] | None, html: bool = False) -> str:
     if declared is not None and declared != "utf-8":
         try:
             return data.decode(declared)
-        except UnicodeDecodeError as err:
+        except UnicodeError as err:  # (a codec such as idna fails with a plain UnicodeError)
+            at = f" at byte {err.start}" if isinstance(err, UnicodeDecodeError) else ""
+            reason = err.reason if isinstance(err, UnicodeDecodeError) else str(err)
             if notes is not None:
-                notes.append(f"declares {declared} but is not ({err.reason} at byte {err.start})")
+                notes.append(f"declares {declared} but is not ({reason}{at})")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -91,9 +93,13 @@ def _declared_charset(data: bytes) -> str | None:
     if found is None:
         return None
     try:
-        name = codecs.lookup(found.group(1).decode("ascii")).name
+        codec = codecs.lookup(found.group(1).decode("ascii"))
     except LookupError:
         return None
+    # a bytes-to-bytes codec (hex, base64, rot13) is no charset: CPython marks text codecs
+    if not getattr(codec, "_is_text_encoding", True):
+        return None
+    name = codec.name
     if name.startswith(("utf-16", "utf-32")):
         return "utf-8"
     return "cp1252" if name in ("latin-1", "iso8859-1", "ascii") else name
@@ -141,7 +147,16 @@ class _TextOf(html.parser.HTMLParser):
 
 
 def html_text(source: str) -> str:
+    """The visible text of an HTML page, or :class:`Unreadable` where the standard library's
+    parser gives up on it (a malformed ``<![`` section, say)."""
     parser = _TextOf()
-    parser.feed(source)
+    try:
+        parser.feed(source)
+        parser.close()
+    except (AssertionError, ValueError) as err:
+        raise Unreadable(
+            f"HTML the parser cannot read ({type(err).__name__}: {err}); open it in a browser "
+            "and save it again, or save its text"
+        ) from None
     text = re.sub(r"[ \t\r\f\v]+", " ", "".join(parser.parts))
     return re.sub(r" *\n\s*\n\s*", "\n\n", text).strip()

@@ -53,7 +53,10 @@ class FaissStore:
         if self.path.is_file():
             self.index = faiss.read_index(str(self.path))
         elif dim is None:
-            raise FileNotFoundError(f"{self.path}: missing; build the index again")
+            raise FileNotFoundError(
+                f"{self.path}: missing, so the index has lost its vectors; delete {directory} "
+                f"and build it again (`structqa index FOLDER --out {directory}`)"
+            )
         else:
             self.index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
 
