@@ -192,6 +192,28 @@ def test_shapes_and_finiteness(tiny_checkpoint, tokenizer):
     assert len(preds) == b and all(isinstance(p.text, str) for p in preds)
 
 
+def test_an_answer_that_never_ends_stops_at_max_decode_len(tiny_checkpoint, tokenizer):
+    """Without a [SEP], an answer once kept max_decode_len + 1 tokens (the step that could
+    have been its [SEP])."""
+    model = build(tiny_checkpoint, GenBERTConfig(max_decode_len=3))
+    features, _, batch = batch_of(tokenizer)
+    model.eval()
+    seven = int(tokenizer.convert_tokens_to_ids("7"))
+    vocab = model.encoder.config.vocab_size
+
+    def never_ends(ys: torch.Tensor, memory, memory_mask) -> torch.Tensor:  # noqa: ARG001
+        logits = torch.zeros(ys.shape[0], ys.shape[1], vocab)
+        logits[..., seven] = 1.0
+        return logits
+
+    generate = torch.zeros(3)
+    generate[GENERATE] = 10.0
+    model.decode = never_ends  # type: ignore[method-assign]
+    model.type_head.forward = lambda h: generate.expand(h.shape[0], 3)  # type: ignore[method-assign]
+    preds = model.predict(batch, features, tokenizer)
+    assert [p.text.replace(" ", "") for p in preds] == ["777"] * len(preds)
+
+
 def test_decoder_shares_encoder_weights(tiny_checkpoint, tokenizer):
     model = build(tiny_checkpoint)
     for i, block in enumerate(model.encoder.layers):

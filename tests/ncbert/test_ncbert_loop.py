@@ -178,6 +178,15 @@ def test_type_window_must_hold_its_words():
         load_drop_config(overrides=["model.max_decode_len=0"])
 
 
+def test_decoding_shorter_than_the_answers_trained_on_is_said(caplog):
+    """Targets of 16 tokens hold answers of 14: decoding stopped at 12 cut the longest."""
+    with caplog.at_level("WARNING"):
+        assert load_drop_config().model.max_decode_len == 14
+        assert not caplog.records
+        load_drop_config(overrides=["model.max_decode_len=12"])
+    assert "shorter than the answers training sees" in caplog.text and "14 tokens" in caplog.text
+
+
 def test_a_gzipped_drop_file_is_scored_and_a_repeat_across_files_refused(
     tmp_path, tiny_checkpoint, shared_data
 ):

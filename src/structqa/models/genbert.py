@@ -89,7 +89,7 @@ class GenBERTConfig:
     dice_weight: float = 0.0  # L = L_ans + dice_weight * L_num
     dice_pairs: int = 4  # sampled number pairs per example
     dice_seed: int = 0
-    max_decode_len: int = 12  # greedy decoding: generated tokens before [SEP]
+    max_decode_len: int = 14  # greedy decoding: answer tokens before [SEP]
     max_span_len: int = 30  # span extraction: tokens per span
     lsdf: bool = False  # decoder targets are least significant digit first
 
@@ -424,8 +424,10 @@ class GenBERT(nn.Module):
             kind = int(kinds[row])
             probs = tuple(float(x) for x in type_probs[row].tolist())
             if kind == GENERATE:
-                ids = generated[row]
-                ids = ids[: ids.index(sep_id)] if sep_id in ids else ids
+                ids = generated[row]  # to its [SEP]; else (none) the longest answer allowed
+                ids = (
+                    ids[: ids.index(sep_id)] if sep_id in ids else ids[: self.config.max_decode_len]
+                )
                 tokens = tuple(tokenizer.convert_ids_to_tokens(ids))
                 text = tokens_to_text(tokens, self.config.lsdf)
                 spans = generated_spans(text, feature.question, feature.passage)

@@ -10,6 +10,7 @@ resolved config is saved in every checkpoint (``structqa_config.json``), which i
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,8 @@ from structqa.features.drop_features import DropFeatureConfig
 from structqa.models.genbert import GenBERTConfig
 from structqa.runtime import check_bf16
 from structqa.text.annotate import DEFAULT_MODEL
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -54,7 +57,8 @@ class DropModelConfig:
     dice_weight: float = setting(0.0, "weight of the DICE loss (Eq. 7); 0: off")
     dice_pairs: int = setting(4, "number pairs per example for DICE")
     lsdf: bool = setting(False, "numbers in decoder targets least significant digit first")
-    max_decode_len: int = setting(12, "longest generated answer, in tokens")
+    # the longest target data.max_decoder_len keeps, less its [CLS] and [SEP]
+    max_decode_len: int = setting(14, "longest generated answer, in tokens")
     max_span_len: int = setting(30, "longest extracted span answer, in tokens")
     dropout: float | None = setting(None, "hidden dropout; null: the checkpoint's")
 
@@ -185,6 +189,14 @@ def validate(cfg: DropConfig) -> DropConfig:
         raise ConfigError(
             f"model.max_decode_len and model.max_span_len must be >= 1, got "
             f"{m.max_decode_len} and {m.max_span_len}"
+        )
+    if m.max_decode_len < d.max_decoder_len - 2:
+        log.warning(
+            "model.max_decode_len %d is shorter than the answers training sees (data."
+            "max_decoder_len %d: up to %d tokens): longer answers are cut when generated",
+            m.max_decode_len,
+            d.max_decoder_len,
+            d.max_decoder_len - 2,
         )
     if m.dice_weight < 0:
         raise ConfigError(f"model.dice_weight must be >= 0, got {m.dice_weight}")
