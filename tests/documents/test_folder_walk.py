@@ -13,29 +13,47 @@ import pytest
 from test_documents import pdf_bytes
 
 from structqa.cli import main
+from structqa.data.readers import read_examples
+from structqa.data.records import DataError
 from structqa.documents import DocumentIndex, ingest
+from structqa.documents.folders import files_under
 from structqa.documents.index import INDEX_FILE
-from structqa.documents.ingest import ReadReport, files_under, read_all, read_documents
+from structqa.documents.ingest import ReadReport, read_all, read_documents
 from structqa.documents.textfiles import Unreadable
 
 
-def test_links_are_followed_once_and_a_link_to_nothing_is_named(tmp_path: Path) -> None:
+def test_links_are_followed_once_and_a_link_to_nothing_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     shared = tmp_path / "shared"
-    shared.mkdir()
+    (shared / "old").mkdir(parents=True)
     (shared / "notes.txt").write_text("Shared notes.", encoding="utf-8")
+    (shared / "old" / "index.json").write_text("{}", encoding="utf-8")  # an index in it
+    (shared / "old" / "chunks.sqlite").write_bytes(b"")
+    (tmp_path / "secret.txt").write_text("Not the folder's.", encoding="utf-8")
     docs = tmp_path / "docs"
-    docs.mkdir()
+    (docs / "reports").mkdir(parents=True)
     (docs / "a.txt").write_text("A.", encoding="utf-8")
+    (docs / "reports" / "q1.txt").write_text("Q1.", encoding="utf-8")
     (docs / "linked").symlink_to(shared)  # a folder kept elsewhere: read through its link
-    (docs / "up").symlink_to(docs)  # a link back up: not walked round and round
+    (docs / "also").symlink_to(shared)  # a second link to it: read once
+    (docs / "current").symlink_to(docs / "reports")  # within: read where the files are
+    (docs / "up").symlink_to(docs)  # back up to the folder itself
+    (docs / "parent").symlink_to(tmp_path)  # above it: not the folder's to read
     (docs / "gone.txt").symlink_to(tmp_path / "unmounted" / "gone.txt")
+    (docs / "loop.txt").symlink_to("loop.txt")  # a link to itself
     skipped: list[tuple[str, str]] = []
-    found = files_under([docs], skipped=skipped)
-    assert found == [docs / "a.txt", docs / "linked" / "notes.txt"]
-    ((name, why),) = skipped
-    assert name == str(docs / "gone.txt") and "which does not exist" in why
+    found = files_under([docs], exclude=[tmp_path / "index"], skipped=skipped)
+    assert found == [docs / "a.txt", docs / "also" / "notes.txt", docs / "reports" / "q1.txt"]
+    reasons = dict(skipped)
+    assert set(reasons) == {str(docs / "gone.txt"), str(docs / "loop.txt")}
+    assert "which does not exist" in reasons[str(docs / "gone.txt")]
+    assert "leads round in a loop" in reasons[str(docs / "loop.txt")]
     with pytest.raises(FileNotFoundError, match="a link to"):
         files_under([docs / "gone.txt"])  # given by name: the run stops, saying why
+    out = tmp_path / "cli-index"
+    assert main(["index", str(docs / "gone.txt"), "--out", str(out), "--no-progress"]) == 2
+    assert "which does not exist" in capsys.readouterr().err and not out.exists()
 
 
 def test_an_unlistable_folder_is_named_and_what_it_held_stays_indexed(
@@ -109,6 +127,32 @@ def test_a_stray_byte_in_a_qa_file_costs_no_passage(tmp_path: Path) -> None:
     assert "1 line(s) not valid UTF-8" in note and "(lines 4)" in note
 
 
+def test_flat_records_and_old_mac_line_ends(tmp_path: Path) -> None:
+    """A stray byte near the top of Hugging Face's SQuAD lines once lost the file (its kind
+    was told by decoding the head as text); lines ended by a lone CR were one line."""
+    record = {
+        "id": "1",
+        "title": "Bees",
+        "context": "Bees dance.",
+        "question": "What do bees do?",
+        "answers": {"text": ["dance"], "answer_start": [5]},
+    }
+    lines = [json.dumps({**record, "id": str(i), "context": f"Bees dance {i}."}) for i in range(3)]
+    raw = "\n".join(lines).encode().replace(b"dance 1", b"dance\xe9 1")
+    flat = tmp_path / "train.jsonl"
+    flat.write_bytes(raw)
+    notes: list[str] = []
+    assert len(read_documents(flat, notes)) == 3
+    assert "(lines 2)" in notes[0]
+    with pytest.raises(DataError, match="record 'line 2'"):
+        read_examples(flat)  # training names the line; it never guesses a character
+    mac = tmp_path / "mac.jsonl"
+    header = json.dumps({"header": {"dataset": "x"}})
+    body = [json.dumps({"context": f"Passage {i}.", "qas": []}) for i in range(3)]
+    mac.write_bytes("\r".join([header, *body]).encode())
+    assert len(read_documents(mac)) == 3
+
+
 def test_a_password_protected_pdf_says_so(tmp_path: Path) -> None:
     from io import BytesIO
 
@@ -139,9 +183,14 @@ def test_bm25_left_mid_swap_by_a_crash_is_put_back(small: Path, tmp_path: Path) 
     DocumentIndex(out).update([small])
     assert not (out / "bm25.tmp").exists()
     (out / "bm25").rename(out / "bm25.old")  # the crash: between replace_dir's two renames
-    with DocumentIndex.open(out) as index:
+    with DocumentIndex.open(out) as index:  # read where it lies: an update may be under way
         assert index.search("volcano Etna", 1, "bm25")[0].source == str(small / "etna.txt")
-    assert (out / "bm25").is_dir()
+    assert not (out / "bm25").exists()
+    (small / "bees.txt").write_text("Bumblebees sleep in flowers at night.", encoding="utf-8")
+    with DocumentIndex(out) as index:  # the next update writes it whole, the old one gone
+        index.update([small])
+        assert index.search("bumblebees", 1, "bm25")[0].source == str(small / "bees.txt")
+    assert (out / "bm25").is_dir() and not (out / "bm25.old").exists()
 
 
 def test_a_file_moved_while_the_readers_changed_is_read_again(small: Path, tmp_path: Path) -> None:

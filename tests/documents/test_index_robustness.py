@@ -16,8 +16,9 @@ from test_documents import BEES, VOLCANO, pdf_bytes
 from structqa.cli import main
 from structqa.documents import DocumentIndex
 from structqa.documents import index as index_module
+from structqa.documents.folders import files_under
 from structqa.documents.index import READERS_VERSION
-from structqa.documents.ingest import Unreadable, files_under, read_documents
+from structqa.documents.ingest import Unreadable, read_documents
 from structqa.documents.vectors import FaissStore
 from structqa.paths import default_encoder_path
 

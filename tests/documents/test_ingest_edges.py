@@ -172,7 +172,7 @@ def test_a_damaged_qa_file_is_skipped_not_fatal(tmp_path: Path) -> None:
     assert list(docs) == ["ok.txt"]
     reasons = dict(report.skipped)
     cut = reasons[str(tmp_path / "cut.jsonl.gz")]  # where the damage is, and what to do
-    assert cut.startswith("line ") and "compressed data cut short" in cut and "copy" in cut
+    assert "compressed data cut short" in cut and "copy the file again" in cut
     assert "no contexts" in reasons[str(tmp_path / "odd.json")]
 
 

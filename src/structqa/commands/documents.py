@@ -47,6 +47,7 @@ def _reader(checkpoint: str | None) -> str:
 def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG001
 
     from structqa.documents import DocumentIndex
+    from structqa.documents.folders import files_under
 
     # checked before the index folder is made: a PATH that does not exist, or an index that
     # would hold its own documents, stops the run first; an index built inside a folder it
@@ -54,7 +55,7 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
     out = Path(args.out).resolve()
     for path in map(Path, args.paths):
         if not path.exists():
-            raise FileNotFoundError(f"{path}: no such file or folder")
+            files_under([path])  # FileNotFoundError: no such file or folder, or a dead link
         if path.resolve().is_relative_to(out):
             raise ValueError(
                 f"--out {args.out} holds {path}: the index would leave out the documents it "

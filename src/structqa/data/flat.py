@@ -24,10 +24,10 @@ from structqa.data.squad import (
     load_json,
     located_answer,
     make_example,
-    open_text,
     parse_json,
     read_records,
     skip_unreadable,
+    starts_with,
 )
 
 #: The keys that tell a flat record from an MRQA context line (which has "qas").
@@ -43,9 +43,7 @@ def read_flat(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
     """Read flat SQuAD records (see the module docs) into examples; ``dedupe_ids``: see
     :class:`~structqa.data.squad.QuestionIds`."""
     path = Path(path)
-    with open_text(path) as handle:
-        head = handle.read(4096).lstrip()
-    if head.startswith("["):
+    if starts_with(path, b"["):
         return read_flat_list(load_json(path), path, dedupe_ids=dedupe_ids)
     return read_records(_lines(path), str(path), dedupe_ids, _read_record)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
+import codecs
 import json
 import re
 from collections.abc import Callable
@@ -12,7 +12,7 @@ from structqa.data.drop import DropDataset, read_drop
 from structqa.data.flat import is_flat_record, read_flat
 from structqa.data.mrqa import read_mrqa
 from structqa.data.records import DataError, Dataset
-from structqa.data.squad import UNREADABLE, read_squad, unreadable
+from structqa.data.squad import UNREADABLE, open_bytes, read_squad, unreadable
 from structqa.data.table import is_table, read_table
 
 # DROP's records differ from the SQuAD family's (numbers, dates, several spans). The SQuAD
@@ -57,14 +57,18 @@ def detect_format(path: str | Path) -> str:
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
     jsonl = bool(suffixes) and suffixes[-1] == ".jsonl"
-    opener: Callable = gzip.open if path.suffix.lower() == ".gz" else open
+    # the format, not the text: read as bytes, a stray byte shown as U+FFFD is the reader's
+    # to name, with its line; 4 bytes a character hold the first _SNIFF_CHARS characters
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     try:
-        with opener(path, "rb") as handle:
-            raw = handle.read(_SNIFF_CHARS)
-            if jsonl and b"\n" not in raw.lstrip():  # a first record longer than the head
-                raw += handle.readline()
-        # the format, not the text: a stray byte is the reader's to name, with its line
-        head = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
+        with open_bytes(path) as handle:
+            raw = handle.read(4 * _SNIFF_CHARS)
+            text = decoder.decode(raw).removeprefix("\ufeff")
+            head = text[:_SNIFF_CHARS]
+            if jsonl and "\n" not in head.lstrip():  # a first record longer than the head
+                start = len(text) - len(text.lstrip())
+                end = text.find("\n", start)
+                head = text[:end] if end >= 0 else text + decoder.decode(handle.readline())
     except UNREADABLE as err:  # a corrupt or cut-short .gz
         raise DataError(str(path), "(file)", "(encoding)", unreadable(err)) from None
     if not head.strip():
@@ -80,7 +84,7 @@ def detect_format(path: str | Path) -> str:
     for name, signature in _JSON_SIGNATURES:
         if signature.search(head):
             return name
-    if head.count("\ufffd") > raw.count("\ufffd".encode()):  # read with bytes mended
+    if head.count("\ufffd") > raw.count("\ufffd".encode()):  # bytes that are not UTF-8
         raise ValueError(
             f"{path}: not UTF-8 text, and no data format could be told from its first "
             f"{_SNIFF_CHARS} characters; save it as UTF-8"

@@ -91,25 +91,42 @@ def file_lines(path: Path, mended: list[int] | None = None) -> Iterator[tuple[in
     was named at the first line of its block): DataError, or (``mended`` given) read as
     U+FFFD and its line number appended there."""
     name = str(path)
-    opener: Callable = gzip.open if path.suffix.lower() == ".gz" else open
     lineno = 0
     try:
-        with opener(path, "rb") as handle:
-            for lineno, raw in enumerate(handle, start=1):  # noqa: B007 (named in the error)
-                if lineno == 1:
-                    raw = raw.removeprefix(codecs.BOM_UTF8)
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    if mended is None:
-                        raise DataError(
-                            name, f"line {lineno}", "(file)", unreadable(err, "data")
-                        ) from None
-                    line = raw.decode("utf-8", errors="replace")
-                    mended.append(lineno)
-                yield lineno, line
+        with open_bytes(path) as handle:
+            for raw in handle:  # lines end at \n; a lone \r ends one too, as in text mode
+                pieces = raw.splitlines(keepends=True) if b"\r" in raw else (raw,)
+                for piece in pieces:
+                    lineno += 1
+                    if lineno == 1:
+                        piece = piece.removeprefix(codecs.BOM_UTF8)
+                    try:
+                        line = piece.decode("utf-8")
+                    except UnicodeDecodeError as err:
+                        if mended is None:
+                            raise DataError(
+                                name, f"line {lineno}", "(file)", unreadable(err, "data")
+                            ) from None
+                        line = piece.decode("utf-8", errors="replace")
+                        mended.append(lineno)
+                    yield lineno, line
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # a .gz cut short or damaged
         raise DataError(name, f"line {lineno + 1}", "(file)", unreadable(err, "data")) from None
+
+
+def open_bytes(path: Path) -> IO[bytes]:
+    """A file's bytes, decompressing ``.gz`` (any case) transparently."""
+    if path.suffix.lower() == ".gz":
+        return gzip.open(path, "rb")
+    return path.open("rb")
+
+
+def starts_with(path: Path, mark: bytes) -> bool:
+    """Whether a (optionally gzipped) file's first character past a byte-order mark and
+    whitespace is ``mark`` (read as bytes: a stray byte further on is the reader's to name)."""
+    with open_bytes(path) as handle:
+        head = handle.read(4096).removeprefix(codecs.BOM_UTF8).lstrip()
+    return head.startswith(mark)
 
 
 def numbered_lines(handle: Iterable[str], path: str) -> Iterator[tuple[int, str]]:

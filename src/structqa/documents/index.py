@@ -37,11 +37,11 @@ import numpy as np
 
 from structqa.data.hygiene import has_readable_text
 from structqa.documents import lexical
+from structqa.documents.folders import files_under
 from structqa.documents.ingest import (
     Chunk,
     ReadReport,
     chunk_document,
-    files_under,
     read_all,
     reader_kind,
 )

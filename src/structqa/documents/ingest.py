@@ -22,7 +22,6 @@ import gzip
 import hashlib
 import json
 import logging
-import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,11 +36,6 @@ from structqa.text.spans import pieces
 
 log = logging.getLogger(__name__)
 
-#: the files that make a folder a document index (:mod:`structqa.documents.index`): never
-#: read as documents, also where the index was built inside the folder it indexes
-INDEX_MARKERS = ("index.json", "chunks.sqlite")
-# said of a folder or link left out by the walk: an update keeps what it indexed from there
-KEPT = "; anything indexed from it earlier is kept"
 # a line or list item of a QA file that is not a JSON object (named when skipped)
 _NOT_A_RECORD = object()
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst")
@@ -100,75 +94,6 @@ class ReadReport:
             return out
         out += "".join(f"\n  skipped {f}: {why}" for f, why in self.skipped)
         return out + "".join(f"\n  note {f}: {what}" for f, what in self.notes)
-
-
-def files_under(
-    paths: Sequence[str | Path],
-    exclude: Sequence[str | Path] = (),
-    skipped: list[tuple[str, str]] | None = None,
-) -> list[Path]:
-    """Every file under ``paths`` (folders recursively, hidden ones left out, a linked folder
-    followed once), sorted; a file reached through two of the paths (``docs docs/a.txt``) is
-    listed once. Left out of a folder: the folders ``exclude`` names and every document index
-    in it (an index built inside the folder it indexes once read its own files as documents
-    on every update). A folder that cannot be listed and a link to nothing are appended to
-    ``skipped`` as (path, why): once left out in silence, a re-index took their files for
-    deleted ones and dropped them."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            left_out = {Path(x).resolve() for x in exclude} | _indexes_under(p)
-            for d in sorted(left_out):
-                if d.is_relative_to(p.resolve()):
-                    log.info("%s: left out, a document index and not documents", d)
-            out += _walk(p, left_out, skipped if skipped is not None else [])
-        elif p.is_file():
-            out.append(p)
-        elif p.is_symlink():
-            raise FileNotFoundError(f"{p}: a link to {os.readlink(p)}, which does not exist")
-        else:
-            raise FileNotFoundError(f"{p}: no such file or folder")
-    seen: set[Path] = set()
-    unique = []
-    for f in out:
-        if (real := f.resolve()) not in seen:
-            seen.add(real)
-            unique.append(f)
-    return unique
-
-
-def _walk(top: Path, left_out: set[Path], skipped: list[tuple[str, str]]) -> list[Path]:
-    """The files under ``top`` for :func:`files_under` (os.walk: pathlib's rglob passes over
-    a folder it cannot list without a word)."""
-
-    def unlisted(err: OSError) -> None:
-        why = err.strerror or type(err).__name__
-        skipped.append((str(err.filename), f"a folder that cannot be listed ({why}){KEPT}"))
-
-    found: list[Path] = []
-    visited: set[Path] = set()  # real folders walked: a link back up is not followed again
-    for root, dirs, names in os.walk(top, onerror=unlisted, followlinks=True):
-        here = Path(root)
-        real = here.resolve()
-        if real in visited or any(real.is_relative_to(d) for d in left_out):
-            dirs[:] = []
-            continue
-        visited.add(real)
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in names:
-            f = here / name
-            if name.startswith(".") or any(f.resolve().is_relative_to(d) for d in left_out):
-                continue
-            if f.is_file():
-                found.append(f)
-            elif f.is_symlink() and not f.exists():
-                skipped.append((str(f), f"a link to {os.readlink(f)}, which does not exist{KEPT}"))
-    return sorted(found)
-
-
-def _indexes_under(folder: Path) -> set[Path]:
-    marker, other = INDEX_MARKERS
-    return {f.parent.resolve() for f in folder.rglob(marker) if (f.parent / other).is_file()}
 
 
 def reader_kind(path: str | Path) -> str:
@@ -283,11 +208,12 @@ def _collection(path: Path, notes: list[str] | None = None) -> list[Document]:
     try:
         contexts = _qa_contexts(path, notes)
     except DataError as err:
-        if err.field_name != "(file)":
+        if err.field_name not in ("(file)", "(encoding)"):
             raise Unreadable(
                 f"neither a BEIR corpus nor a SQuAD/MRQA/flat SQuAD file ({err})"
             ) from None
-        raise Unreadable(f"{err.record}: {err.problem}") from None  # (a .gz cut short)
+        where = "" if err.record == "(file)" else f"{err.record}: "  # (a .gz cut short)
+        raise Unreadable(f"{where}{err.problem}") from None
     except (ValueError, OSError, EOFError, zlib.error) as err:  # (a .gz cut short, too)
         raise Unreadable(
             f"neither a BEIR corpus nor a SQuAD/MRQA/flat SQuAD file ({err})"
@@ -309,7 +235,7 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
     question id once cost a whole file, a passage without questions went missing). A
     passage that is not valid text is skipped and named in ``notes``."""
     from structqa.data.readers import detect_format
-    from structqa.data.squad import load_json, open_text
+    from structqa.data.squad import load_json, starts_with
 
     kind = detect_format(path)
     found: list[tuple[str, str, str]] = []  # (where, title, context)
@@ -329,9 +255,7 @@ def _qa_contexts(path: Path, notes: list[str] | None) -> list[tuple[str, str]]:
             if not (isinstance(record, dict) and "header" in record):
                 found.append((where, "", _context(record)))
     elif kind == "flat":  # Hugging Face's SQuAD records: a JSON list, or one a line
-        with open_text(path) as handle:
-            listed = handle.read(4096).lstrip().startswith("[")
-        if listed:
+        if starts_with(path, b"["):
             doc = load_json(path)
             records = enumerate(doc if isinstance(doc, list) else [])
             found.extend((f"record {i}", _title(r), _context(r)) for i, r in records)

@@ -1,14 +1,16 @@
 """An index folder's BM25 half (bm25s, English Snowball stemming): built from the chunk texts
 into ``bm25/`` with the chunk ids beside it, and searched.
 
-The folder is written whole, then swapped in (:func:`structqa.io.replace_dir`): BM25 and its
-chunk ids written in place, one after the other, could be left apart by a crash between the
-two, and a search then mapped BM25's hits to other chunks until the next update.
+The folder is written whole, then swapped in (:func:`structqa.io.replace_dir`, which also
+clears a ``bm25.old`` an earlier crash left): BM25 and its chunk ids written in place, one
+after the other, could be left apart by a crash between the two, and a search then mapped
+BM25's hits to other chunks until the next update.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from structqa.io import recover_dir, replace_dir
+from structqa.io import replace_dir
 
 FOLDER = "bm25"
 IDS_FILE = "chunk_ids.npy"
@@ -60,10 +62,22 @@ def build(directory: Path, rows: Sequence[tuple[int, str]]) -> Lexical | None:
 
 
 def load(directory: Path) -> Lexical:
-    """The BM25 index :func:`build` wrote (one left mid-swap by a crash is put back first)."""
+    """The BM25 index :func:`build` wrote, its two parts read from one version: a folder
+    swapped while they were read (an update beside a server) is read again. One that a
+    crash left mid-swap is read where it lies (``bm25.old``), not moved: putting it back is
+    the next update's, which could be under way in another process."""
     path = directory / FOLDER
-    recover_dir(path)
-    return bm25s_module().BM25.load(str(path)), np.load(path / IDS_FILE)
+    for _ in range(5):
+        where = path if path.is_dir() else path.with_name(FOLDER + ".old")
+        try:
+            before = os.stat(where).st_ino
+            loaded = bm25s_module().BM25.load(str(where)), np.load(where / IDS_FILE)
+            if os.stat(where).st_ino == before:
+                return loaded
+        except FileNotFoundError:  # removed as it was read (the swap's last step): again
+            if not (path.is_dir() or path.with_name(FOLDER + ".old").is_dir()):
+                raise
+    raise RuntimeError(f"{path}: replaced again and again while read; try again")
 
 
 def ranked(lexical: Lexical, queries: Sequence[str], k: int) -> list[list[tuple[int, float]]]:

@@ -10,7 +10,6 @@ resolved config is saved in every checkpoint (``structqa_config.json``), which i
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,8 +20,6 @@ from structqa.features.drop_features import DropFeatureConfig
 from structqa.models.genbert import GenBERTConfig
 from structqa.runtime import check_bf16
 from structqa.text.annotate import DEFAULT_MODEL
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -151,6 +148,18 @@ class DropConfig:
         return dataclasses.asdict(self)
 
 
+def decode_cap_note(cfg: DropConfig) -> str | None:
+    """What a run is told where decoding stops short of the answers it trains on, or None."""
+    m, d = cfg.model, cfg.data
+    if m.max_decode_len >= d.max_decoder_len - 2:
+        return None
+    return (
+        f"model.max_decode_len {m.max_decode_len} is shorter than the answers training sees "
+        f"(data.max_decoder_len {d.max_decoder_len}: up to {d.max_decoder_len - 2} tokens): "
+        "longer answers are cut when generated"
+    )
+
+
 def validate(cfg: DropConfig) -> DropConfig:
     """Check what type coercion cannot: ranges, names, combinations."""
     m, d, t = cfg.model, cfg.data, cfg.train
@@ -189,14 +198,6 @@ def validate(cfg: DropConfig) -> DropConfig:
         raise ConfigError(
             f"model.max_decode_len and model.max_span_len must be >= 1, got "
             f"{m.max_decode_len} and {m.max_span_len}"
-        )
-    if m.max_decode_len < d.max_decoder_len - 2:
-        log.warning(
-            "model.max_decode_len %d is shorter than the answers training sees (data."
-            "max_decoder_len %d: up to %d tokens): longer answers are cut when generated",
-            m.max_decode_len,
-            d.max_decoder_len,
-            d.max_decoder_len - 2,
         )
     if m.dice_weight < 0:
         raise ConfigError(f"model.dice_weight must be >= 0, got {m.dice_weight}")

@@ -57,7 +57,7 @@ from structqa.models.build import (
     set_dropout,
 )
 from structqa.models.genbert import GenBERT
-from structqa.ncbert.config import DropConfig, validate
+from structqa.ncbert.config import DropConfig, decode_cap_note, validate
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.runtime import autocast, use_bf16
 from structqa.training.trainer import CheckpointedTask, Env, Evaluation, Settings, fit
@@ -355,6 +355,8 @@ def run(cfg: DropConfig, resume: bool = False, progress: bool = True) -> dict[st
     """Seed, build the model, read and featurize the data, train, then answer the test file
     with ``best/``. Returns the best eval metrics of this stint (None if it trained none)."""
     validate(cfg)
+    if note := decode_cap_note(cfg):
+        log.warning("%s", note)
     set_seed(cfg.train.seed)
     model, tokenizer = build_genbert(cfg)
     data = prepare_data(cfg, tokenizer)

@@ -1,0 +1,113 @@
+"""The files of the folders given to a document index: walked with os.walk (pathlib's rglob
+passes over a folder it cannot list without a word), hidden files and folders left out, links
+to folders outside followed once, document indexes left out, and what cannot be reached named
+with its reason."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: the files that make a folder a document index (:mod:`structqa.documents.index`): never
+#: read as documents, also where the index was built inside the folder it indexes
+INDEX_MARKERS = ("index.json", "chunks.sqlite")
+# said of a folder or link left out by the walk: an update keeps what it indexed from there
+KEPT = "; anything indexed from it earlier is kept"
+
+
+def files_under(
+    paths: Sequence[str | Path],
+    exclude: Sequence[str | Path] = (),
+    skipped: list[tuple[str, str]] | None = None,
+) -> list[Path]:
+    """Every file under ``paths`` (folders recursively, hidden ones left out), sorted; a file
+    reached through two of the paths (``docs docs/a.txt``) is listed once. A folder behind a
+    link is read once where it lies outside the folder (a link within it, or to a folder above
+    it, is not followed: its files are read where they are, or are not the folder's). Left out:
+    the folders ``exclude`` names and every document index (an index built inside the folder
+    it indexes once read its own files as documents on every update). A folder that cannot be
+    listed and a link to nothing are appended to ``skipped`` as (path, why): once left out in
+    silence, a re-index took their files for deleted ones and dropped them."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            left_out = {Path(x).resolve() for x in exclude}
+            out += _walk(p, left_out, skipped if skipped is not None else [])
+        elif p.is_file():
+            out.append(p)
+        elif p.is_symlink():
+            raise FileNotFoundError(f"{p}: {_dead_link(p)}")
+        else:
+            raise FileNotFoundError(f"{p}: no such file or folder")
+    seen: set[Path] = set()
+    unique = []
+    for f in out:
+        if (real := f.resolve()) not in seen:
+            seen.add(real)
+            unique.append(f)
+    return unique
+
+
+def _walk(top: Path, left_out: set[Path], skipped: list[tuple[str, str]]) -> list[Path]:
+    """The files under ``top`` for :func:`files_under` (os.walk: pathlib's rglob passes over
+    a folder it cannot list without a word)."""
+
+    def unlisted(err: OSError) -> None:
+        why = err.strerror or type(err).__name__
+        skipped.append((str(err.filename), f"a folder that cannot be listed ({why}){KEPT}"))
+
+    home = top.resolve()
+    found: list[Path] = []
+    visited: set[Path] = set()  # real folders walked: two links to one are read once
+    for root, dirs, names in os.walk(top, onerror=unlisted, followlinks=True):
+        here = Path(root)
+        real = here.resolve()
+        if real in visited or any(real.is_relative_to(d) for d in left_out):
+            dirs[:] = []
+            continue
+        visited.add(real)
+        if all((here / marker).is_file() for marker in INDEX_MARKERS):
+            log.info("%s: left out, a document index and not documents", here)
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and _follow(here / d, home))
+        for name in names:
+            f = here / name
+            if name.startswith("."):
+                continue
+            if f.is_file():
+                if not any(f.resolve().is_relative_to(d) for d in left_out):
+                    found.append(f)
+            elif f.is_symlink():  # (a link to a folder is in ``dirs``)
+                skipped.append((str(f), f"{_dead_link(f)}{KEPT}"))
+    return sorted(found)
+
+
+def _follow(folder: Path, home: Path) -> bool:
+    """Whether the walk of ``home`` goes into ``folder``: a real folder, or a link to one
+    outside ``home`` (a link within it would read its files under a second name; one to a
+    folder above it, that whole folder)."""
+    if not folder.is_symlink():
+        return True
+    target = folder.resolve()
+    if target.is_relative_to(home):
+        return False
+    if home.is_relative_to(target):
+        log.warning("%s: a link to %s, a folder above %s: not followed", folder, target, home)
+        return False
+    return True
+
+
+def _dead_link(link: Path) -> str:
+    """Why a link leads to no file: its target is missing, or it leads round in a loop."""
+    try:
+        link.resolve(strict=True)
+    except RuntimeError:  # (Python 3.11's "Symlink loop")
+        return f"a link to {os.readlink(link)} that leads round in a loop"
+    except OSError:
+        pass
+    return f"a link to {os.readlink(link)}, which does not exist"
