@@ -375,6 +375,44 @@ def test_predict_file_keeps_null_odds_per_predictions_file(tiny_trained_run, sha
     ]
 
 
+def test_predict_file_answers_questions_that_have_no_answers(
+    tiny_trained_run, shared_data, tmp_path
+):
+    """New questions come without answers: a table of question and context, or JSON lines of
+    id, question and context, are answered as the same questions in a labelled file are."""
+    import csv
+
+    from structqa.data.readers import read_extractive
+
+    best = str(tiny_trained_run / "best")
+    examples = list(read_extractive(shared_data / MINI).examples)[:6]
+    examples += [examples[0]]  # a repeat: renamed with --dedupe-ids
+    table = tmp_path / "new.csv"
+    with table.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "question", "context"])
+        writer.writerows([ex.id, ex.question, ex.context] for ex in examples)
+    lines = tmp_path / "new.jsonl"
+    lines.write_text(
+        "".join(
+            json.dumps({"id": ex.id, "question": ex.question, "context": ex.context}) + "\n"
+            for ex in examples
+        ),
+        encoding="utf-8",
+    )
+    labelled = tmp_path / "labelled.json"
+    argv = ["predict", best, "--bf16", "off", "--no-progress", "--file"]
+    assert main([*argv, str(shared_data / MINI), "--out", str(labelled)]) == 0
+    want = json.loads(labelled.read_text())
+    for source in (table, lines):
+        out = tmp_path / f"{source.stem}-{source.suffix[1:]}.json"
+        assert main([*argv, str(source), "--out", str(out)]) == 2  # the repeat, refused
+        assert main([*argv, str(source), "--out", str(out), "--dedupe-ids"]) == 0
+        got = json.loads(out.read_text())
+        first = examples[0].id
+        assert got == {**{ex.id: want[ex.id] for ex in examples}, f"{first}#2": want[first]}
+
+
 def test_os_errors_are_one_line(tmp_path, capsys):
     assert main(["score", str(tmp_path), str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err

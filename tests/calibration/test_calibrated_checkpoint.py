@@ -396,7 +396,7 @@ def test_calibrate_renames_repeated_ids_when_asked_as_its_error_says(
     repeated.write_text(json.dumps(data))
     args = ["calibrate", str(checkpoint), "--on", str(repeated), "--bf16", "off"]
     assert main([*args, "--method", "temperature"]) == 2
-    assert "--dedupe-ids for calibrate, score and compare" in capsys.readouterr().err
+    assert "--dedupe-ids for predict, calibrate, score and compare" in capsys.readouterr().err
     assert main([*args, "--method", "temperature", "--dedupe-ids"]) == 0
     assert load_calibration(checkpoint).fit["source"].endswith("repeated.json")
 

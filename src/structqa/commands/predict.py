@@ -11,6 +11,7 @@ from pathlib import Path
 from structqa.commands.common import (
     WHOLE_WORDS_HELP,
     add_bf16_argument,
+    add_no_progress_argument,
     add_runtime_argument,
     answering_predictor,
 )
@@ -39,11 +40,16 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
                 raise ValueError(f"--{name} is empty")
     predictor = answering_predictor(args)
     if args.file:
-        from structqa.data.readers import read_extractive
+        from structqa.data.readers import read_questions
         from structqa.io import write_json
+        from structqa.training.progress import tracked
 
-        ds = read_extractive(args.file)
-        preds = predictor.predict_examples(ds.examples)
+        # repeated ids renamed as the checkpoint's training renamed them, or as asked
+        dedupe = args.dedupe_ids or bool(getattr(predictor.config.data, "dedupe_ids", False))
+        ds = read_questions(args.file, dedupe_ids=dedupe)
+        mode = "lines" if args.no_progress else "bar"
+        with tracked(mode, "answering", "windows") as progress:
+            preds = predictor.predict_examples(ds.examples, progress=progress)
         answers = {k: p.answer(predictor.null_threshold) for k, p in preds.items()}
         out = Path(args.out or "predictions.json")
         odds_file = null_odds_path(out)
@@ -68,7 +74,18 @@ def add_parser(sub) -> None:
     pr.add_argument("checkpoint")
     pr.add_argument("--question", help="one question (with --context)")
     pr.add_argument("--context", help="the passage --question is asked about")
-    pr.add_argument("--file", help="SQuAD/MRQA/CSV question file to answer")
+    pr.add_argument(
+        "--file",
+        help="questions to answer: SQuAD/MRQA/CSV data, or questions alone (a CSV/TSV with "
+        "question and context columns; JSON lines of id, question, context)",
+    )
+    pr.add_argument(
+        "--dedupe-ids",
+        action="store_true",
+        help="--file: rename repeated question ids (ID#2, ID#3, ...) instead of refusing the "
+        "file (default: as the checkpoint was trained, data.dedupe_ids)",
+    )
+    add_no_progress_argument(pr)
     pr.add_argument("--out", help="predictions file (default predictions.json)")
     add_bf16_argument(pr)
     add_runtime_argument(pr)

@@ -11,6 +11,7 @@ one record a line (``.jsonl``, optionally ``.gz``), or a JSON list of such recor
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +40,30 @@ def is_flat_record(value: Any) -> bool:
     return isinstance(value, dict) and all(k in value for k in FLAT_KEYS) and "qas" not in value
 
 
-def read_flat(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
+def read_flat(
+    path: str | Path, *, dedupe_ids: bool = False, answers_optional: bool = False
+) -> Dataset:
     """Read flat SQuAD records (see the module docs) into examples; ``dedupe_ids``: see
-    :class:`~structqa.data.squad.QuestionIds`."""
+    :class:`~structqa.data.squad.QuestionIds`; ``answers_optional``: a record without
+    ``answers`` is a question to answer (an example without answers), not an error."""
     path = Path(path)
     if starts_with(path, b"["):
-        return read_flat_list(load_json(path), path, dedupe_ids=dedupe_ids)
-    return read_records(_lines(path), str(path), dedupe_ids, _read_record)
+        return read_flat_list(
+            load_json(path), path, dedupe_ids=dedupe_ids, answers_optional=answers_optional
+        )
+    read = partial(_read_record, answers_optional=answers_optional)
+    return read_records(_lines(path), str(path), dedupe_ids, read)
 
 
-def read_flat_list(doc: Any, path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
+def read_flat_list(
+    doc: Any, path: str | Path, *, dedupe_ids: bool = False, answers_optional: bool = False
+) -> Dataset:
     """Flat SQuAD records already parsed from ``path`` (a JSON list) into examples."""
     name = str(path)
     check_type(doc, list, path=name, record="(top level)", field_name="(records)")
     records = ((f"record {i}", r) for i, r in enumerate(doc))
-    return read_records(records, name, dedupe_ids, _read_record)
+    read = partial(_read_record, answers_optional=answers_optional)
+    return read_records(records, name, dedupe_ids, read)
 
 
 def _lines(path: Path) -> Iterator[tuple[str, Any]]:
@@ -65,7 +75,12 @@ def _lines(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _read_record(
-    record: Any, where: str, *, seen: QuestionIds, report: ReadReport
+    record: Any,
+    where: str,
+    *,
+    seen: QuestionIds,
+    report: ReadReport,
+    answers_optional: bool = False,
 ) -> Example | None:
     name = report.path
     check_type(record, dict, path=name, record=where, field_name="(record)")
@@ -82,6 +97,8 @@ def _read_record(
     title = check_type(record.get("title", ""), str, path=name, record=rec, field_name="title")
     if skip_unreadable(report, qid, where, context=context, question=question):
         return None
+    if answers_optional and "answers" not in record:  # a question alone, to be answered
+        return Example(qid, question, context, title=title)
     answers = get_field(record, "answers", dict, path=name, record=rec)
     texts = get_field(answers, "text", list, path=name, record=rec, field_name="answers.text")
     starts = get_field(

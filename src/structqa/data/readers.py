@@ -12,7 +12,7 @@ from structqa.data.drop import DropDataset, read_drop
 from structqa.data.flat import is_flat_record, read_flat
 from structqa.data.mrqa import read_mrqa
 from structqa.data.records import DataError, Dataset
-from structqa.data.squad import UNREADABLE, open_bytes, read_squad, unreadable
+from structqa.data.squad import UNREADABLE, file_lines, open_bytes, read_squad, unreadable
 from structqa.data.table import is_table, read_table
 
 # DROP's records differ from the SQuAD family's (numbers, dates, several spans). The SQuAD
@@ -139,3 +139,38 @@ def read_extractive(
             "(SQuAD v1.1/v2.0 JSON, MRQA jsonl, flat SQuAD records or a CSV/TSV table)"
         )
     return ds
+
+
+def read_questions(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
+    """Questions to answer (``structqa predict --file``): any file :func:`read_extractive`
+    reads, or the same questions without answers: a CSV/TSV table with ``question`` and
+    ``context`` columns (``id`` and ``title`` optional), or flat records without ``answers``
+    (JSON lines, or a JSON list, of ``{"id", "question", "context"[, "title"]}``)."""
+    path = Path(path)
+    if is_table(path):
+        return read_table(path, dedupe_ids=dedupe_ids, answers_optional=True)
+    try:
+        kind = detect_format(path)
+    except ValueError:
+        if not _first_record_is_a_question(path):
+            raise
+        kind = "flat"
+    if kind == "mrqa" and _first_record_is_a_question(path):
+        kind = "flat"
+    if kind == "flat":
+        return read_flat(path, dedupe_ids=dedupe_ids, answers_optional=True)
+    return read_extractive(path, kind, dedupe_ids=dedupe_ids)
+
+
+def _first_record_is_a_question(path: Path) -> bool:
+    """Whether the first line of ``path`` is a record with a question and a context (not an
+    MRQA header or context with its ``qas``)."""
+    for _, line in file_lines(path, mended=[]):
+        if line.strip():
+            first = _json_or_none(line)
+            return (
+                isinstance(first, dict)
+                and {"question", "context"} <= first.keys()
+                and not {"qas", "header"} & first.keys()
+            )
+    return False

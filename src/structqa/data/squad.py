@@ -196,7 +196,7 @@ class QuestionIds:
                 field_name,
                 f"duplicate question id {qid!r}, first at {self.first[qid]}; rename one, or "
                 "have repeats renamed (ID#2, ID#3, ...): --data.dedupe_ids=true for train "
-                "and evaluate, --dedupe-ids for calibrate, score and compare",
+                "and evaluate, --dedupe-ids for predict, calibrate, score and compare",
             )
         n = 2
         while f"{qid}#{n}" in self.first:

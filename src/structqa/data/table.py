@@ -54,14 +54,17 @@ def is_table(path: str | Path) -> bool:
     return name.endswith(TABLE_SUFFIXES)
 
 
-def read_table(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
+def read_table(
+    path: str | Path, *, dedupe_ids: bool = False, answers_optional: bool = False
+) -> Dataset:
     """Read a question-answer table (see the module docs) into examples; ``dedupe_ids``: see
-    :class:`~structqa.data.squad.QuestionIds`."""
+    :class:`~structqa.data.squad.QuestionIds`; ``answers_optional``: a table without an answer
+    column is questions to answer (examples without answers), not an error."""
     path = Path(path)
-    return read_records(_rows(path), str(path), dedupe_ids, _read_row)
+    return read_records(_rows(path, answers_optional), str(path), dedupe_ids, _read_row)
 
 
-def _header_delimiter(path: Path) -> str:
+def _header_delimiter(path: Path, answers_optional: bool = False) -> str:
     """The delimiter that splits the header row into the required columns."""
     try:
         with open_text(path, newline="") as handle:
@@ -74,7 +77,7 @@ def _header_delimiter(path: Path) -> str:
     order = (first, *(d for d in _DELIMITERS if d != first))
     for delimiter in order:
         names = {c.strip().lower() for c in next(csv.reader([header], delimiter=delimiter))}
-        if {"question", "context"} <= names and names & set(_ANSWER_COLUMNS):
+        if {"question", "context"} <= names and (answers_optional or names & set(_ANSWER_COLUMNS)):
             return delimiter
     raise DataError(
         str(path),
@@ -106,9 +109,9 @@ def _columns(cells: list[str], name: str) -> list[str]:
     return columns
 
 
-def _rows(path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def _rows(path: Path, answers_optional: bool = False) -> Iterator[tuple[str, dict[str, str]]]:
     """(where, row) of each data row, keyed by the header's column names."""
-    delimiter = _header_delimiter(path)
+    delimiter = _header_delimiter(path, answers_optional)
     name = str(path)
     line = 0
     # a long passage is one cell: the csv module's default limit (131,072 characters) is not
@@ -189,6 +192,8 @@ def _read_row(
     title = row.get("title", "").strip()
     if skip_unreadable(report, qid, where, context=context, question=question):
         return None
+    if "answer" not in row and "answer_text" not in row:  # questions alone, to be answered
+        return Example(qid, question, context, title=title)
     column = "answer" if "answer" in row else "answer_text"
     text = check_clean_text(row[column].strip(), path=name, record=rec, field_name=column)
     if not text:  # no answer: unanswerable

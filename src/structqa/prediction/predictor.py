@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,10 +225,22 @@ class Predictor:
         return self.answers(examples, self.decoded(examples, features))
 
     def decoded(
-        self, examples: Sequence[Example], features: Sequence[Feature]
+        self,
+        examples: Sequence[Example],
+        features: Sequence[Feature],
+        progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, Prediction]:
         """The windows scored in length-sorted batches and decoded: a prediction per example
-        id, the model's own null odds (no verifier yet)."""
+        id, the model's own null odds (no verifier yet); ``progress(windows done, windows)``."""
+        advance = None
+        if progress is not None:
+            done = 0
+
+            def advance(n: int) -> None:
+                nonlocal done
+                done += n
+                progress(done, len(features))
+
         collector = run_inference(
             self.model,
             features,
@@ -236,6 +248,7 @@ class Predictor:
             self.batch_size,
             self.bf16,
             self.device,
+            progress=advance,
             pad_to_multiple=self.pad_to_multiple,
         )
         return collector.predictions(examples, features)
@@ -303,12 +316,17 @@ class Predictor:
         return self.calibrator.verify(examples, predictions)
 
     def predict_examples(
-        self, examples: Sequence[Example], cut_long_questions: bool = True, verify: bool = True
+        self,
+        examples: Sequence[Example],
+        cut_long_questions: bool = True,
+        verify: bool = True,
+        progress: Callable[[int, int], None] | None = None,
     ):
         """Predictions (``structqa.decoding.Prediction``) keyed by example id, their null odds
         re-scored by the calibration's verifier (if any) unless ``verify`` is False. Questions
         longer than ``data.max_query_len`` tokens are cut and counted (a warning, as for any
-        file), or with ``cut_long_questions`` False refused (:class:`QuestionTooLong`)."""
+        file), or with ``cut_long_questions`` False refused (:class:`QuestionTooLong`).
+        ``progress(windows done, windows)`` as they are scored."""
         features, report = featurize(
             examples,
             self.tokenizer,
@@ -317,7 +335,7 @@ class Predictor:
             cut_long_questions=cut_long_questions,
         )
         self.questions_truncated = report.truncated_questions  # (the last call's; warned)
-        predictions = self.decoded(examples, features)
+        predictions = self.decoded(examples, features, progress)
         return self.verify(examples, predictions) if verify else predictions
 
     def _answer(self, p: Prediction, probability: float) -> Answer:
