@@ -35,12 +35,15 @@ CHECKPOINT_DIRS = ("best", "last", "final")
 
 def _without_clock(state: dict[str, Any]) -> dict[str, Any]:
     """A train state without its wall time (recorded, never reproducible; a float >= 0) and
-    the training data's digest, which train states keep since after these were recorded (the
-    resume test checks it; here only that it is there)."""
+    the digests of the training data and of the questions choosing best/, which train states
+    keep since after these were recorded (the resume tests check them; here only that they
+    are there)."""
     seconds = state.pop("seconds")
     assert isinstance(seconds, float) and seconds >= 0, seconds
     windows, digest = state.pop("data_windows"), state.pop("data_fingerprint")
     assert isinstance(windows, int) and windows > 0 and len(digest) == 16, (windows, digest)
+    choice = state.pop("choice_fingerprint")  # (the same; "" for tasks that keep none)
+    assert isinstance(choice, str) and len(choice) in (0, 16), choice
     return state
 
 

@@ -246,6 +246,32 @@ def test_resume_refuses_other_training_windows_but_not_a_moved_directory(
     assert final["finished"] and final["data_fingerprint"] == saved["data_fingerprint"]
 
 
+def test_resume_refuses_other_questions_choosing_best(
+    tmp_path, tiny_checkpoint, shared_data, monkeypatch
+):
+    """An edited validation file: best/'s saved answers were to the old questions, and the
+    calibration after training read them as answers to the new ones (a missing one as a
+    blank). Refused by the digest of the questions that choose best/."""
+    choose = tmp_path / "choose.json"
+    choose.write_text((shared_data / MINI).read_text())
+    cfg = tiny_config(
+        tmp_path / "r", tiny_checkpoint, shared_data, f"data.eval={choose}", "train.max_steps=4"
+    )
+    interrupt_at_batch(monkeypatch, 2)
+    loop.run(cfg, progress=False)
+    monkeypatch.undo()
+    saved = json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())
+    assert len(saved["choice_fingerprint"]) == 16
+    data = json.loads(choose.read_text())
+    data["data"][0]["paragraphs"][0]["qas"][0]["question"] = "Who else?"
+    choose.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"cannot resume, the questions that choose best/"):
+        loop.run(cfg, resume=True, progress=False)
+    choose.write_text((shared_data / MINI).read_text())  # the same questions again: it goes on
+    loop.run(cfg, resume=True, progress=False)
+    assert json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())["finished"]
+
+
 def test_a_fresh_run_does_not_overwrite_one(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
     cfg = tiny_config(tmp_path / "once", tiny_checkpoint, shared_data, "train.max_steps=2")
     loop.run(cfg, progress=False)

@@ -72,6 +72,8 @@ class TrainState:
     # the training windows it was trained on (:func:`data_fingerprint`; "" before it was kept)
     data_windows: int = 0
     data_fingerprint: str = ""
+    # the questions that choose best/ (:func:`check_same_choice`; "" before it was kept)
+    choice_fingerprint: str = ""
 
 
 def save_checkpoint(
@@ -321,6 +323,21 @@ def check_same_data(
             "in another output directory"
         )
     state.data_windows, state.data_fingerprint = len(lengths), digest
+
+
+def check_same_choice(last_dir: Path, state: TrainState, digest: str) -> None:
+    """Refuse to continue a run whose best/ would be chosen on other questions than it was
+    (an edited validation file: best/'s score and saved answers were of the old questions,
+    and the calibration fitted after training read them as answers to the new ones); then
+    keep the digest in ``state``. A state saved before it was kept is not checked."""
+    if state.choice_fingerprint and state.choice_fingerprint != digest:
+        raise ValueError(
+            f"{last_dir}: cannot resume, the questions that choose best/ differ from those "
+            f"it was chosen on (digest {state.choice_fingerprint} then, {digest} now): "
+            "data.validation, data.eval or their file changed since. Give the same questions "
+            "to continue this run, or start afresh in another output directory"
+        )
+    state.choice_fingerprint = digest
 
 
 def check_same_config(last_dir: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ Evaluation runs at epoch ends (``train.eval_every_epoch``) and when the step bud
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,14 @@ class SpanTask(CheckpointedTask):
         for f in self.data.train_features:
             h.update(f.input_ids.tobytes() + f.token_type_ids.tobytes())
             h.update(f"{f.start_position},{f.end_position};".encode())
+        return h.hexdigest()[:16]
+
+    def choice_digest(self) -> str:
+        """The questions that choose best/: ids, texts and gold answers, in order."""
+        h = hashlib.sha256()
+        for ex in self.data.eval_examples:
+            fields = (ex.id, ex.question, ex.context, *ex.gold_texts, str(ex.is_impossible))
+            h.update(json.dumps(fields).encode())
         return h.hexdigest()[:16]
 
     def batch(self, indices: list[int], epoch: int) -> Batch:  # noqa: ARG002

@@ -52,6 +52,7 @@ from structqa.io import append_jsonl, write_json
 from structqa.runtime import autocast, use_bf16
 from structqa.training.checkpoint import (
     TrainState,
+    check_same_choice,
     check_same_data,
     resume_from,
     safetensors_loader,
@@ -342,6 +343,9 @@ def fit(
         return None
     digest = getattr(task, "data_digest", None)  # a task's own digest of its windows
     check_same_data(last_dir, state, task.lengths, digest() if callable(digest) else None)
+    choice = getattr(task, "choice_digest", None)  # and of the questions choosing best/
+    if callable(choice):
+        check_same_choice(last_dir, state, choice())
     model, optimizer = accelerator.prepare(model, optimizer)
     raw_model = accelerator.unwrap_model(model)
     log_path = out / "metrics.jsonl"
