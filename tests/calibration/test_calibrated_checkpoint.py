@@ -44,6 +44,15 @@ def v2_file(shared_data: Path, tmp_path: Path) -> Path:
     return path
 
 
+def test_calibrating_on_the_passages_it_trained_on_is_warned(checkpoint, v2_file, caplog):
+    """A calibration fitted on questions about the training passages is over-confident: the
+    training file is read again, split and drawn as the run did, and the overlap warned."""
+    caplog.set_level("WARNING")
+    calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off", verifier=False)
+    said = [r.getMessage() for r in caplog.records if "passages the run trains on" in r.message]
+    assert len(said) == 1 and said[0].startswith(f"{v2_file}: ")
+
+
 def test_calibrate_saves_what_the_predictor_then_uses(checkpoint, v2_file):
     cal = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off")
     assert (checkpoint / CALIBRATION_FILE).is_file()

@@ -272,6 +272,27 @@ def test_resume_refuses_other_questions_choosing_best(
     assert json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())["finished"]
 
 
+def test_the_test_after_a_resume_reads_the_data_where_it_is_now(
+    tmp_path, tiny_checkpoint, shared_data
+):
+    """best/ keeps the config of the start that wrote it: once the data moved, the test after
+    training looked for it in the old directory, and every later resume failed the same way."""
+    from structqa.training import heldout
+
+    before = tmp_path / "before"
+    (before / "fixtures").mkdir(parents=True)
+    shutil.copy(shared_data / MINI, before / MINI)
+    args = (f"data.validation={MINI}", "train.max_steps=2")
+    loop.run(tiny_config(tmp_path / "r", tiny_checkpoint, before, *args), progress=False)
+    test = tmp_path / "r" / "best" / heldout.TEST_DIR
+    assert (test / "metrics.json").is_file()
+    shutil.rmtree(test)  # as if stopped before its test, then resumed from the moved data
+    before.rename(tmp_path / "after")
+    cfg = tiny_config(tmp_path / "r", tiny_checkpoint, tmp_path / "after", *args)
+    assert heldout.score_best_once(cfg, None) is not None
+    assert (test / "metrics.json").is_file()
+
+
 def test_a_fresh_run_does_not_overwrite_one(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
     cfg = tiny_config(tmp_path / "once", tiny_checkpoint, shared_data, "train.max_steps=2")
     loop.run(cfg, progress=False)

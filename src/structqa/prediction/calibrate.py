@@ -19,6 +19,7 @@ from structqa.calibration.report import (
     saved_threshold,
 )
 from structqa.data import parse_train_size, train_subset
+from structqa.data.overlap import passage_key
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
 
@@ -114,6 +115,7 @@ def calibrate_checkpoint(
         renames = dedupe_ids or cfg.data.dedupe_ids
         examples = list(read_extractive(path, dedupe_ids=renames).examples)
         source = str(on)
+        _warn_if_trained_on(cfg, examples, source)
     elif pool_slice is not None:
         examples = pool_slice_examples(cfg, pool_slice, slice_seed)
         size, seed = cfg.data.train_size, cfg.train.seed
@@ -164,3 +166,17 @@ def calibrate_checkpoint(
 
 
 __all__ = ["FROM_CONFIG", "calibrate_checkpoint", "pool_slice_examples", "unseen_pool_slice"]
+
+
+def _warn_if_trained_on(cfg: Any, examples: Sequence[Example], source: str) -> None:
+    """Warn where ``examples`` ask about passages the checkpoint trained on (its training
+    file read again, split and drawn as its run did): a calibration fitted on them is
+    over-confident. Not checked where that file is not at hand."""
+    from structqa.training.data import drawn_training, warn_trained_on
+
+    try:
+        trained = {passage_key(ex.context) for ex in drawn_training(cfg)[1]}
+    except (OSError, ValueError) as err:
+        log.info("%s: not checked against the checkpoint's training questions (%s)", source, err)
+        return
+    warn_trained_on(examples, trained, source)

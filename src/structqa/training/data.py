@@ -177,25 +177,14 @@ def feature_config(cfg: Config) -> FeatureConfig:
     )
 
 
-def _warn_trained_on(examples: Sequence[Example], trained: set[str], what: str) -> None:
-    """Warn where ``examples`` ask about passages the run trains on: its scores then measure
-    memory, not reading (a file given as both data.train and data.validation or data.eval)."""
-    shared = sum(passage_key(ex.context) in trained for ex in examples)
-    if shared:
-        log.warning(
-            "%s: %d of %d questions ask about passages the run trains on, so their scores "
-            "overstate it; give files apart, or data.exclude=[FILE] to drop those passages "
-            "from training",
-            what,
-            shared,
-            len(examples),
-        )
-
-
-def prepare_data(cfg: Config, tokenizer) -> TrainData:
-    """Training features and the features that choose best/. The test file (data.eval) is
-    only parsed here (a malformed record fails before training; questions about passages the
-    run trains on are warned of), unless ``data.validation`` is none: then it chooses best/."""
+def drawn_training(
+    cfg: Config,
+) -> tuple[list[Example], list[Example], list[Example] | None, str]:
+    """``(training pool, questions trained on, validation examples, description)``: the
+    training file split
+    (:func:`split_training_file`), its ``data.train_size`` drawn, ``data.answerable_only``
+    applied; what a run of ``cfg`` trains on, read again by ``structqa calibrate`` to warn of
+    a file about the same passages."""
     pool, val, selection = split_training_file(cfg)  # the readers log their reports
     try:
         train = list(train_subset(pool, parse_train_size(cfg.data.train_size), cfg.train.seed))
@@ -215,21 +204,44 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
                 f"{cfg.data.train} has an answer"
             )
         train = kept
+    return pool, train, val, selection
+
+
+def warn_trained_on(examples: Sequence[Example], trained: set[str], what: str) -> None:
+    """Warn where ``examples`` ask about passages the run trains on: its scores then measure
+    memory, not reading (a file given as both data.train and data.validation or data.eval)."""
+    shared = sum(passage_key(ex.context) in trained for ex in examples)
+    if shared:
+        log.warning(
+            "%s: %d of %d questions ask about passages the run trains on, so their scores "
+            "overstate it; give files apart, or data.exclude=[FILE] to drop those passages "
+            "from training",
+            what,
+            shared,
+            len(examples),
+        )
+
+
+def prepare_data(cfg: Config, tokenizer) -> TrainData:
+    """Training features and the features that choose best/. The test file (data.eval) is
+    only parsed here (a malformed record fails before training; questions about passages the
+    run trains on are warned of), unless ``data.validation`` is none: then it chooses best/."""
+    pool, train, val, selection = drawn_training(cfg)
     trained = {passage_key(ex.context) for ex in train}
     if val is None:  # the test file chooses best/: scored as the test file is scored
         val, v2 = load_eval_examples(cfg)
         selection = str(data_path(cfg, str(cfg.data.eval)))
         log.info("data.validation is none: best/ is chosen on data.eval (%s)", selection)
-        _warn_trained_on(val, trained, "data.eval, which chooses best/,")
+        warn_trained_on(val, trained, "data.eval, which chooses best/,")
     else:
         v2 = selection_version_2(cfg, pool, val)
-        _warn_trained_on(val, trained, "the validation questions")
+        warn_trained_on(val, trained, "the validation questions")
         if cfg.data.eval:  # fail now, not after training, if the test file is missing
             test = data_path(cfg, cfg.data.eval)
             if not test.is_file():
                 raise FileNotFoundError(f"data.eval: test file {test} does not exist")
             # ... or not readable (a malformed record); read, not featurized
-            _warn_trained_on(load_eval_examples(cfg)[0], trained, "data.eval, the test file,")
+            warn_trained_on(load_eval_examples(cfg)[0], trained, "data.eval, the test file,")
     fc = feature_config(cfg)
     annotator = tag_annotator(fc)  # one spaCy pipeline and parse cache for both splits
     train_feats, rep = featurize(train, tokenizer, fc, training=True, annotator=annotator)

@@ -11,6 +11,7 @@ itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -113,10 +114,20 @@ def score_best_once(
     threshold = calibrator.null_threshold if calibrator is not None else None
     rescore = calibrator.verify if calibrator is not None and calibrator.verifier else None
     model, tokenizer, saved = model_from_checkpoint(best_dir)
+    # best/'s recipe, with where this run finds its files now (a resume may have moved the
+    # data: best/ kept the directory of the start that wrote it) and how it batches
+    data = dataclasses.replace(
+        saved.data,
+        dir=cfg.data.dir,
+        eval=cfg.data.eval,
+        annotation_cache=cfg.data.annotation_cache,
+    )
+    train = dataclasses.replace(saved.train, eval_batch_size=cfg.train.eval_batch_size)
+    saved = dataclasses.replace(saved, data=data, train=train)
     device = default_device()
     model.to(device)
     result, examples, _ = score_file(
-        model, tokenizer, saved, None, cfg.train.bf16, device, threshold, rescore
+        model, tokenizer, saved, None, cfg.train.bf16, device, threshold, rescore, "lines"
     )
     write_outputs(result, best_dir / TEST_DIR)
     log.info(
