@@ -37,6 +37,16 @@ _REMEDY = (
     "the directory is incomplete or was changed after it was saved: copy it again from its "
     "source, or save it again (retrain / re-export)"
 )
+#: files written into a saved directory after it was sealed, each sealed again on its own
+#: (:func:`seal_file`) right after it is written: a stop between the two leaves the file
+#: apart from its record: loading refuses it with this remedy, and the command that writes
+#: it drops it first (:func:`later_file_problem`, :func:`unseal_file`)
+LATER_FILES = {
+    "calibration.json": (
+        "a `structqa calibrate` stopped between writing it and recording it leaves this; run "
+        "`structqa calibrate` on this directory again"
+    ),
+}
 # directories whose missing manifest is warned about: what structqa itself saved (an HF
 # encoder downloaded elsewhere has none, and that is expected)
 _STRUCTQA_MARKERS = ("train_state.json", "structqa_config.json")
@@ -127,13 +137,44 @@ def read_manifest(directory: str | Path) -> dict[str, FileRecord] | None:
         raise UnreadableFile(path, 'malformed "files" records', remedy) from None
 
 
-def verify_manifest(directory: str | Path, *, warn_if_absent: bool | None = None) -> bool:
+def later_file_problem(directory: str | Path, name: str) -> str | None:
+    """Why ``directory/name``, a file of :data:`LATER_FILES`, is not the one its manifest
+    records (with the remedy), or None: it matches, or is not recorded."""
+    records = read_manifest(directory)
+    record = None if records is None else records.get(name)
+    path = Path(directory) / name
+    if record is None or not path.is_file():
+        return None
+    if path.stat().st_size == record.size and file_sha256(path) == record.sha256:
+        return None
+    return f"differs from the record in {MANIFEST}; {LATER_FILES[name]}"
+
+
+def unseal_file(directory: str | Path, name: str) -> None:
+    """Remove ``directory/name`` and its record from the directory's manifest (a file of
+    :data:`LATER_FILES` that is not the one recorded, before it is written again)."""
+    directory = Path(directory)
+    target = directory / MANIFEST
+    doc = read_json(target, f"restore {MANIFEST} from the checkpoint's source")
+    (directory / name).unlink(missing_ok=True)
+    doc["files"].pop(name, None)
+    write_json(target, doc)
+
+
+def verify_manifest(
+    directory: str | Path,
+    *,
+    warn_if_absent: bool | None = None,
+    rewriting: str | None = None,
+) -> bool:
     """Check ``directory``'s files against its manifest; True when it has one and all match.
 
     Raises :class:`ManifestMismatch` for the first listed file that is missing or differs
     (size first, which catches a cut-short copy without hashing). Without a manifest, returns
     False and logs a warning when ``warn_if_absent`` (default: when the directory looks saved
-    by structqa, i.e. holds a ``train_state.json`` or ``structqa_config.json``)."""
+    by structqa, i.e. holds a ``train_state.json`` or ``structqa_config.json``). A file
+    written into a saved directory later (:data:`LATER_FILES`) that differs is named with its
+    own remedy; ``rewriting``: such a file about to be written again, not checked."""
     directory = Path(directory)
     records = read_manifest(directory)
     if records is None:
@@ -150,9 +191,12 @@ def verify_manifest(directory: str | Path, *, warn_if_absent: bool | None = None
             )
         return False
     for name, record in records.items():
+        if name == rewriting:
+            continue
         path = directory / name
+        remedy = LATER_FILES.get(name, _REMEDY)
         if not path.is_file():
-            raise ManifestMismatch(path, f"missing (listed in {MANIFEST})", _REMEDY)
+            raise ManifestMismatch(path, f"missing (listed in {MANIFEST})", remedy)
         size = path.stat().st_size
         if size != record.size:
             cut = "cut short" if size < record.size else "grown"
@@ -160,7 +204,7 @@ def verify_manifest(directory: str | Path, *, warn_if_absent: bool | None = None
                 path,
                 f"{size} bytes where {MANIFEST} records {record.size} (the file was {cut} or "
                 "replaced)",
-                _REMEDY,
+                remedy,
             )
         digest = file_sha256(path)
         if digest != record.sha256:
@@ -168,7 +212,7 @@ def verify_manifest(directory: str | Path, *, warn_if_absent: bool | None = None
                 path,
                 f"its SHA-256 {digest[:16]}... differs from the {record.sha256[:16]}... "
                 f"{MANIFEST} records (the file was altered or corrupted)",
-                _REMEDY,
+                remedy,
             )
     log.debug("%s: %d files match %s", directory, len(records), MANIFEST)
     return True

@@ -53,6 +53,33 @@ def test_calibrating_on_the_passages_it_trained_on_is_warned(checkpoint, v2_file
     assert len(said) == 1 and said[0].startswith(f"{v2_file}: ")
 
 
+def test_a_calibrate_stopped_before_its_record_is_mended_by_the_next(
+    checkpoint, v2_file, caplog, monkeypatch
+):
+    """calibration.json is written, then its record in the manifest: a stop between the two
+    left a checkpoint that refused to load as damaged, and refused the calibrate that would
+    mend it. The refusal now names the remedy, and calibrate drops the stray file first."""
+    import structqa.manifest as manifest
+
+    first = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off", verifier=False)
+    monkeypatch.setattr(manifest, "seal_file", lambda *a: None)  # the stop
+    data = json.loads(v2_file.read_text())
+    data["data"][0]["paragraphs"][0]["qas"][0]["is_impossible"] = True  # another fit
+    data["data"][0]["paragraphs"][0]["qas"][0]["answers"] = []
+    other = v2_file.with_name("other.json")
+    other.write_text(json.dumps(data))
+    second = calibrate_checkpoint(checkpoint, on=str(other), bf16="off", verifier=False)
+    assert second != first
+    monkeypatch.undo()
+    with pytest.raises(Exception, match="run `structqa calibrate` on this directory again"):
+        Predictor.from_checkpoint(checkpoint, bf16="off")  # not the one recorded: refused
+    caplog.set_level("WARNING")
+    again = calibrate_checkpoint(checkpoint, on=str(other), bf16="off", verifier=False)
+    assert "dropped, to be fitted again" in caplog.text
+    assert load_calibration(checkpoint) == again  # mended: written and recorded
+    Predictor.from_checkpoint(checkpoint, bf16="off")
+
+
 def test_calibrate_saves_what_the_predictor_then_uses(checkpoint, v2_file):
     cal = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off")
     assert (checkpoint / CALIBRATION_FILE).is_file()

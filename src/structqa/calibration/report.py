@@ -264,12 +264,25 @@ def save_calibration(checkpoint: str | Path, cal: Calibrator) -> Path:
     return path
 
 
+def drop_unrecorded_calibration(checkpoint: str | Path) -> None:
+    """Before a calibration is fitted again: drop a calibration.json (the checkpoint's, its
+    export's) that is not the one its manifest records, which a ``structqa calibrate`` stopped
+    between writing and recording it leaves, and which makes the checkpoint refuse to load."""
+    from structqa.manifest import later_file_problem, unseal_file
+    from structqa.runtimes.select import DEFAULT_EXPORT_DIR
+
+    for directory in (Path(checkpoint), Path(checkpoint) / DEFAULT_EXPORT_DIR):
+        if problem := later_file_problem(directory, CALIBRATION_FILE):
+            log.warning("%s %s: dropped, to be fitted again", directory / CALIBRATION_FILE, problem)
+            unseal_file(directory, CALIBRATION_FILE)
+
+
 def _write_sealed(directory: Path, cal: Calibrator) -> Path:
     from structqa.manifest import MANIFEST, seal_file, verify_manifest
 
     sealed = (directory / MANIFEST).is_file()
-    if sealed:
-        verify_manifest(directory)
+    if sealed:  # (the calibration itself is being replaced: a stopped write is mended here)
+        verify_manifest(directory, rewriting=CALIBRATION_FILE)
     path = directory / CALIBRATION_FILE
     write_json(path, cal.to_dict())
     if sealed:

@@ -12,6 +12,7 @@ from typing import Any
 from structqa.calibration.fit import ANSWERS_ALL
 from structqa.calibration.report import (
     calibrate,
+    drop_unrecorded_calibration,
     load_calibration,
     require_models_own_odds,
     save_calibration,
@@ -96,6 +97,7 @@ def calibrate_checkpoint(
     from structqa.prediction.scoring import default_runtime
     from structqa.training.data import data_path
 
+    drop_unrecorded_calibration(checkpoint)  # a stopped calibrate's: it would refuse to load
     predictor = None
     if predictions_dir is None:
         # torch, as evaluate reads by default: a fit on the int8 graph's scores (auto's choice
