@@ -19,7 +19,11 @@ import argparse
 import json
 
 from structqa.calibration.fit import METHODS
-from structqa.commands.common import add_bf16_argument, add_sample_arguments
+from structqa.commands.common import (
+    add_bf16_argument,
+    add_no_progress_argument,
+    add_sample_arguments,
+)
 from structqa.config import VERIFIER_AUTO, VERIFIER_KINDS
 from structqa.prediction.calibrate import FROM_CONFIG, calibrate_checkpoint
 
@@ -63,6 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="--on: rename repeated question ids (ID#2, ID#3, ...) instead of refusing the file",
     )
     add_bf16_argument(c)
+    add_no_progress_argument(c)
     c.add_argument(
         "--verifier",
         nargs="?",
@@ -119,6 +124,7 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         args.dedupe_ids,
         FROM_CONFIG if args.unanswerable_share is None else args.unanswerable_share,
         args.answer_all,
+        "lines" if args.no_progress else "bar",
     )
     print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "isotonic"}, indent=2))
     return 0

@@ -23,6 +23,7 @@ from structqa.data import parse_train_size, train_subset
 from structqa.data.overlap import passage_key
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
+from structqa.training.progress import tracked
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ def calibrate_checkpoint(
     dedupe_ids: bool = False,
     unanswerable_share: float | None | str = FROM_CONFIG,
     answer_all: bool = False,
+    progress: str = "off",
 ):
     """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
     None follows the checkpoint's ``decode.verifier``; ``predictions_dir`` holds the
@@ -91,7 +93,8 @@ def calibrate_checkpoint(
     ``unanswerable_share``: weight the questions to that share (None: their own share;
     :data:`FROM_CONFIG`: the checkpoint's ``decode.unanswerable_share``). Questions that are
     all answerable fit no threshold, so a checkpoint that abstains would answer every
-    question from then on: refused unless ``answer_all``."""
+    question from then on: refused unless ``answer_all``. ``progress``: bar, lines or off,
+    over the windows the model answers."""
     from structqa.models.build import checkpoint_config
     from structqa.prediction.predictor import Predictor
     from structqa.prediction.scoring import default_runtime
@@ -151,7 +154,8 @@ def calibrate_checkpoint(
             f"unanswerable_share {unanswerable_share!r}: a share, None or {FROM_CONFIG!r}"
         )
     if predictor is not None:
-        predictions = predictor.predict_examples(examples, verify=False)  # the model's own odds
+        with tracked(progress, "answering", "windows") as advance:  # the model's own odds:
+            predictions = predictor.predict_examples(examples, verify=False, progress=advance)
     else:
         verifies = earlier is not None and earlier.verifier is not None
         any_unanswerable = any(ex.is_impossible for ex in examples)
