@@ -21,6 +21,9 @@ import argparse
 import hashlib
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,13 +43,30 @@ _REMEDY = (
 #: files written into a saved directory after it was sealed, each sealed again on its own
 #: (:func:`seal_file`) right after it is written: a stop between the two leaves the file
 #: apart from its record: loading refuses it with this remedy, and the command that writes
-#: it drops it first (:func:`later_file_problem`, :func:`unseal_file`)
+#: it again loads without it (:func:`rewriting`, :func:`later_file_problem`)
 LATER_FILES = {
     "calibration.json": (
-        "a `structqa calibrate` stopped between writing it and recording it leaves this; run "
-        "`structqa calibrate` on this directory again"
+        "a `structqa calibrate` stopped between writing it and recording it, or a damaged "
+        "copy, leaves this; run `structqa calibrate` on this directory again (or copy the "
+        "directory again from its source)"
     ),
 }
+# files of LATER_FILES the directory loads without while they are being written again
+_REWRITING: ContextVar[frozenset[str]] = ContextVar("rewriting", default=frozenset())
+
+
+@contextmanager
+def rewriting(name: str) -> Iterator[None]:
+    """Within it, :func:`verify_manifest` does not check ``name`` (a file of
+    :data:`LATER_FILES`): the command that writes it again loads the directory first, and a
+    copy a stopped write left apart from its record must not stop it."""
+    token = _REWRITING.set(_REWRITING.get() | {name})
+    try:
+        yield
+    finally:
+        _REWRITING.reset(token)
+
+
 # directories whose missing manifest is warned about: what structqa itself saved (an HF
 # encoder downloaded elsewhere has none, and that is expected)
 _STRUCTQA_MARKERS = ("train_state.json", "structqa_config.json")
@@ -143,22 +163,13 @@ def later_file_problem(directory: str | Path, name: str) -> str | None:
     records = read_manifest(directory)
     record = None if records is None else records.get(name)
     path = Path(directory) / name
-    if record is None or not path.is_file():
+    if record is None:
         return None
+    if not path.is_file():
+        return f"is missing (listed in {MANIFEST}); {LATER_FILES[name]}"
     if path.stat().st_size == record.size and file_sha256(path) == record.sha256:
         return None
     return f"differs from the record in {MANIFEST}; {LATER_FILES[name]}"
-
-
-def unseal_file(directory: str | Path, name: str) -> None:
-    """Remove ``directory/name`` and its record from the directory's manifest (a file of
-    :data:`LATER_FILES` that is not the one recorded, before it is written again)."""
-    directory = Path(directory)
-    target = directory / MANIFEST
-    doc = read_json(target, f"restore {MANIFEST} from the checkpoint's source")
-    (directory / name).unlink(missing_ok=True)
-    doc["files"].pop(name, None)
-    write_json(target, doc)
 
 
 def verify_manifest(
@@ -191,7 +202,7 @@ def verify_manifest(
             )
         return False
     for name, record in records.items():
-        if name == rewriting:
+        if name == rewriting or name in _REWRITING.get():
             continue
         path = directory / name
         remedy = LATER_FILES.get(name, _REMEDY)

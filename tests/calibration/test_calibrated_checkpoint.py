@@ -58,7 +58,8 @@ def test_a_calibrate_stopped_before_its_record_is_mended_by_the_next(
 ):
     """calibration.json is written, then its record in the manifest: a stop between the two
     left a checkpoint that refused to load as damaged, and refused the calibrate that would
-    mend it. The refusal now names the remedy, and calibrate drops the stray file first."""
+    mend it. The refusal now names the remedy, and calibrate loads without the stray file,
+    which only a new fit replaces."""
     import structqa.manifest as manifest
 
     first = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off", verifier=False)
@@ -71,11 +72,16 @@ def test_a_calibrate_stopped_before_its_record_is_mended_by_the_next(
     second = calibrate_checkpoint(checkpoint, on=str(other), bf16="off", verifier=False)
     assert second != first
     monkeypatch.undo()
-    with pytest.raises(Exception, match="run `structqa calibrate` on this directory again"):
+    remedy = "run `structqa calibrate` on this directory again"
+    with pytest.raises(Exception, match=remedy):
         Predictor.from_checkpoint(checkpoint, bf16="off")  # not the one recorded: refused
+    with pytest.raises(FileNotFoundError):  # a calibrate that fails leaves it as it was
+        calibrate_checkpoint(checkpoint, on=str(other) + ".typo", bf16="off", verifier=False)
+    with pytest.raises(Exception, match=remedy):
+        Predictor.from_checkpoint(checkpoint, bf16="off")
     caplog.set_level("WARNING")
     again = calibrate_checkpoint(checkpoint, on=str(other), bf16="off", verifier=False)
-    assert "dropped, to be fitted again" in caplog.text
+    assert "fitting it again" in caplog.text
     assert load_calibration(checkpoint) == again  # mended: written and recorded
     Predictor.from_checkpoint(checkpoint, bf16="off")
 

@@ -42,9 +42,18 @@ def test_links_are_followed_once_and_a_link_to_nothing_is_named(
     (docs / "parent").symlink_to(tmp_path)  # above it: not the folder's to read
     (docs / "gone.txt").symlink_to(tmp_path / "unmounted" / "gone.txt")
     (docs / "loop.txt").symlink_to("loop.txt")  # a link to itself
+    (docs / ".releases" / "v3").mkdir(parents=True)  # hidden: read only through its link
+    (docs / ".releases" / "v3" / "notes.md").write_text("Release notes.", encoding="utf-8")
+    (docs / "release").symlink_to(docs / ".releases" / "v3")
+    (docs / "null.txt").symlink_to(os.devnull)  # there, but not a file: left out, unnamed
     skipped: list[tuple[str, str]] = []
     found = files_under([docs], exclude=[tmp_path / "index"], skipped=skipped)
-    assert found == [docs / "a.txt", docs / "also" / "notes.txt", docs / "reports" / "q1.txt"]
+    assert found == [
+        docs / "a.txt",
+        docs / "also" / "notes.txt",
+        docs / "release" / "notes.md",
+        docs / "reports" / "q1.txt",
+    ]
     reasons = dict(skipped)
     assert set(reasons) == {str(docs / "gone.txt"), str(docs / "loop.txt")}
     assert "which does not exist" in reasons[str(docs / "gone.txt")]
@@ -151,6 +160,9 @@ def test_flat_records_and_old_mac_line_ends(tmp_path: Path) -> None:
     body = [json.dumps({"context": f"Passage {i}.", "qas": []}) for i in range(3)]
     mac.write_bytes("\r".join([header, *body]).encode())
     assert len(read_documents(mac)) == 3
+    flat_mac = tmp_path / "flat-mac.jsonl"  # told apart from MRQA by its first line alone
+    flat_mac.write_bytes("\r".join(lines).encode().replace(b"\xe9", b""))
+    assert len(read_examples(flat_mac).examples) == 3
 
 
 def test_a_password_protected_pdf_says_so(tmp_path: Path) -> None:

@@ -270,6 +270,9 @@ def test_resume_refuses_other_questions_choosing_best(
     choose.write_text((shared_data / MINI).read_text())  # the same questions again: it goes on
     loop.run(cfg, resume=True, progress=False)
     assert json.loads((tmp_path / "r" / "last" / "train_state.json").read_text())["finished"]
+    choose.write_text(json.dumps(data))  # finished: its calibration and test still read best/
+    with pytest.raises(ValueError, match=r"cannot resume, the questions that choose best/"):
+        loop.run(cfg, resume=True, progress=False)
 
 
 def test_the_test_after_a_resume_reads_the_data_where_it_is_now(

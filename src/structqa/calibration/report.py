@@ -264,17 +264,18 @@ def save_calibration(checkpoint: str | Path, cal: Calibrator) -> Path:
     return path
 
 
-def drop_unrecorded_calibration(checkpoint: str | Path) -> None:
-    """Before a calibration is fitted again: drop a calibration.json (the checkpoint's, its
-    export's) that is not the one its manifest records, which a ``structqa calibrate`` stopped
-    between writing and recording it leaves, and which makes the checkpoint refuse to load."""
-    from structqa.manifest import later_file_problem, unseal_file
+def stale_calibration(checkpoint: str | Path) -> str | None:
+    """Why the checkpoint's (or its export's) calibration.json is not the one its manifest
+    records, which a ``structqa calibrate`` stopped between writing and recording it leaves;
+    None when both match. Such a checkpoint refuses to load, but for the calibrate that
+    writes it again (:func:`structqa.manifest.rewriting`)."""
+    from structqa.manifest import later_file_problem
     from structqa.runtimes.select import DEFAULT_EXPORT_DIR
 
     for directory in (Path(checkpoint), Path(checkpoint) / DEFAULT_EXPORT_DIR):
         if problem := later_file_problem(directory, CALIBRATION_FILE):
-            log.warning("%s %s: dropped, to be fitted again", directory / CALIBRATION_FILE, problem)
-            unseal_file(directory, CALIBRATION_FILE)
+            return f"{directory / CALIBRATION_FILE} {problem}"
+    return None
 
 
 def _write_sealed(directory: Path, cal: Calibrator) -> Path:

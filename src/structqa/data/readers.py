@@ -30,6 +30,7 @@ READERS: dict[str, Reader] = {
 
 # Enough of a file to see the first record's keys without loading a large file twice.
 _SNIFF_CHARS = 64 * 1024
+_LINE_END = re.compile(r"\r\n?|\n")
 # Key patterns that identify a JSON format, checked in order.
 _JSON_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("squad", re.compile(r'"paragraphs"\s*:|"data"\s*:\s*\[\s*\]')),  # or no article
@@ -65,15 +66,15 @@ def detect_format(path: str | Path) -> str:
             raw = handle.read(4 * _SNIFF_CHARS)
             text = decoder.decode(raw).removeprefix("\ufeff")
             head = text[:_SNIFF_CHARS]
-            if jsonl and "\n" not in head.lstrip():  # a first record longer than the head
-                start = len(text) - len(text.lstrip())
-                end = text.find("\n", start)
-                head = text[:end] if end >= 0 else text + decoder.decode(handle.readline())
+            if jsonl and not _LINE_END.search(head.lstrip()):  # a first record past the head
+                while not _LINE_END.search(text.lstrip()) and (more := handle.read(1 << 20)):
+                    text += decoder.decode(more)
+                head = text
     except UNREADABLE as err:  # a corrupt or cut-short .gz
         raise DataError(str(path), "(file)", "(encoding)", unreadable(err)) from None
     if not head.strip():
         raise ValueError(f"{path}: the file is empty")
-    first_line = head.lstrip().split("\n", 1)[0]
+    first_line = _LINE_END.split(head.lstrip(), maxsplit=1)[0]  # (\r alone ends one too)
     first = _json_or_none(first_line)
     if isinstance(first, dict) and "header" in first:
         return "mrqa"

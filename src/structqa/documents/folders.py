@@ -5,6 +5,7 @@ with its reason."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Sequence
@@ -82,20 +83,21 @@ def _walk(top: Path, left_out: set[Path], skipped: list[tuple[str, str]]) -> lis
             if f.is_file():
                 if not any(f.resolve().is_relative_to(d) for d in left_out):
                     found.append(f)
-            elif f.is_symlink():  # (a link to a folder is in ``dirs``)
+            elif f.is_symlink() and not f.exists():  # (a link to a folder is in ``dirs``)
                 skipped.append((str(f), f"{_dead_link(f)}{KEPT}"))
     return sorted(found)
 
 
 def _follow(folder: Path, home: Path) -> bool:
     """Whether the walk of ``home`` goes into ``folder``: a real folder, or a link to one
-    outside ``home`` (a link within it would read its files under a second name; one to a
-    folder above it, that whole folder)."""
+    outside ``home`` (a link within it would read its files under a second name, unless they
+    lie in a hidden folder the walk passes over; one to a folder above it, that whole
+    folder)."""
     if not folder.is_symlink():
         return True
     target = folder.resolve()
-    if target.is_relative_to(home):
-        return False
+    if target.is_relative_to(home):  # (unless the walk passes over it: a hidden folder)
+        return any(part.startswith(".") for part in target.relative_to(home).parts)
     if home.is_relative_to(target):
         log.warning("%s: a link to %s, a folder above %s: not followed", folder, target, home)
         return False
@@ -106,8 +108,9 @@ def _dead_link(link: Path) -> str:
     """Why a link leads to no file: its target is missing, or it leads round in a loop."""
     try:
         link.resolve(strict=True)
-    except RuntimeError:  # (Python 3.11's "Symlink loop")
+    except RuntimeError:  # (Python 3.11 and 3.12's "Symlink loop")
         return f"a link to {os.readlink(link)} that leads round in a loop"
-    except OSError:
-        pass
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # (3.13's)
+            return f"a link to {os.readlink(link)} that leads round in a loop"
     return f"a link to {os.readlink(link)}, which does not exist"

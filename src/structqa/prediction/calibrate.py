@@ -6,23 +6,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from structqa.calibration import CALIBRATION_FILE
 from structqa.calibration.fit import ANSWERS_ALL
 from structqa.calibration.report import (
     calibrate,
-    drop_unrecorded_calibration,
     load_calibration,
     require_models_own_odds,
     save_calibration,
     saved_predictions,
     saved_threshold,
+    stale_calibration,
 )
 from structqa.data import parse_train_size, train_subset
 from structqa.data.overlap import passage_key
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
+from structqa.manifest import rewriting
 from structqa.training.progress import tracked
 
 log = logging.getLogger(__name__)
@@ -100,17 +103,21 @@ def calibrate_checkpoint(
     from structqa.prediction.scoring import default_runtime
     from structqa.training.data import data_path
 
-    drop_unrecorded_calibration(checkpoint)  # a stopped calibrate's: it would refuse to load
+    # a calibration a stopped calibrate left apart from its record: loaded without, replaced
+    stale = stale_calibration(checkpoint)
+    if stale:
+        log.warning("%s: fitting it again", stale)
     predictor = None
-    if predictions_dir is None:
-        # torch, as evaluate reads by default: a fit on the int8 graph's scores (auto's choice
-        # where bf16 is not native) was applied to fp32 scores
-        predictor = Predictor.from_checkpoint(
-            checkpoint, bf16=bf16, runtime=default_runtime(checkpoint)
-        )
-        cfg = predictor.config
-    else:
-        cfg = checkpoint_config(checkpoint)
+    with rewriting(CALIBRATION_FILE) if stale else nullcontext():
+        if predictions_dir is None:
+            # torch, as evaluate reads by default: a fit on the int8 graph's scores (auto's
+            # choice where bf16 is not native) was applied to fp32 scores
+            predictor = Predictor.from_checkpoint(
+                checkpoint, bf16=bf16, runtime=default_runtime(checkpoint)
+            )
+            cfg = predictor.config
+        else:
+            cfg = checkpoint_config(checkpoint)
     if data_dir:
         cfg.data.dir = data_dir
     if on is not None:
@@ -133,7 +140,7 @@ def calibrate_checkpoint(
     version_2 = cfg.decode.version_2
     if version_2 is None:
         version_2 = any(ex.is_impossible for ex in examples)
-    earlier = load_calibration(Path(checkpoint))
+    earlier = None if stale else load_calibration(Path(checkpoint))
     threshold = saved_threshold(checkpoint, earlier)  # where it abstains now
     answered_all = earlier is not None and earlier.answers_all  # by an earlier --answer-all
     if not version_2 and threshold is not None and not answer_all:
@@ -166,7 +173,8 @@ def calibrate_checkpoint(
         # asked now or when first fitted so (a checkpoint that abstains is refused above
         # without it): evaluate then answers every question too, as the Predictor does
         cal.fit[ANSWERS_ALL] = True
-    path = save_calibration(checkpoint, cal)
+    with rewriting(CALIBRATION_FILE) if stale else nullcontext():
+        path = save_calibration(checkpoint, cal)
     log.info("wrote %s", path)
     return cal
 
@@ -185,4 +193,5 @@ def _warn_if_trained_on(cfg: Any, examples: Sequence[Example], source: str) -> N
     except (OSError, ValueError) as err:
         log.info("%s: not checked against the checkpoint's training questions (%s)", source, err)
         return
-    warn_trained_on(examples, trained, source)
+    remedy = "a calibration fitted on them is over-confident: fit on questions about others"
+    warn_trained_on(examples, trained, source, remedy)

@@ -219,16 +219,21 @@ class Batcher:
     # ---- the inference thread --------------------------------------------------------------
 
     def _run(self) -> None:
+        called = False  # the last turn ran a call: batches waiting go next
         while True:
             with self._cond:
                 while not (self._ring or self._calls or self._stop):
                     self._cond.wait()
                 if self._stop:
                     break
-                call = self._calls.popleft() if self._calls else None
+                # calls and batches take turns: clients that always keep an attention map
+                # queued (seconds each) once kept every answer from the model until it timed out
+                take_call = bool(self._calls) and not (called and self._ring)
+                call = self._calls.popleft() if take_call else None
                 if call is None:
                     self._wait_for_more()
                     picked = self._pick()
+            called = call is not None
             if call is not None:
                 self._run_call(*call)
             elif picked:

@@ -207,18 +207,23 @@ def drawn_training(
     return pool, train, val, selection
 
 
-def warn_trained_on(examples: Sequence[Example], trained: set[str], what: str) -> None:
+def warn_trained_on(
+    examples: Sequence[Example],
+    trained: set[str],
+    what: str,
+    remedy: str = "give files apart, or data.exclude=[FILE] to drop those passages from training",
+) -> None:
     """Warn where ``examples`` ask about passages the run trains on: its scores then measure
     memory, not reading (a file given as both data.train and data.validation or data.eval)."""
     shared = sum(passage_key(ex.context) in trained for ex in examples)
     if shared:
         log.warning(
             "%s: %d of %d questions ask about passages the run trains on, so their scores "
-            "overstate it; give files apart, or data.exclude=[FILE] to drop those passages "
-            "from training",
+            "overstate it; %s",
             what,
             shared,
             len(examples),
+            remedy,
         )
 
 

@@ -338,14 +338,15 @@ def fit(
         s.config,
         s.config_file,
     )
-    if state.finished:
-        log.info("%s: run already finished", out)
-        return None
+    # checked for a finished run too: its calibration and test, after this, read best/
     digest = getattr(task, "data_digest", None)  # a task's own digest of its windows
     check_same_data(last_dir, state, task.lengths, digest() if callable(digest) else None)
     choice = getattr(task, "choice_digest", None)  # and of the questions choosing best/
     if callable(choice):
         check_same_choice(last_dir, state, choice())
+    if state.finished:
+        log.info("%s: run already finished", out)
+        return None
     model, optimizer = accelerator.prepare(model, optimizer)
     raw_model = accelerator.unwrap_model(model)
     log_path = out / "metrics.jsonl"
