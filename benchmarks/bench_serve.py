@@ -129,7 +129,7 @@ class Conn:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         assert self.reader is not None
         head = (
-            f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         )
         self.writer.write(head.encode() + body)
@@ -262,7 +262,10 @@ async def _slow(port: int, kind: str, stop_at: float, outcomes: Counter) -> None
             outcomes[f"connect:{type(e).__name__}"] += 1
             await asyncio.sleep(1)
             continue
-        head = b"POST /v1/answer HTTP/1.1\r\nHost: slow\r\nContent-Length: 5000\r\n"
+        head = (
+            b"POST /v1/answer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 5000\r\n"
+        )
         if kind == "body":
             writer.write(head + b"\r\n")
             payload = b" " * 5000

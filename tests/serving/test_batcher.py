@@ -104,6 +104,26 @@ def test_a_long_request_shares_batches_with_short_ones(small_windows):
     assert sum(s.windows for s in stats) == sum(j.windows for j in jobs.values())
 
 
+def test_calls_and_batches_take_turns(small_windows):
+    """Calls (attention maps: seconds each) ran before any batch: clients that always kept one
+    queued kept every answer from the model until it timed out."""
+    order: list[str] = []
+    batcher = Batcher(small_windows, max_batch_windows=16, max_wait_ms=0)
+    release = threading.Event()
+    batcher.call(lambda: release.wait(30))  # hold the worker while the queue fills
+    try:
+        job = _run(small_windows, batcher, [("Who won?", CONTEXT)])[2]
+        job.future.add_done_callback(lambda _: order.append("answer"))
+        calls = [batcher.call(lambda i=i: order.append(f"call {i}")) for i in range(3)]
+        release.set()
+        job.future.result(60)
+        for call in calls:
+            call.result(60)
+    finally:
+        batcher.close()
+    assert order == ["answer", "call 0", "call 1", "call 2"]
+
+
 def test_an_abandoned_request_is_dropped(small_windows):
     stats: list[BatchStats] = []
     batcher = Batcher(small_windows, max_batch_windows=4, max_wait_ms=0, on_batch=stats.append)

@@ -72,3 +72,15 @@ def test_the_head_kind_is_read_without_loading_weights(dyrex_with_export: Path) 
     assert all(p.is_meta for p in head.parameters())
     torch_side = Predictor.from_checkpoint(dyrex_with_export, runtime="torch", bf16="off")
     assert torch_side.attention_head() is torch_side.model.head
+
+
+def test_a_question_too_long_to_read_is_refused_not_cut(tiny_dyrex_run: Path) -> None:
+    """/v1/answer refuses a question over data.max_query_len tokens; /v1/explain once cut it
+    and drew the map of another question."""
+    predictor = Predictor.from_checkpoint(tiny_dyrex_run, runtime="torch", bf16="off")
+    words = " ".join(["which"] * (predictor.features.max_query_len + 40)) + "?"
+    with client_for(predictor) as client:
+        for path in ("/v1/answer", "/v1/explain"):
+            r = client.post(path, json={"question": words, "context": CONTEXT})
+            assert r.status_code == 422, (path, r.text)
+            assert r.json()["fields"][0]["field"] == "question"

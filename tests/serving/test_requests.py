@@ -13,7 +13,7 @@ from serving_support import CONTEXT, QUESTION, client_for
 from structqa.prediction.predictor import Predictor
 
 LIMITS = dict(max_context_chars=200, max_questions=3, max_body_bytes=250_000, api_key="s3cret")
-KEY = {"X-API-Key": "s3cret"}
+KEY = {"X-API-Key": "s3cret", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +111,73 @@ def test_a_streamed_body_is_counted(client):
             yield b" " * 30_000
 
     _error(client.post("/v1/answer", content=chunks(), headers=KEY), 413, "250,000 bytes")
+
+
+def test_a_post_says_it_sends_json(client):
+    """A form-encoded or text body (curl -d without -H, a cross-site form, which a browser
+    sends without asking first) is refused with the header to send, on every POST route."""
+    for kind in (None, "text/plain", "application/x-www-form-urlencoded"):
+        headers = {"X-API-Key": "s3cret", **({"Content-Type": kind} if kind else {})}
+        body = json.dumps(_ok()).encode()
+        for path in ("/v1/answer", "/predict", "/v1/explain"):
+            _error(client.post(path, content=body, headers=headers), 415, "Content-Type")
+    ok = client.post("/v1/answer", content=json.dumps(_ok()).encode(), headers=KEY)
+    assert ok.status_code == 200
+
+
+def test_only_the_names_of_this_server_are_answered(tiny_predictor: Predictor):
+    """Bound to loopback, a page of another site whose name its DNS turned into 127.0.0.1 is
+    same-origin with the service; the Host header it sends names that site, and is refused."""
+    from structqa.commands.serve import allowed_hosts
+
+    names = allowed_hosts("127.0.0.1", ["qa.internal"])
+    assert allowed_hosts("0.0.0.0", []) == ()  # not loopback: any name, unless given
+    with client_for(tiny_predictor, allowed_hosts=names) as c:
+        for host in ("127.0.0.1:8000", "localhost", "[::1]:8000", "qa.internal:80"):
+            assert c.get("/health", headers={"Host": host}).status_code == 200, host
+        _error(c.get("/health", headers={"Host": "evil.example"}), 400, "evil.example")
+        _error(c.post("/v1/answer", json=_ok(), headers={"Host": "evil.example:8000"}), 400)
+
+
+def test_a_client_leaving_mid_body_is_not_a_server_error(tiny_predictor: Predictor):
+    """Starlette raises ClientDisconnect from a body cut short by its client: once answered
+    as a 500 with a traceback in the log, and counted so, it is a 499."""
+    import asyncio
+
+    with client_for(tiny_predictor) as c:
+        app = c.app
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/answer",
+            "raw_path": b"/v1/answer",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json"), (b"host", b"localhost")],
+            "client": ("127.0.0.1", 5000),
+            "server": ("127.0.0.1", 8000),
+            "scheme": "http",
+            "http_version": "1.1",
+            "root_path": "",
+        }
+        messages = iter(
+            [
+                {"type": "http.request", "body": b'{"question": "q', "more_body": True},
+                {"type": "http.disconnect"},
+            ]
+        )
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return next(messages, {"type": "http.disconnect"})
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        asyncio.run(app(scope, receive, send))
+        assert sent[0]["status"] == 499
+        metrics = c.get("/metrics").text
+        assert 'route="/v1/answer",status="499"' in metrics.replace('method="POST",', "")
+        assert 'status="500"' not in metrics
 
 
 def test_api_key(client):

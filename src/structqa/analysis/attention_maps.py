@@ -348,8 +348,12 @@ def explain(
         predictor.decode = replace(predictor.decode, whole_words=whole_words)
     try:
         example = Example(id="explain", question=question, context=context)
-        features, _ = featurize(
-            [example], tokenizer, predictor.features, annotator=predictor.annotator
+        features, _ = featurize(  # a user's question: refused when too long, never cut
+            [example],
+            tokenizer,
+            predictor.features,
+            annotator=predictor.annotator,
+            cut_long_questions=False,
         )
         # the best window: each window decoded on its own, the highest-scoring span wins
         # (the Predictor's merge keeps the same span: the best over all windows)

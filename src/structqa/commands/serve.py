@@ -102,8 +102,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="ORIGIN",
         help="allow browser pages from ORIGIN (repeatable); default: no CORS",
     )
+    sec.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name the server answers to beside its loopback names (repeatable); on "
+        "a loopback address other names are refused (DNS rebinding); elsewhere, given: only "
+        "these names",
+    )
     sv.set_defaults(func=cmd_serve)
     return sv
+
+
+def allowed_hosts(bind: str, given: list[str]) -> tuple[str, ...]:
+    """The Host names a server bound to ``bind`` answers to: on a loopback address its
+    loopback names and ``given`` (a page of another site, renamed to 127.0.0.1 by its DNS,
+    could read the service otherwise); elsewhere ``given``, or any (empty)."""
+    from structqa.serving.settings import LOOPBACK_NAMES, is_loopback
+
+    names = tuple(name.strip().lower() for name in given if name.strip())
+    return (*LOOPBACK_NAMES, bind.lower(), *names) if is_loopback(bind) else names
 
 
 def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
@@ -125,11 +144,29 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
         args,
         api_key=api_key_from_env(args.api_key),
         cors_origins=tuple(args.cors_origin),
+        allowed_hosts=allowed_hosts(args.host, args.allowed_host),
         model_name="/".join(Path(args.checkpoint).resolve().parts[-2:]),  # e.g. qs-dyrex/best
     )
-    for name in ("max_batch_windows", "queue_size", "max_context_chars", "max_questions"):
+    for name in (
+        "max_batch_windows",
+        "queue_size",
+        "max_context_chars",
+        "max_questions",
+        "max_body_bytes",
+    ):
         if getattr(settings, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    # (0 would answer every request 504, 408 or 503)
+    for option, value in (
+        ("--request-timeout", settings.request_timeout),
+        ("--body-timeout", settings.body_timeout),
+        ("--header-timeout", args.header_timeout),
+        ("--max-connections", args.max_connections),
+    ):
+        if value <= 0:
+            raise ValueError(f"{option} must be above 0, got {value}")
+    if settings.max_wait_ms < 0:
+        raise ValueError(f"--max-wait-ms must be 0 or more, got {settings.max_wait_ms}")
     # the socket first: a port in use fails before the model loads
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

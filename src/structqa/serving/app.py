@@ -36,6 +36,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from structqa.prediction.predictor import Answer, Predictor, QuestionTooLong
 from structqa.serving.batcher import SHAPE_MULTIPLE, Batcher, BatchStats, Featurizer
@@ -221,6 +222,9 @@ class Service:
             assert self.batcher is not None
             call = self.batcher.call(lambda: self._explain(question, context))
             return await self._within(call, deadline, gone)
+        except QuestionTooLong as err:  # refused as /v1/answer refuses it, never cut
+            fields = [{"field": "question", "message": str(err)}]
+            raise ApiError(422, str(err), fields=fields) from None
         finally:
             self.admitted -= 1
 
@@ -402,6 +406,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         body_timeout=settings.body_timeout,
         api_key=settings.api_key,
+        allowed_hosts=settings.allowed_hosts,
     )
     if settings.cors_origins:
         app.add_middleware(
@@ -409,6 +414,7 @@ def create_app(
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type", "Authorization", "X-API-Key"],
+            expose_headers=["Retry-After"],  # so a page can honour the 503's back-off
         )
     app.add_middleware(HttpMetrics, metrics=metrics, route_of=route_label)
     return app
@@ -514,6 +520,12 @@ def _add_error_handlers(app: FastAPI) -> None:
         else:
             msg = str(err.detail)
         return _json_error(ApiError(err.status_code, msg, dict(err.headers or {})))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, err: ClientDisconnect) -> Response:  # noqa: ARG001
+        # the client left while its body was read: no server fault (once logged and counted
+        # as a 500 with a traceback, so client timeouts raised the error-rate alerts)
+        return _json_error(ApiError(CLIENT_GONE, "the client closed the connection"))
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, err: Exception) -> Response:

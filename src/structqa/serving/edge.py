@@ -66,6 +66,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def host_name(header: str) -> str:
+    """The name a Host header gives, without its port (``[::1]:8000`` is ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
 def presented_key(scope: Scope) -> str | None:
     """The API key of a request: ``X-API-Key: KEY`` or ``Authorization: Bearer KEY``."""
     key = _header(scope, API_KEY_HEADER.encode())
@@ -83,9 +91,11 @@ class EdgeGuard:
         max_body_bytes: int,
         body_timeout: float,
         api_key: str | None = None,
+        allowed_hosts: tuple[str, ...] = (),
     ):
         self.app, self.max_body_bytes, self.body_timeout = app, max_body_bytes, body_timeout
         self.api_key = api_key
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -113,6 +123,23 @@ class EdgeGuard:
             )
 
     def _check_head(self, scope: Scope) -> None:
+        if self.allowed_hosts:  # a page of another site renamed to this address (DNS rebinding)
+            host = host_name(_header(scope, b"host") or "")
+            if host not in self.allowed_hosts:
+                raise ApiError(
+                    400,
+                    f"the Host header names {host or 'nothing'!r}, not this server "
+                    f"({', '.join(sorted(self.allowed_hosts))}); a name of its own is allowed "
+                    "with --allowed-host NAME",
+                )
+        if scope["method"] == "POST":  # (a JSON type makes a browser ask first: CORS preflight)
+            kind = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
+            if kind != "application/json" and not kind.endswith("+json"):
+                raise ApiError(
+                    415,
+                    f"the body's Content-Type is {kind or 'not given'!r}: send JSON with the "
+                    "header 'Content-Type: application/json'",
+                )
         if self.api_key is not None and scope["method"] == "POST":
             key = presented_key(scope)
             if key is None or not hmac.compare_digest(key.encode(), self.api_key.encode()):

@@ -137,7 +137,9 @@ class ErrorOut(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "failed"] = Field(
+        description="failed (with 503): the model could not be loaded or warmed up"
+    )
 
 
 class Readiness(BaseModel):
@@ -148,3 +150,6 @@ class Readiness(BaseModel):
     )
     api_key_required: bool = False
     max_context_chars: int = 0
+    index: dict[str, Any] | None = Field(
+        None, description="the document index served (--index): its folder, chunks, encoder"
+    )

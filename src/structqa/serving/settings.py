@@ -20,6 +20,9 @@ class ServeSettings:
     body_timeout: float = 10.0  # seconds for a request's whole body to arrive
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
+    # Host header names accepted (empty: any); `structqa serve` on a loopback address sets
+    # the loopback names, so that no other site's page reaches it under a name of its own
+    allowed_hosts: tuple[str, ...] = ()
     featurize_threads: int = 2
     # each request whole (tokenize, all its windows, decode) before the next: no overlap, no
     # batching across requests (a plain server with one lock; a baseline for benchmarks)
@@ -35,4 +38,25 @@ def api_key_from_env(given: str | None) -> str | None:
         raise ValueError(
             f"the API key (--api-key or ${API_KEY_ENV}) is empty; set a key or unset it"
         )
+    if key is not None and not key.isascii():  # HTTP headers carry bytes, not UTF-8 text
+        raise ValueError(
+            f"the API key (--api-key or ${API_KEY_ENV}) has a character that is not ASCII, "
+            "which no client can send in a header as typed; choose an ASCII key"
+        )
     return key
+
+
+#: the names a server bound to a loopback address answers to (with --allowed-host's)
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address) is a loopback address."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
