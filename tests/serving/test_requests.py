@@ -139,6 +139,24 @@ def test_only_the_names_of_this_server_are_answered(tiny_predictor: Predictor):
         _error(c.post("/v1/answer", json=_ok(), headers={"Host": "evil.example:8000"}), 400)
 
 
+def _post_scope(path: str) -> dict:
+    """The ASGI scope of a JSON POST to ``path``, for driving the app by hand."""
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"localhost")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+        "scheme": "http",
+        "root_path": "",
+        "http_version": "1.1",
+        "asgi": {"version": "3.0"},
+    }
+
+
 def test_a_client_leaving_mid_body_is_not_a_server_error(tiny_predictor: Predictor):
     """Starlette raises ClientDisconnect from a body cut short by its client: once answered
     as a 500 with a traceback in the log, and counted so, it is a 499."""
@@ -146,19 +164,7 @@ def test_a_client_leaving_mid_body_is_not_a_server_error(tiny_predictor: Predict
 
     with client_for(tiny_predictor) as c:
         app = c.app
-        scope = {
-            "type": "http",
-            "method": "POST",
-            "path": "/v1/answer",
-            "raw_path": b"/v1/answer",
-            "query_string": b"",
-            "headers": [(b"content-type", b"application/json"), (b"host", b"localhost")],
-            "client": ("127.0.0.1", 5000),
-            "server": ("127.0.0.1", 8000),
-            "scheme": "http",
-            "http_version": "1.1",
-            "root_path": "",
-        }
+        scope = _post_scope("/v1/answer")
         messages = iter(
             [
                 {"type": "http.request", "body": b'{"question": "q', "more_body": True},
@@ -275,20 +281,7 @@ def test_a_client_that_leaves_is_dropped(tiny_predictor):
         async def send(message: dict) -> None:
             sent.append(message)
 
-        scope = {
-            "type": "http",
-            "method": "POST",
-            "path": "/v1/answer",
-            "raw_path": b"/v1/answer",
-            "query_string": b"",
-            "headers": [(b"content-type", b"application/json")],
-            "client": ("127.0.0.1", 1),
-            "server": ("127.0.0.1", 2),
-            "scheme": "http",
-            "root_path": "",
-            "http_version": "1.1",
-            "asgi": {"version": "3.0"},
-        }
+        scope = _post_scope("/v1/answer")
         asyncio.run(app(scope, receive, send))
         assert sent[0]["status"] == 499
         release.set()
