@@ -213,3 +213,30 @@ def test_a_body_that_is_not_json_is_a_400_saying_why(client, path, body, said):
     reply = client.post(path, content=body, headers={"content-type": "application/json"})
     assert reply.status_code == 400, reply.text
     assert said in reply.json()["error"]
+
+
+def test_a_search_stuck_on_the_index_times_out_and_frees_its_place(tiny_predictor, squad_index):
+    """A search waited on the index's thread without a deadline: clients that gave up kept
+    their places, until every /v1/answer got 503."""
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    docs = DocumentService(squad_index)
+    settings = ServeSettings(queue_size=1, request_timeout=0.3)
+    app = create_app(tiny_predictor, settings, 0.0, docs)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert app.state.service.wait_ready(60)
+        release = threading.Event()
+        docs._thread.submit(lambda: release.wait(30))  # the index busy (a reopen, say)
+        try:
+            for path, body in (
+                ("/v1/search", {"query": "Notre Dame"}),
+                ("/v1/ask", {"question": "Who founded Notre Dame?"}),
+            ):
+                r = c.post(path, json=body)
+                assert r.status_code == 504, r.text
+            answer = c.post("/v1/answer", json={"question": "Who?", "context": "Bees dance."})
+            assert answer.status_code == 200, answer.text  # its one place was given back
+        finally:
+            release.set()

@@ -172,7 +172,7 @@ class Service:
         finally:
             self.admitted -= 1
 
-    async def _within(self, fut: Any, deadline: float, gone: asyncio.Future | None) -> Any:
+    async def within(self, fut: Any, deadline: float, gone: asyncio.Future | None) -> Any:
         """The result of the concurrent future ``fut``; cancelled (so the worker drops its
         windows) at the deadline (504) or when the client disconnects (``gone``)."""
         wrapped = asyncio.wrap_future(fut)
@@ -191,19 +191,25 @@ class Service:
         )
 
     async def answer(
-        self, pairs: list[tuple[str, str]], gone: asyncio.Future | None = None
+        self,
+        pairs: list[tuple[str, str]],
+        gone: asyncio.Future | None = None,
+        deadline: float | None = None,
     ) -> list[Answer]:
+        """The answers to ``pairs``, by ``deadline`` (time.monotonic; default: the request
+        timeout from now; a search before them counts toward it) or a 504."""
         self._admit()
         self.admitted += 1
-        deadline = time.monotonic() + self.settings.request_timeout
+        if deadline is None:
+            deadline = time.monotonic() + self.settings.request_timeout
         try:
             assert self.featurizer is not None and self.batcher is not None
             if self.settings.one_at_a_time:  # the whole request on the inference thread
                 whole = self.batcher.call(lambda: self.predictor.predict_batch(pairs))
-                return await self._within(whole, deadline, gone)
-            examples, features = await self._within(self.featurizer.submit(pairs), deadline, gone)
+                return await self.within(whole, deadline, gone)
+            examples, features = await self.within(self.featurizer.submit(pairs), deadline, gone)
             job = self.batcher.submit(examples, features)
-            return await self._within(job.future, deadline, gone)
+            return await self.within(job.future, deadline, gone)
         except QuestionTooLong as err:  # the Predictor's one policy, in both modes
             where = "question" if len(pairs) == 1 else f"[{err.index}].question"  # as pydantic's
             raise ApiError(422, str(err), fields=[{"field": where, "message": str(err)}]) from None
@@ -221,7 +227,7 @@ class Service:
         try:
             assert self.batcher is not None
             call = self.batcher.call(lambda: self._explain(question, context))
-            return await self._within(call, deadline, gone)
+            return await self.within(call, deadline, gone)
         except QuestionTooLong as err:  # refused as /v1/answer refuses it, never cut
             fields = [{"field": "question", "message": str(err)}]
             raise ApiError(422, str(err), fields=fields) from None

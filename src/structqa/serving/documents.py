@@ -11,9 +11,9 @@ chunks goes through the same micro-batcher, queue limit and deadline as POST /v1
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -181,9 +181,10 @@ class DocumentService:
         # the index folder's name, never the server's path
         return {"name": self.directory.name, "chunks": chunks, "no_answer": decision}
 
-    async def search(self, query: str, k: int, retriever: str) -> list[Hit]:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._search, query, k, retriever)
+    def submit(self, query: str, k: int, retriever: str) -> Future:
+        """The search on the index's thread (its future: a caller gives up on it at its
+        deadline or when its client leaves)."""
+        return self._thread.submit(self._search, query, k, retriever)
 
     def close(self) -> None:
         self._thread.submit(lambda: self.index.close()).result()  # the one open by then
@@ -194,9 +195,13 @@ def add_document_routes(app: FastAPI, docs: DocumentService, errors: dict) -> No
     """POST /v1/search and POST /v1/ask on ``app`` (whose state holds the reading service)."""
 
     @app.post("/v1/search", responses=errors, summary="The best chunks of the index for a query")
-    async def search(body: SearchBody) -> Response:
-        with app.state.service.admitted_request():
-            hits = await docs.search(body.query, body.top_k, body.retriever)
+    async def search(body: SearchBody, request: Request) -> Response:
+        service = app.state.service
+        deadline = time.monotonic() + service.settings.request_timeout
+        async with disconnect_watch(request) as gone:
+            with service.admitted_request():  # (a client gone or timed out frees its place)
+                searching = docs.submit(body.query, body.top_k, body.retriever)
+                hits = await service.within(searching, deadline, gone)
         return JSONResponse({"query": body.query, "hits": [hit_json(h) for h in hits]})
 
     @app.post(
@@ -206,12 +211,14 @@ def add_document_routes(app: FastAPI, docs: DocumentService, errors: dict) -> No
     )
     async def ask(body: AskBody, request: Request) -> Response:
         service = app.state.service
-        with service.admitted_request():
-            hits = await docs.search(body.question, body.top_k_chunks, body.retriever)
+        deadline = time.monotonic() + service.settings.request_timeout  # search and reading
         async with disconnect_watch(request) as gone:
+            with service.admitted_request():
+                searching = docs.submit(body.question, body.top_k_chunks, body.retriever)
+                hits = await service.within(searching, deadline, gone)
             try:
                 pairs = [(body.question, h.text) for h in hits]
-                read = await service.answer(pairs, gone) if pairs else []
+                read = await service.answer(pairs, gone, deadline) if pairs else []
             except ApiError as err:
                 if err.status == 422:  # the question is too long: one question here
                     raise ApiError(
