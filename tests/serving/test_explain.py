@@ -84,3 +84,5 @@ def test_a_question_too_long_to_read_is_refused_not_cut(tiny_dyrex_run: Path) ->
             r = client.post(path, json={"question": words, "context": CONTEXT})
             assert r.status_code == 422, (path, r.text)
             assert r.json()["fields"][0]["field"] == "question"
+        r = client.post("/v1/answer", json=[{"question": words, "context": CONTEXT}])
+        assert r.json()["fields"][0]["field"] == "[0].question"  # a list of one: as pydantic

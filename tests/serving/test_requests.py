@@ -71,21 +71,25 @@ def test_bodies_the_model_cannot_read(client, body, status, needles):
 )
 def test_wrong_shapes_are_422_naming_the_field(client, payload, needles):
     body = _error(client.post("/v1/answer", json=payload, headers=KEY), 422, *needles)
-    assert body.get("fields") or "empty" in body["error"]
+    assert body["fields"] and all(f["field"] and f["message"] for f in body["fields"])
     assert CONTEXT not in body["error"]  # the input is never echoed
 
 
 @pytest.mark.parametrize(
     ("payload", "needle"),
     [
-        ({"pairs": {"question": "Who?"}}, "pairs: must be a list"),
-        ({"pairs": ["Who?"]}, "[0]: must be a JSON object"),
-        ({"pairs": [{"question": "Who?", "context": 5}]}, "[0].context: Input should be"),
+        ({"pairs": "x"}, "pairs: must be a list, not a string"),
+        ({"pairs": {"question": "Who?"}}, "pairs: must be a list, not an object"),
+        ({"pairs": ["Who?"]}, "pairs[0]: must be a JSON object"),
+        ({"pairs": [{"question": "Who?", "context": 5}]}, "pairs[0].context: Input should be"),
+        ({"pairs": [_ok()], "top_k": 3}, "top_k: unknown field(s) beside pairs"),
         (["Who?", "ctx"], "the body is a JSON list"),
     ],
 )
 def test_predict_alias_names_the_field_too(client, payload, needle):
-    _error(client.post("/predict", json=payload, headers=KEY), 422, needle)
+    body = _error(client.post("/predict", json=payload, headers=KEY), 422, needle)
+    if "pairs" in needle or "beside" in needle:
+        assert body["fields"] and '{"pairs": [' in body["error"]  # its own usage
 
 
 def test_limits_are_413_with_the_limit(client):

@@ -60,6 +60,4 @@ def has_readable_text(text: str) -> bool:
     service checks bodies of megabytes of spaces before it measures them.)"""
     if _ASCII_VISIBLE.search(text):
         return True
-    return any(
-        ch != "\ufffd" and unicodedata.category(ch) not in _UNREAD for ch in text.strip()
-    )
+    return any(ch != "\ufffd" and unicodedata.category(ch) not in _UNREAD for ch in text.strip())

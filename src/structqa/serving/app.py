@@ -195,9 +195,12 @@ class Service:
         pairs: list[tuple[str, str]],
         gone: asyncio.Future | None = None,
         deadline: float | None = None,
+        listed: bool | None = None,
     ) -> list[Answer]:
         """The answers to ``pairs``, by ``deadline`` (time.monotonic; default: the request
-        timeout from now; a search before them counts toward it) or a 504."""
+        timeout from now; a search before them counts toward it) or a 504. ``listed``: the
+        body was a list, whose fields an error names ``[N].question`` (default: when more
+        than one pair)."""
         self._admit()
         self.admitted += 1
         if deadline is None:
@@ -211,7 +214,8 @@ class Service:
             job = self.batcher.submit(examples, features)
             return await self.within(job.future, deadline, gone)
         except QuestionTooLong as err:  # the Predictor's one policy, in both modes
-            where = "question" if len(pairs) == 1 else f"[{err.index}].question"  # as pydantic's
+            listed = len(pairs) > 1 if listed is None else listed
+            where = f"[{err.index}].question" if listed else "question"  # as pydantic's
             raise ApiError(422, str(err), fields=[{"field": where, "message": str(err)}]) from None
         finally:
             self.admitted -= 1
@@ -346,7 +350,7 @@ def create_app(
     )
     async def answer(request: Request, body: Questions = answer_body) -> Any:
         async with disconnect_watch(request) as gone:
-            answers = await service.answer(body.pairs, gone)
+            answers = await service.answer(body.pairs, gone, listed=not body.single)
         out = [
             answer_json(a, i.top_k, service.info) for a, i in zip(answers, body.items, strict=True)
         ]

@@ -100,6 +100,13 @@ def _invalid(err: ValidationError, usage: str) -> ApiError:
 
 
 ANSWER_USAGE = '{"question": str, "context": str, "top_k"?: int} or a list of them'
+PAIRS_USAGE = '{"pairs": [{"question": str, "context": str}, ...]}'
+
+
+def _json_type(value: Any) -> str:
+    names = {str: "a string", int: "a number", float: "a number", bool: "true or false"}
+    names |= {dict: "an object", type(None): "null"}
+    return names.get(type(value), "a " + type(value).__name__)
 
 
 def answer_items(value: Any, max_items: int) -> tuple[list[QAItem], bool]:
@@ -111,7 +118,12 @@ def answer_items(value: Any, max_items: int) -> tuple[list[QAItem], bool]:
             " per request (--max-questions): split the list",
         )
     if isinstance(value, list) and not value:
-        raise ApiError(422, f"the list of questions is empty. Expected {ANSWER_USAGE}")
+        message = "the list of questions is empty"
+        raise ApiError(
+            422,
+            f"{message}. Expected {ANSWER_USAGE}",
+            fields=[{"field": "(body)", "message": message}],
+        )
     try:
         parsed = _ANSWER.validate_python(value)
     except ValidationError as e:
@@ -124,11 +136,30 @@ def legacy_items(value: Any, max_items: int) -> tuple[list[QAItem], bool]:
     ``{"pairs": [{"question", "context"}, ...]}``."""
     if isinstance(value, dict) and "pairs" in value:
         pairs = value["pairs"]
-        if not isinstance(pairs, list):
-            raise ApiError(
-                422, f"pairs: must be a list, not a JSON {type(pairs).__name__}", fields=None
+        extra = sorted(set(value) - {"pairs"})
+        if not isinstance(pairs, list) or extra:
+            message = (
+                f"must be a list, not {_json_type(pairs)}"
+                if not isinstance(pairs, list)
+                else f"unknown field(s) beside pairs: {', '.join(extra)}"
             )
-        return answer_items(pairs, max_items)[0], False
+            where = "pairs" if not isinstance(pairs, list) else extra[0]
+            raise ApiError(
+                422,
+                f"{where}: {message}. Expected {PAIRS_USAGE}",
+                fields=[{"field": where, "message": message}],
+            )
+        try:
+            return answer_items(pairs, max_items)[0], False
+        except ApiError as err:  # its fields are the list's items: under pairs here
+            if err.status != 422:
+                raise
+            fields = [
+                {**f, "field": "pairs" + ("" if f["field"].startswith("[") else ".") + f["field"]}
+                for f in err.fields or []
+            ]
+            head = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+            raise ApiError(422, f"{head}. Expected {PAIRS_USAGE}", fields=fields) from None
     if isinstance(value, list):
         raise ApiError(
             422,
