@@ -118,11 +118,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def allowed_hosts(bind: str, given: list[str]) -> tuple[str, ...]:
     """The Host names a server bound to ``bind`` answers to: on a loopback address its
     loopback names and ``given`` (a page of another site, renamed to 127.0.0.1 by its DNS,
-    could read the service otherwise); elsewhere ``given``, or any (empty)."""
+    could read the service otherwise; a proxy on the machine that passes its public name on
+    needs that name given); on every address, ``given`` and the loopback names, or any name
+    (none given); on another address, ``given`` or any."""
+    from structqa.serving.edge import host_name
     from structqa.serving.settings import LOOPBACK_NAMES, is_loopback
 
-    names = tuple(name.strip().lower() for name in given if name.strip())
-    return (*LOOPBACK_NAMES, bind.lower(), *names) if is_loopback(bind) else names
+    names = tuple(host_name(name) for name in given if name.strip())
+    if is_loopback(bind) or (names and bind in ("0.0.0.0", "::", "")):
+        # (on every address, with names given: probes on the machine still say localhost)
+        return (*LOOPBACK_NAMES, host_name(bind), *names)
+    return names
 
 
 def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
@@ -161,11 +167,12 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
         ("--request-timeout", settings.request_timeout),
         ("--body-timeout", settings.body_timeout),
         ("--header-timeout", args.header_timeout),
+        ("--keep-alive", args.keep_alive),
         ("--max-connections", args.max_connections),
     ):
-        if value <= 0:
+        if not value > 0:  # (nan too)
             raise ValueError(f"{option} must be above 0, got {value}")
-    if settings.max_wait_ms < 0:
+    if not settings.max_wait_ms >= 0:
         raise ValueError(f"--max-wait-ms must be 0 or more, got {settings.max_wait_ms}")
     # the socket first: a port in use fails before the model loads
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
@@ -196,6 +203,11 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
         port,
         "; an API key is required on POST" if settings.api_key else "",
     )
+    if settings.allowed_hosts:  # (behind a proxy that passes its public name on: add it)
+        log.info(
+            "answering the Host names %s only (--allowed-host NAME adds one)",
+            ", ".join(settings.allowed_hosts),
+        )
     print(f"structqa serve: listening on http://{args.host}:{port}", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
     return 0

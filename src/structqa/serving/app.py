@@ -359,7 +359,7 @@ def create_app(
     @app.post("/predict", responses=errors, deprecated=True, summary="Old shape of /v1/answer")
     async def predict(request: Request, body: Questions = legacy_body) -> Any:
         async with disconnect_watch(request) as gone:
-            answers = await service.answer(body.pairs, gone)
+            answers = await service.answer(body.pairs, gone, listed=not body.single)
         out = [legacy_json(a, i.top_k) for a, i in zip(answers, body.items, strict=True)]
         return out[0] if body.single else out
 
@@ -522,6 +522,8 @@ def _add_error_handlers(app: FastAPI) -> None:
             )
         elif err.status_code == 400 and isinstance(err.__cause__, ApiError):
             return _json_error(err.__cause__)  # the edge's 413 or 408 while the body was read
+        elif err.status_code == 400 and isinstance(err.__cause__, ClientDisconnect):
+            return _json_error(ApiError(CLIENT_GONE, "the client closed the connection"))
         elif err.status_code == 400 and (body_error := await unparsed(request)) is not None:
             return _json_error(body_error)
         elif err.status_code == 405:

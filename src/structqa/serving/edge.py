@@ -67,11 +67,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 def host_name(header: str) -> str:
-    """The name a Host header gives, without its port (``[::1]:8000`` is ``::1``)."""
+    """The name a Host header (or ``--allowed-host``) gives, lower-cased, without its port
+    or a final dot (``[::1]:8000`` is ``::1``)."""
     header = header.strip().lower()
     if header.startswith("["):
-        return header[1 : header.find("]")] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+        name = header[1 : header.find("]")] if "]" in header else header
+    else:
+        name = header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    return name.rstrip(".")  # (``localhost.`` is localhost)
 
 
 def presented_key(scope: Scope) -> str | None:
@@ -123,8 +126,11 @@ class EdgeGuard:
             )
 
     def _check_head(self, scope: Scope) -> None:
-        if self.allowed_hosts:  # a page of another site renamed to this address (DNS rebinding)
-            host = host_name(_header(scope, b"host") or "")
+        header = _header(scope, b"host")
+        # a page of another site renamed to this address (DNS rebinding) names that site; a
+        # request without a Host (an HTTP/1.0 probe) is no browser's
+        if self.allowed_hosts and header is not None:
+            host = host_name(header)
             if host not in self.allowed_hosts:
                 raise ApiError(
                     400,

@@ -103,6 +103,13 @@ ANSWER_USAGE = '{"question": str, "context": str, "top_k"?: int} or a list of th
 PAIRS_USAGE = '{"pairs": [{"question": str, "context": str}, ...]}'
 
 
+def _under_pairs(field: str) -> str:
+    """A field of /v1/answer's list named as the same field of /predict's ``pairs``."""
+    if field == "(body)":
+        return "pairs"
+    return "pairs" + ("" if field.startswith("[") else ".") + field
+
+
 def _json_type(value: Any) -> str:
     names = {str: "a string", int: "a number", float: "a number", bool: "true or false"}
     names |= {dict: "an object", type(None): "null"}
@@ -135,37 +142,28 @@ def legacy_items(value: Any, max_items: int) -> tuple[list[QAItem], bool]:
     """The items of an old ``/predict`` body: ``{"question", "context"}`` or
     ``{"pairs": [{"question", "context"}, ...]}``."""
     if isinstance(value, dict) and "pairs" in value:
-        pairs = value["pairs"]
-        extra = sorted(set(value) - {"pairs"})
-        if not isinstance(pairs, list) or extra:
-            message = (
-                f"must be a list, not {_json_type(pairs)}"
-                if not isinstance(pairs, list)
-                else f"unknown field(s) beside pairs: {', '.join(extra)}"
-            )
-            where = "pairs" if not isinstance(pairs, list) else extra[0]
+        pairs = value["pairs"]  # (other keys beside it are ignored, as they always were)
+        if not isinstance(pairs, list):
+            message = f"must be a list, not {_json_type(pairs)}"
             raise ApiError(
                 422,
-                f"{where}: {message}. Expected {PAIRS_USAGE}",
-                fields=[{"field": where, "message": message}],
+                f"pairs: {message}. Expected {PAIRS_USAGE}",
+                fields=[{"field": "pairs", "message": message}],
             )
         try:
             return answer_items(pairs, max_items)[0], False
         except ApiError as err:  # its fields are the list's items: under pairs here
             if err.status != 422:
                 raise
-            fields = [
-                {**f, "field": "pairs" + ("" if f["field"].startswith("[") else ".") + f["field"]}
-                for f in err.fields or []
-            ]
+            fields = [{**f, "field": _under_pairs(f["field"])} for f in err.fields or []]
             head = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
             raise ApiError(422, f"{head}. Expected {PAIRS_USAGE}", fields=fields) from None
     if isinstance(value, list):
-        raise ApiError(
-            422,
+        message = (
             'the body is a JSON list; /predict expects {"question", "context"} or '
-            '{"pairs": [...]} (POST /v1/answer takes a list)',
+            '{"pairs": [...]} (POST /v1/answer takes a list)'
         )
+        raise ApiError(422, message, fields=[{"field": "(body)", "message": message}])
     return answer_items(value, max_items)
 
 

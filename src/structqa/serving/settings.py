@@ -54,9 +54,12 @@ def is_loopback(host: str) -> bool:
     """Whether ``host`` (a bind address) is a loopback address."""
     import ipaddress
 
-    if host == "localhost":
+    host = host.strip().lower().rstrip(".").strip("[]")
+    if host in ("localhost", "ip6-localhost", "ip6-loopback"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
