@@ -193,7 +193,9 @@ class TrainConfig(Optimisation):
     )
     lr: float = setting(1e-4, "peak learning rate (AdamW, linear warm-up then decay)")
     head_lr: float | None = setting(
-        None, "learning rate of the head's parameters; null: lr (1e-3 suits DyREx and DyReF)"
+        None,
+        "learning rate of the head's parameters; null: lr (1e-3: chosen on Independent, used "
+        "for DyREx and DyReF)",
     )
     # e.g. ["head.scorer.W"]: Joint's bilinear form, which a 1e-3 rate inflates until its span
     # prior swamps the question (docs/results/lowdata-recipe-joint/README.md)

@@ -121,7 +121,9 @@ def test_span_schemes_draw_mostly_spans(corpus: Corpus) -> None:
 # ---- what gets masked together -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", ["anna", "noun_phrase", "entity", "whole_word", "word_pos"])
+@pytest.mark.parametrize(
+    "scheme", ["anna", "anna_mixed", "noun_phrase", "entity", "whole_word", "word_pos"]
+)
 def test_chosen_spans_are_masked_whole(corpus: Corpus, scheme: str) -> None:
     masker = corpus.masker(scheme)
     checked = 0
@@ -133,6 +135,7 @@ def test_chosen_spans_are_masked_whole(corpus: Corpus, scheme: str) -> None:
             "entity": [(a, b) for a, b, _ in ann.entities],
             "word": list(ann.words),
         }
+        spans["mixed"] = spans["noun_chunk"] + spans["word"]  # a chunk, or a word outside one
         covered: set[int] = set()
         for unit in out.units:
             tokens = set(unit.tokens)
@@ -148,6 +151,32 @@ def test_chosen_spans_are_masked_whole(corpus: Corpus, scheme: str) -> None:
             checked += 1
         assert covered == set(np.flatnonzero(out.selected).tolist())
     assert checked > 300
+
+
+def test_anna_mixed_masks_outside_noun_phrases_as_the_paper_does(corpus: Corpus) -> None:
+    """``anna`` fills its budget from the noun chunks before its word and token levels run:
+    nothing outside a chunk is ever a target. The paper's mixture (``anna_mixed``) masks words
+    and tokens outside them too, about as often as they are in the text."""
+    from structqa.text.annotate import token_span_ids
+
+    def outside_share(scheme: str) -> tuple[float, float]:
+        masker = corpus.masker(scheme)
+        masked_out = masked = text_out = text = 0
+        for item in corpus.items[:80]:
+            out = masker(item.id, item.input_ids, item.offsets, item.annotation)
+            maskable = np.asarray([b > a for a, b in item.offsets]) & ~np.isin(
+                item.input_ids, list(corpus.special)
+            )
+            chunk = token_span_ids(item.annotation.noun_chunks, np.asarray(item.offsets))
+            masked += int(out.selected.sum())
+            masked_out += int((out.selected & (chunk < 0)).sum())
+            text += int(maskable.sum())
+            text_out += int((maskable & (chunk < 0)).sum())
+        return masked_out / masked, text_out / text
+
+    assert outside_share("anna")[0] < 0.02
+    mixed, in_text = outside_share("anna_mixed")
+    assert in_text > 0.3 and abs(mixed - in_text) < 0.15
 
 
 def test_a_noun_phrase_is_masked_with_all_its_word_pieces(corpus: Corpus) -> None:

@@ -4,7 +4,10 @@ Two learned vectors Q0 are inserted after the embedding layer, ``[q_s, q_e, toke
 encoder's own layers turn them into dynamic queries (token position ids are unchanged). The
 only new parameters are Q0 (2 D); scores are plain dot products. Which positions may attend to
 which is a mask from :mod:`structqa.attention.query_masks` (default: the queries see each other
-and every token, tokens see only tokens, so token states are the plain encoder's).
+and every token, tokens see only tokens, so token states are the plain encoder's: the paper's
+Fig. 2(c) "bidirectional" mask, not Eq. 6 / Algorithm 2's unmasked encoder, where tokens see
+the queries too, which is ``query_mask: full``; the paper's Table 3 has the two level, and so
+do docs/results/lowdata-masks at 1024 questions).
 
 Dimension letters: B batch, N tokens, P = 2 prefix queries, D width.
 """
@@ -22,7 +25,8 @@ from structqa.heads.base import QuerySource, QueryStates
 
 
 class DyReFQueries(QuerySource):
-    """[Q, H] = Encoder([Q0, H0]); q_s, q_e are the first two output positions."""
+    """[Q, H] = Encoder([Q0, H0]) under the query mask (Eq. 6 with ``full``; by default
+    tokens do not see the queries); q_s, q_e are the first two output positions."""
 
     def __init__(
         self, hidden: int, query_mask: str = "bidirectional", init_std: float | None = None

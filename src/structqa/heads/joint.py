@@ -156,7 +156,10 @@ class FullJointScorer(JointScorer):
         h, L = states.tokens, self.max_answer_length
         b, n, _ = h.shape
         start, end = (_exact(x) for x in dot_logits(states))  # (B, N) each
-        bil = _exact((h @ self.W) @ h.transpose(1, 2))  # (B, N, N): h_i^T W h_j
+        # float32 outside autocast, as the band scorer: bf16 would tie spans it ranks
+        with torch.autocast(h.device.type, enabled=False):
+            hf = _exact(h)
+            bil = (hf @ _exact(self.W)) @ hf.transpose(1, 2)  # (B, N, N): h_i^T W h_j
         ctx = passage_mask(batch)
         upper = torch.ones(n, n, dtype=torch.bool, device=h.device).triu()  # j >= i
         valid = ctx[:, :, None] & ctx[:, None, :] & upper  # (B, N, N)
