@@ -531,7 +531,9 @@ def encoder_hf_state(encoder: BertEncoder, prefix: str = "") -> dict[str, Tensor
     :func:`hf_to_structqa_key` maps HF weights onto), else ``encoder.layer.{i}.sublayers.{j}.*``.
 
     The inverse of :func:`hf_to_structqa_key`: every key maps back to the parameter it came
-    from.
+    from. A block other than SA -> FFN (ANNA's NAA sub-layers) has no HF class: its weights
+    are saved where HF BertModel would read them as plain self-attention, and HF loads such
+    a checkpoint as plain BERT (warning of unexpected keys at most). Load it with structqa.
     """
     block = encoder.config.block
     hf_sub: dict[int, dict[str, str]] = {}

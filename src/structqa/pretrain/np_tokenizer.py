@@ -13,7 +13,10 @@ Words inside noun phrases that WordPiece cuts into pieces (``COVID-19`` -> ``co 
   never cut at its punctuation; ``normalized=True`` matches it on the normalized text (case-
   and accent-insensitive for an uncased vocabulary, the word being stored normalized) with
   offsets mapped back to the original characters; ``single_word=True`` keeps ``u.s.`` from
-  matching inside ``bu.s.y``.
+  matching inside ``bu.s.y``. One side effect: as vocabulary entries the words also become
+  WordPiece prefixes, so a word outside any noun phrase that begins with one splits
+  differently (``Orwellian``: ``orwell ##ian`` once ``orwell`` is added); the paper does not
+  say how its tokenizer avoids this, and these ablations measured it as it is.
 * :func:`extend_embeddings` grows the word embeddings (and a tied MLM decoder's bias) and
   starts each new row at the mean of the old pieces' rows.
 * :func:`save_extended` writes encoder (config ``vocab_size`` resized) and tokenizer together;
