@@ -86,3 +86,5 @@ def test_a_question_too_long_to_read_is_refused_not_cut(tiny_dyrex_run: Path) ->
             assert r.json()["fields"][0]["field"] == "question"
         r = client.post("/v1/answer", json=[{"question": words, "context": CONTEXT}])
         assert r.json()["fields"][0]["field"] == "[0].question"  # a list of one: as pydantic
+        r = client.post("/predict", json={"pairs": [{"question": words, "context": CONTEXT}]})
+        assert r.json()["fields"][0]["field"] == "pairs[0].question"

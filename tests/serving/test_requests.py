@@ -141,6 +141,7 @@ def test_only_the_names_of_this_server_are_answered(tiny_predictor: Predictor):
     assert set(allowed_hosts("0.0.0.0", ["qa.example"])) >= {"localhost", "qa.example"}
     assert allowed_hosts("10.0.0.5", ["qa.example"]) == ("qa.example",)
     assert "localhost" in allowed_hosts("::ffff:127.0.0.1", [])
+    assert "localhost" in allowed_hosts("::0", ["qa.example"])  # every address, spelt so
     with client_for(tiny_predictor, allowed_hosts=names) as c:
         for host in ("127.0.0.1:8000", "localhost", "localhost.:8000", "[::1]:8000", "qa.internal"):
             assert c.get("/health", headers={"Host": host}).status_code == 200, host

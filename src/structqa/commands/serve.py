@@ -108,8 +108,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=[],
         metavar="NAME",
         help="a Host name the server answers to beside its loopback names (repeatable); on "
-        "a loopback address other names are refused (DNS rebinding); elsewhere, given: only "
-        "these names",
+        "a loopback address other names are refused (DNS rebinding); on every address "
+        "(0.0.0.0, ::), given: these and the loopback names; elsewhere, given: only these",
     )
     sv.set_defaults(func=cmd_serve)
     return sv
@@ -125,7 +125,7 @@ def allowed_hosts(bind: str, given: list[str]) -> tuple[str, ...]:
     from structqa.serving.settings import LOOPBACK_NAMES, is_loopback
 
     names = tuple(host_name(name) for name in given if name.strip())
-    if is_loopback(bind) or (names and bind in ("0.0.0.0", "::", "")):
+    if is_loopback(bind) or (names and _every_address(bind)):
         # (on every address, with names given: probes on the machine still say localhost)
         return (*LOOPBACK_NAMES, host_name(bind), *names)
     return names
@@ -211,3 +211,15 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     print(f"structqa serve: listening on http://{args.host}:{port}", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def _every_address(bind: str) -> bool:
+    """Whether ``bind`` is the address of every interface (0.0.0.0, ::, ::0, ...)."""
+    import ipaddress
+
+    if not bind.strip():
+        return True
+    try:
+        return ipaddress.ip_address(bind.strip("[]")).is_unspecified
+    except ValueError:
+        return False

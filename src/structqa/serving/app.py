@@ -49,6 +49,7 @@ from structqa.serving.parsing import (
     explain_body,
     parse_json,
     questions_body,
+    under_pairs,
     validation_fields,
 )
 from structqa.serving.schemas import (
@@ -359,7 +360,12 @@ def create_app(
     @app.post("/predict", responses=errors, deprecated=True, summary="Old shape of /v1/answer")
     async def predict(request: Request, body: Questions = legacy_body) -> Any:
         async with disconnect_watch(request) as gone:
-            answers = await service.answer(body.pairs, gone, listed=not body.single)
+            try:
+                answers = await service.answer(body.pairs, gone, listed=not body.single)
+            except ApiError as err:  # a question too long in pairs: named pairs[N].question
+                if err.status != 422 or body.single:
+                    raise
+                raise under_pairs(err) from None
         out = [legacy_json(a, i.top_k) for a, i in zip(answers, body.items, strict=True)]
         return out[0] if body.single else out
 

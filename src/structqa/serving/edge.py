@@ -98,7 +98,7 @@ class EdgeGuard:
     ):
         self.app, self.max_body_bytes, self.body_timeout = app, max_body_bytes, body_timeout
         self.api_key = api_key
-        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self.allowed_hosts = frozenset(host_name(h) for h in allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -103,6 +103,13 @@ ANSWER_USAGE = '{"question": str, "context": str, "top_k"?: int} or a list of th
 PAIRS_USAGE = '{"pairs": [{"question": str, "context": str}, ...]}'
 
 
+def under_pairs(err: ApiError) -> ApiError:
+    """A 422 about /v1/answer's list of items said of /predict's ``pairs``."""
+    fields = [{**f, "field": _under_pairs(f["field"])} for f in err.fields or []]
+    head = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+    return ApiError(422, f"{head}. Expected {PAIRS_USAGE}", fields=fields)
+
+
 def _under_pairs(field: str) -> str:
     """A field of /v1/answer's list named as the same field of /predict's ``pairs``."""
     if field == "(body)":
@@ -155,9 +162,7 @@ def legacy_items(value: Any, max_items: int) -> tuple[list[QAItem], bool]:
         except ApiError as err:  # its fields are the list's items: under pairs here
             if err.status != 422:
                 raise
-            fields = [{**f, "field": _under_pairs(f["field"])} for f in err.fields or []]
-            head = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
-            raise ApiError(422, f"{head}. Expected {PAIRS_USAGE}", fields=fields) from None
+            raise under_pairs(err) from None
     if isinstance(value, list):
         message = (
             'the body is a JSON list; /predict expects {"question", "context"} or '
