@@ -162,14 +162,30 @@ def later_file_problem(directory: str | Path, name: str) -> str | None:
     records (with the remedy), or None: it matches, or is not recorded."""
     records = read_manifest(directory)
     record = None if records is None else records.get(name)
-    path = Path(directory) / name
     if record is None:
         return None
+    problem = _record_problem(Path(directory) / name, record)
+    return None if problem is None else f"{problem}; {LATER_FILES[name]}"
+
+
+def _record_problem(path: Path, record: FileRecord) -> str | None:
+    """How ``path`` differs from its manifest ``record`` (missing, another size, another
+    SHA-256: the size first, which catches a cut-short copy without hashing), or None."""
     if not path.is_file():
-        return f"is missing (listed in {MANIFEST}); {LATER_FILES[name]}"
-    if path.stat().st_size == record.size and file_sha256(path) == record.sha256:
-        return None
-    return f"differs from the record in {MANIFEST}; {LATER_FILES[name]}"
+        return f"missing (listed in {MANIFEST})"
+    size = path.stat().st_size
+    if size != record.size:
+        cut = "cut short" if size < record.size else "grown"
+        return (
+            f"{size} bytes where {MANIFEST} records {record.size} (the file was {cut} or replaced)"
+        )
+    digest = file_sha256(path)
+    if digest != record.sha256:
+        return (
+            f"its SHA-256 {digest[:16]}... differs from the {record.sha256[:16]}... "
+            f"{MANIFEST} records (the file was altered or corrupted)"
+        )
+    return None
 
 
 def verify_manifest(
@@ -205,26 +221,8 @@ def verify_manifest(
         if name == rewriting or name in _REWRITING.get():
             continue
         path = directory / name
-        remedy = LATER_FILES.get(name, _REMEDY)
-        if not path.is_file():
-            raise ManifestMismatch(path, f"missing (listed in {MANIFEST})", remedy)
-        size = path.stat().st_size
-        if size != record.size:
-            cut = "cut short" if size < record.size else "grown"
-            raise ManifestMismatch(
-                path,
-                f"{size} bytes where {MANIFEST} records {record.size} (the file was {cut} or "
-                "replaced)",
-                remedy,
-            )
-        digest = file_sha256(path)
-        if digest != record.sha256:
-            raise ManifestMismatch(
-                path,
-                f"its SHA-256 {digest[:16]}... differs from the {record.sha256[:16]}... "
-                f"{MANIFEST} records (the file was altered or corrupted)",
-                remedy,
-            )
+        if (problem := _record_problem(path, record)) is not None:
+            raise ManifestMismatch(path, problem, LATER_FILES.get(name, _REMEDY))
     log.debug("%s: %d files match %s", directory, len(records), MANIFEST)
     return True
 
