@@ -76,3 +76,31 @@ def test_a_directory_swap_is_on_disk_before_the_old_one_goes(tmp_path, monkeypat
     assert events[-1] == "rm last.old" and events[-2] == "sync"
     assert (target / "model.safetensors").read_bytes() == b"new"
     assert not (tmp_path / "last.old").exists()
+
+
+def test_a_directory_written_aside_is_swapped_in_whole_or_not_at_all(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from structqa.io import dir_lock, writing_dir
+
+    target = tmp_path / "out"
+    with writing_dir(target) as tmp:
+        (tmp / "a.txt").write_text("one")
+    assert (target / "a.txt").read_text() == "one"
+    with pytest.raises(RuntimeError), writing_dir(target) as tmp:
+        (tmp / "a.txt").write_text("half")
+        raise RuntimeError("stopped")
+    assert (target / "a.txt").read_text() == "one"  # the earlier one stands
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
+    # while one writer holds the lock another process cannot take it; the holder may again
+    take = [
+        sys.executable,
+        "-c",
+        "import fcntl, sys; fcntl.flock(open(sys.argv[1], 'a'), fcntl.LOCK_EX | fcntl.LOCK_NB)",
+        str(tmp_path / ".out.lock"),
+    ]
+    with dir_lock(target), dir_lock(target):
+        busy = subprocess.run(take, capture_output=True, text=True)
+    assert busy.returncode == 1 and "BlockingIOError" in busy.stderr
+    assert subprocess.run(take).returncode == 0

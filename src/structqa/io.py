@@ -3,11 +3,15 @@ project's error for a file that cannot be read."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import shutil
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +120,55 @@ def recover_dir(target: Path) -> bool:
         os.replace(old, target)
         log.warning("%s: recovered from %s (a checkpoint swap was interrupted)", target, old)
     return target.exists()
+
+
+_HELD: dict[Path, tuple[threading.RLock, list[int]]] = {}
+_HELD_GUARD = threading.Lock()
+
+
+@contextmanager
+def dir_lock(target: str | Path) -> Iterator[None]:
+    """Hold the hidden lock beside ``target`` (``.NAME.lock``) while one writer replaces it:
+    other processes wait (flock), other threads too; the thread holding it may take it again
+    (a caller that checks and then writes, around a writer that locks)."""
+    path = Path(target).resolve()
+    with _HELD_GUARD:
+        rlock, depth = _HELD.setdefault(path, (threading.RLock(), [0]))
+    with rlock:
+        if depth[0]:
+            depth[0] += 1
+            try:
+                yield
+            finally:
+                depth[0] -= 1
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.parent / f".{path.name}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            depth[0] = 1
+            try:
+                yield
+            finally:
+                depth[0] = 0
+
+
+@contextmanager
+def writing_dir(target: str | Path) -> Iterator[Path]:
+    """A scratch folder of this writer's own beside ``target``, swapped in whole for it
+    (:func:`replace_dir`) when the block ends, removed when it raises (also on Ctrl-C).
+    Writers of one target take turns (:func:`dir_lock`), and a swap a crash cut short is
+    undone first (:func:`recover_dir`)."""
+    target = Path(target)
+    with dir_lock(target):
+        recover_dir(target)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+        os.chmod(tmp, 0o777 & ~_umask())
+        try:
+            yield tmp
+            replace_dir(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def append_jsonl(path: str | Path, obj: Any) -> None:

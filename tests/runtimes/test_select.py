@@ -210,3 +210,59 @@ def test_a_server_over_a_graph_passes_windows_of_one_length(with_export) -> None
         assert tb.pass_overhead == PASS_OVERHEAD_TOKENS
     finally:
         tb.close()
+
+
+def test_a_failing_int8_export_leaves_torch_answering(checkpoint_of, tmp_path, monkeypatch, caplog):
+    """Whatever stops the automatic int8 export (here the int8 rewrite refusing the graph),
+    the command answers with torch fp32 and says how to skip trying; nothing half-written
+    is left beside the checkpoint."""
+    import structqa.runtimes.onnx_export as onnx_export
+    import structqa.runtimes.select as select
+
+    def refuse(*_args, **_kwargs):
+        raise ValueError("an initializer the rewrite does not know")
+
+    monkeypatch.setattr(onnx_export, "quantize_int8", refuse)
+    ckpt = tmp_path / "best"
+    shutil.copytree(checkpoint_of("dyrex"), ckpt)
+    before = sorted(p.name for p in ckpt.iterdir())
+    with caplog.at_level("WARNING"):
+        assert select.cache_int8_export(ckpt) is None
+    assert "ValueError: an initializer the rewrite does not know" in caplog.text
+    assert f"{select.AUTO_EXPORT_ENV}=off" in caplog.text
+    # only the hidden lock file is new
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted([*before, ".onnx.lock"])
+
+
+def test_an_export_kept_apart_names_a_newer_calibration_of_its_checkpoint(
+    checkpoint_of, tmp_path, caplog
+) -> None:
+    """An export written elsewhere answers as it was made; once its checkpoint is calibrated
+    again (or trained again), loading the export says so and how to follow it."""
+    from structqa.calibration.fit import Calibrator
+    from structqa.calibration.report import save_calibration
+
+    ckpt = tmp_path / "best"
+    shutil.copytree(checkpoint_of("dyrex"), ckpt)
+    out = tmp_path / "served"
+    export_onnx(ckpt, out, quantize="int8")
+    with caplog.at_level("WARNING"):
+        choose(out, "auto", CPU)
+    assert "has new" not in caplog.text
+    save_calibration(ckpt, Calibrator("temperature", null_threshold=1.5))
+    with caplog.at_level("WARNING"):
+        assert choose(out, "auto", CPU).runtime == "onnx-int8"  # used all the same
+    assert "has new calibration" in caplog.text
+    assert f"structqa export {ckpt} --out {out} --quantize int8" in caplog.text
+
+
+def test_a_transformers_export_is_not_taken_for_a_checkpoint(
+    checkpoint_of, tmp_path, capsys
+) -> None:
+    from structqa.runtimes.hf_export import export_transformers
+
+    out = tmp_path / "hf"
+    export_transformers(checkpoint_of("independent"), out)
+    assert main(["predict", str(out), "--question", "Who?", "--context", "Ann."]) == 2
+    err = capsys.readouterr().err
+    assert f"{out}: a transformers export" in err and "transformers.pipeline" in err

@@ -312,6 +312,7 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
     if not (path / "model.safetensors").exists() and not (path / MANIFEST).exists():
         raise FileNotFoundError(not_a_checkpoint(path))
     verify_manifest(path)
+    _refuse_transformers_export(path)
     cfg, encoder, head = _saved_structure(path)
     resolve_token_tags(cfg, encoder)  # null in checkpoints from before token tags
     model = ExtractiveQAModel(encoder, head)
@@ -320,6 +321,19 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
     tokenizer = load_tokenizer(path)
     check_vocabulary(path, tokenizer, encoder.config.vocab_size)
     return model, tokenizer, cfg
+
+
+def _refuse_transformers_export(path: Path) -> None:
+    """``structqa export --format transformers`` writes a BertForQuestionAnswering folder
+    (its own weight names) beside structqa's settings: named, not loaded as a checkpoint."""
+    config = path / "config.json"
+    saved = read_json(config) if config.is_file() else None
+    if isinstance(saved, dict) and "BertForQuestionAnswering" in str(saved.get("architectures")):
+        raise ValueError(
+            f"{path}: a transformers export (BertForQuestionAnswering), not a structqa "
+            "checkpoint; answer with it through `transformers.pipeline('question-answering', "
+            f"model='{path}')`, or give structqa the checkpoint it was exported from"
+        )
 
 
 def checkpoint_head(path: str | Path) -> nn.Module:

@@ -21,7 +21,7 @@ from structqa.encoders import attention_options
 from structqa.encoders.bert import encoder_hf_state
 from structqa.heads.base import QueryHead
 from structqa.heads.independent import IndependentScorer, StaticQueries
-from structqa.io import read_json, replace_dir, write_json
+from structqa.io import read_json, write_json, writing_dir
 from structqa.manifest import write_manifest
 from structqa.runtimes.onnx_export import (
     COPIED,
@@ -82,26 +82,22 @@ def export_transformers(checkpoint: str | Path, out: str | Path) -> Exported:
     why = refusal(model, cfg.model.head)
     if why:
         raise ExportRefused(f"{checkpoint}: {why}")
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    state = encoder_hf_state(model.encoder, prefix="bert.")
-    q0 = model.head.queries.q0.detach().float().contiguous()  # (2, D): q_s, q_e
-    state["qa_outputs.weight"] = q0
-    state["qa_outputs.bias"] = torch.zeros(2)
-    state = {k: v.float().contiguous() for k, v in state.items()}
-    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    hf = model.encoder.config.to_hf()
-    hf.pop("structqa_block", None)
-    hf["architectures"] = ["BertForQuestionAnswering"]
-    write_json(tmp / "config.json", hf)
-    tokenizer.save_pretrained(str(tmp))
-    for name in COPIED:  # structqa's settings travel along (transformers ignores them)
-        if (checkpoint / name).is_file():
-            shutil.copy2(checkpoint / name, tmp / name)
-    write_manifest(tmp)  # last: it records every file above, verified at loading
-    replace_dir(tmp, out)
+    with writing_dir(out) as tmp:  # swapped in whole at the end; removed if anything fails
+        state = encoder_hf_state(model.encoder, prefix="bert.")
+        q0 = model.head.queries.q0.detach().float().contiguous()  # (2, D): q_s, q_e
+        state["qa_outputs.weight"] = q0
+        state["qa_outputs.bias"] = torch.zeros(2)
+        state = {k: v.float().contiguous() for k, v in state.items()}
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        hf = model.encoder.config.to_hf()
+        hf.pop("structqa_block", None)
+        hf["architectures"] = ["BertForQuestionAnswering"]
+        write_json(tmp / "config.json", hf)
+        tokenizer.save_pretrained(str(tmp))
+        for name in COPIED:  # structqa's settings travel along (transformers ignores them)
+            if (checkpoint / name).is_file():
+                shutil.copy2(checkpoint / name, tmp / name)
+        write_manifest(tmp)  # last: it records every file above, verified at loading
     seconds = time.perf_counter() - t0
     size = (out / "model.safetensors").stat().st_size
     log.info("exported %s as BertForQuestionAnswering to %s in %.1f s", checkpoint, out, seconds)

@@ -38,7 +38,7 @@ import torch
 from structqa.features.batching import Batch
 from structqa.features.squad import TOKEN_TAGS
 from structqa.heads.base import NEG
-from structqa.io import read_json, replace_dir, write_json
+from structqa.io import read_json, write_json, writing_dir
 from structqa.manifest import read_manifest, write_manifest
 from structqa.models.extractive import ExtractiveQAModel
 from structqa.provenance import INIT_RECORD
@@ -254,77 +254,73 @@ def export_onnx(
     enc = model.encoder.config
     vocab, positions = enc.vocab_size, enc.max_position_embeddings
 
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    fp32 = tmp / ONNX_FILES["fp32"]
-    notes = trace(graph, sig, sample_batch(*TRACE_SHAPE, vocab, tags, 0, positions), fp32)
-    checks = [
-        sample_batch(b, n, vocab, tags, seed, positions)
-        for seed, (b, n) in enumerate(CHECK_SHAPES, start=1)
-    ]
-    checked = {"fp32": compare(graph, sig, fp32, checks, tie=rtol)}
-    bad = checked["fp32"].failures(atol, rtol)
-    if bad:
-        shutil.rmtree(tmp)
-        worst = max(checked["fp32"].max_abs_diff[n] / checked["fp32"].scale[n] for n in sig.outputs)
-        raise ExportRefused(
-            f"{checkpoint}: the ONNX graph differs from torch on batches of shapes "
-            f"{list(CHECK_SHAPES)}: {'; '.join(bad)}. Not exported. A graph this close may "
-            f"still answer the same: export with --rtol {_round_up(worst)} and compare "
-            f"`structqa evaluate` of the export with the checkpoint's. Tracer notes: {notes}"
-        )
-    files = {"fp32": fp32}
-    if quantize == "int8":
-        files["int8"] = tmp / ONNX_FILES["int8"]
-        quantize_int8(fp32, files["int8"])
-        checked["int8"] = compare(graph, sig, files["int8"], checks, int8=True, tie=rtol)
-    diffs = {p: c.max_abs_diff for p, c in checked.items()}
+    with writing_dir(out) as tmp:  # swapped in whole at the end; removed if anything fails
+        fp32 = tmp / ONNX_FILES["fp32"]
+        notes = trace(graph, sig, sample_batch(*TRACE_SHAPE, vocab, tags, 0, positions), fp32)
+        checks = [
+            sample_batch(b, n, vocab, tags, seed, positions)
+            for seed, (b, n) in enumerate(CHECK_SHAPES, start=1)
+        ]
+        checked = {"fp32": compare(graph, sig, fp32, checks, tie=rtol)}
+        bad = checked["fp32"].failures(atol, rtol)
+        if bad:
+            fp = checked["fp32"]
+            worst = max(fp.max_abs_diff[n] / fp.scale[n] for n in sig.outputs)
+            raise ExportRefused(
+                f"{checkpoint}: the ONNX graph differs from torch on batches of shapes "
+                f"{list(CHECK_SHAPES)}: {'; '.join(bad)}. Not exported. A graph this close may "
+                f"still answer the same: export with --rtol {_round_up(worst)} and compare "
+                f"`structqa evaluate` of the export with the checkpoint's. Tracer notes: {notes}"
+            )
+        files = {"fp32": fp32}
+        if quantize == "int8":
+            files["int8"] = tmp / ONNX_FILES["int8"]
+            quantize_int8(fp32, files["int8"])
+            checked["int8"] = compare(graph, sig, files["int8"], checks, int8=True, tie=rtol)
+        diffs = {p: c.max_abs_diff for p, c in checked.items()}
 
-    tokenizer.save_pretrained(str(tmp))
-    for name in COPIED:
-        if (checkpoint / name).is_file():
-            shutil.copy2(checkpoint / name, tmp / name)
-    sizes = {p: f.stat().st_size for p, f in files.items()}
-    seconds = time.perf_counter() - t0
-    write_json(
-        tmp / EXPORT_FILE,
-        {
-            "format": "onnx",
-            "files": {
-                p: {"file": f.name, "bytes": sizes[p]}
-                | ({"activations": PER_TOKEN, "embeddings": "fp16"} if p == "int8" else {})
-                for p, f in files.items()
+        tokenizer.save_pretrained(str(tmp))
+        for name in COPIED:
+            if (checkpoint / name).is_file():
+                shutil.copy2(checkpoint / name, tmp / name)
+        sizes = {p: f.stat().st_size for p, f in files.items()}
+        seconds = time.perf_counter() - t0
+        write_json(
+            tmp / EXPORT_FILE,
+            {
+                "format": "onnx",
+                "files": {
+                    p: {"file": f.name, "bytes": sizes[p]}
+                    | ({"activations": PER_TOKEN, "embeddings": "fp16"} if p == "int8" else {})
+                    for p, f in files.items()
+                },
+                "inputs": list(sig.inputs),
+                "outputs": list(sig.outputs),
+                "dynamic_axes": sig.dynamic_axes,
+                "head": cfg.model.head,
+                "joint_mode": cfg.model.joint_mode,
+                "block": list(enc.block),
+                "max_answer_length": cfg.decode.max_answer_length,
+                "checkpoint": str(checkpoint.resolve()),
+                # the weights exported: an export inside its checkpoint is stale once they change
+                "source_weights_sha256": source_weights_sha256(checkpoint),
+                "exporter": f"torch.onnx.export(dynamo=False), opset {OPSET}",
+                "check": {
+                    "shapes": [list(s) for s in CHECK_SHAPES],
+                    "atol": atol,
+                    "rtol": rtol,
+                    "max_abs_diff": diffs,
+                    "scale": checked["fp32"].scale,
+                    # int8 moves scores by design: where its best positions moved, for the record
+                    "moved_answers": {p: c.moved_answers for p, c in checked.items()},
+                },
+                "tracer_notes": notes,
+                "versions": _versions(),
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "export_seconds": round(seconds, 2),
             },
-            "inputs": list(sig.inputs),
-            "outputs": list(sig.outputs),
-            "dynamic_axes": sig.dynamic_axes,
-            "head": cfg.model.head,
-            "joint_mode": cfg.model.joint_mode,
-            "block": list(enc.block),
-            "max_answer_length": cfg.decode.max_answer_length,
-            "checkpoint": str(checkpoint.resolve()),
-            # the weights exported: an export inside its checkpoint is stale once they change
-            "source_weights_sha256": source_weights_sha256(checkpoint),
-            "exporter": f"torch.onnx.export(dynamo=False), opset {OPSET}",
-            "check": {
-                "shapes": [list(s) for s in CHECK_SHAPES],
-                "atol": atol,
-                "rtol": rtol,
-                "max_abs_diff": diffs,
-                "scale": checked["fp32"].scale,
-                # int8 moves scores by design: where its best positions moved, for the record
-                "moved_answers": {p: c.moved_answers for p, c in checked.items()},
-            },
-            "tracer_notes": notes,
-            "versions": _versions(),
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "export_seconds": round(seconds, 2),
-        },
-    )
-    write_manifest(tmp)  # last: it records every file above, verified at loading
-    replace_dir(tmp, out)
+        )
+        write_manifest(tmp)  # last: it records every file above, verified at loading
     log.info("exported %s to %s in %.1f s (%s)", checkpoint, out, seconds, sizes)
     scale = max(checked["fp32"].scale.values())
     return Exported(out, seconds, sizes, {p: max(d.values()) for p, d in diffs.items()}, scale)

@@ -32,7 +32,7 @@ def read_export(directory: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(
             f"{directory}: not a structqa export (no {EXPORT_FILE}); "
-            "write one with `structqa export CHECKPOINT --format onnx --out DIR`"
+            "write one with `structqa export CHECKPOINT --quantize int8 --out DIR`"
         )
     return json.loads(path.read_text(encoding="utf-8"))
 

@@ -16,7 +16,6 @@ export directory (``structqa_export.json``: its ONNX graphs only).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -26,7 +25,7 @@ from typing import Any
 
 import torch
 
-from structqa.io import read_json
+from structqa.io import dir_lock, read_json
 from structqa.manifest import verify_manifest
 from structqa.runtime import (
     bf16_speedup,
@@ -44,7 +43,6 @@ log = logging.getLogger(__name__)
 AUTO_EXPORT_ENV = "STRUCTQA_AUTO_EXPORT"
 RUNTIMES = ("auto", "torch", "torch-bf16", "torch-fp32", "onnx", "onnx-int8", "onnx-fp32")
 DEFAULT_EXPORT_DIR = "onnx"  # inside a checkpoint: where `structqa export` writes by default
-EXPORT_LOCK = ".onnx.lock"  # inside a checkpoint: held while its export is made (hidden)
 
 
 @dataclass(frozen=True)
@@ -107,6 +105,37 @@ def _current(checkpoint: Path, export: Path) -> Path | None:
     return export
 
 
+def _warn_if_source_changed(export: Path) -> None:
+    """An export loaded from its own folder answers as it was made; where the checkpoint it
+    was made from is still here and has new weights or a new calibration since, say so (it
+    is used all the same: an export may be kept apart on purpose)."""
+    from structqa.runtimes.onnx_export import source_weights_sha256
+
+    record = read_export(export)
+    source = Path(record.get("checkpoint") or "")
+    if not source.parts or not (source / "model.safetensors").is_file():
+        return
+    made_from = record.get("source_weights_sha256")
+    now = source_weights_sha256(source)
+    changed = []
+    if made_from and now and made_from != now:
+        changed.append("weights")
+    mine, theirs = export / "calibration.json", source / "calibration.json"
+    if theirs.is_file() and (not mine.is_file() or mine.read_bytes() != theirs.read_bytes()):
+        changed.append("calibration (no-answer threshold, probabilities)")
+    if changed:
+        log.warning(
+            "%s: its checkpoint %s has new %s since this export was made; it answers as it "
+            "was made (export again to follow it: `structqa export %s --out %s%s`)",
+            export,
+            source,
+            " and ".join(changed),
+            source,
+            export,
+            " --quantize int8" if "int8" in record.get("files", {}) else "",
+        )
+
+
 def _classifier_left_out(checkpoint: Path, export: Path) -> bool:
     """Whether ``checkpoint`` decides no-answer by its own classifier (``model.null_head``
     cls or queries) and ``export`` has no ``null_odds`` output for it."""
@@ -127,9 +156,11 @@ def choose(
     path = Path(path)
     device = device or default_device()
     has_torch = (path / "model.safetensors").is_file()
-    export = onnx_export_of(path)
+    export = found = onnx_export_of(path)
     if export is not None and export != path and has_torch:
         export = _current(path, export)
+    elif export == path:
+        _warn_if_source_changed(export)
     precisions = set(read_export(export)["files"]) if export else set()
     if not has_torch and export is None:
         from structqa.models.build import not_a_checkpoint
@@ -147,9 +178,14 @@ def choose(
         return Choice("torch-bf16" if on else "torch-fp32", f"--runtime {runtime}")
     if runtime.startswith("onnx"):
         if export is None:
+            what = (
+                f"its export {found} is out of date (see the warning above)"
+                if found is not None
+                else f"no ONNX export here or in {path / DEFAULT_EXPORT_DIR}"
+            )
             raise FileNotFoundError(
-                f"{path}: no ONNX export here or in {path / DEFAULT_EXPORT_DIR}; write one with "
-                f"`structqa export {path} --format onnx`"
+                f"{path}: {what}; write one with `structqa export {path} --quantize int8` "
+                "(int8 and fp32 graphs; the fp32 graph alone without --quantize)"
             )
         default = "int8" if "int8" in precisions else "fp32"
         wanted = runtime.removeprefix("onnx").lstrip("-") or default
@@ -181,8 +217,7 @@ def cache_int8_export(path: Path) -> Path | None:
     out = path / DEFAULT_EXPORT_DIR
     try:
         # one process exports, others that start beside it (servers) wait and load its graph
-        with open(path / EXPORT_LOCK, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with dir_lock(out):
             made = onnx_export_of(path)
             if made is not None and _current(path, made) is not None:
                 return made
@@ -193,8 +228,17 @@ def cache_int8_export(path: Path) -> Path | None:
                 out,
             )
             done = export_onnx(path, out, quantize="int8")
-    except (ExportRefused, OSError, ImportError) as err:  # ImportError: onnx left out
+    except ExportRefused as err:
         log.warning("%s: no int8 export (%s); torch fp32 answers", path, err)
+        return None
+    except Exception as err:  # onnx left out, a read-only folder, a graph the rewrite refuses
+        log.warning(
+            "%s: the int8 export failed (%s: %s); torch fp32 answers (%s=off skips trying)",
+            path,
+            type(err).__name__,
+            err,
+            AUTO_EXPORT_ENV,
+        )
         return None
     log.info("int8 export written to %s in %.0f s", done.directory, done.seconds)
     return done.directory
