@@ -266,3 +266,24 @@ def test_a_transformers_export_is_not_taken_for_a_checkpoint(
     assert main(["predict", str(out), "--question", "Who?", "--context", "Ann."]) == 2
     err = capsys.readouterr().err
     assert f"{out}: a transformers export" in err and "transformers.pipeline" in err
+
+
+def test_predict_adds_int8_to_a_checkpoints_fp32_export_where_bf16_is_not_native(
+    checkpoint_of, tmp_path, monkeypatch, caplog
+) -> None:
+    """`structqa export CKPT` without --quantize leaves the fp32 graph alone in CKPT/onnx;
+    on a CPU where bf16 does not pay, `predict` adds the int8 graph the runtime choice
+    prefers there, once, rather than answering with fp32 for good."""
+    import structqa.runtimes.select as select
+
+    monkeypatch.setenv(select.AUTO_EXPORT_ENV, "on")
+    monkeypatch.setattr(select, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)
+    ckpt = tmp_path / "best"
+    shutil.copytree(checkpoint_of("dyrex"), ckpt)
+    assert main(["export", str(ckpt)]) == 0
+    assert choose(ckpt, "auto", CPU).runtime == "onnx-fp32"
+    with caplog.at_level("INFO"):
+        loaded = select.load(ckpt, make_int8_export=True)
+    assert "making its export once" in caplog.text
+    assert loaded.choice.runtime == "onnx-int8" and (ckpt / "onnx" / "model.int8.onnx").is_file()

@@ -219,7 +219,11 @@ def cache_int8_export(path: Path) -> Path | None:
         # one process exports, others that start beside it (servers) wait and load its graph
         with dir_lock(out):
             made = onnx_export_of(path)
-            if made is not None and _current(path, made) is not None:
+            if (
+                made is not None
+                and _current(path, made) is not None
+                and "int8" in read_export(made)["files"]
+            ):
                 return made
             log.warning(
                 "%s: no fast bf16 on this CPU, so the int8 ONNX runtime answers fastest; "
@@ -229,11 +233,11 @@ def cache_int8_export(path: Path) -> Path | None:
             )
             done = export_onnx(path, out, quantize="int8")
     except ExportRefused as err:
-        log.warning("%s: no int8 export (%s); torch fp32 answers", path, err)
+        log.warning("%s: no int8 export (%s); it answers without one", path, err)
         return None
     except Exception as err:  # onnx left out, a read-only folder, a graph the rewrite refuses
         log.warning(
-            "%s: the int8 export failed (%s: %s); torch fp32 answers (%s=off skips trying)",
+            "%s: the int8 export failed (%s: %s); it answers without one (%s=off skips trying)",
             path,
             type(err).__name__,
             err,
@@ -252,8 +256,9 @@ def load(
     make_int8_export: bool = False,
 ) -> Loaded:
     """The model (torch or onnxruntime), tokenizer and config that answer for ``path``.
-    ``make_int8_export``: where ``auto`` would run torch fp32 on a CPU where bf16 does not pay
-    for want of an export, write the int8 export beside the checkpoint first and run that
+    ``make_int8_export``: where ``auto`` would run torch fp32 (or the fp32 graph of the
+    checkpoint's own export) on a CPU where bf16 does not pay for want of an int8 export,
+    write the int8 export beside the checkpoint first and run that
     (``predict`` and ``serve`` do, unless ``STRUCTQA_AUTO_EXPORT=off``; ``evaluate`` keeps
     torch unless told)."""
     from structqa.config import config_from_dict
@@ -265,15 +270,18 @@ def load(
         make_int8_export
         and os.environ.get(AUTO_EXPORT_ENV, "on").lower() not in ("0", "off", "false")
         and runtime == "auto"
-        and choice.runtime == "torch-fp32"
+        # no export, or the checkpoint's own holding the fp32 graph alone (int8 is added)
+        and (choice.runtime == "torch-fp32" or choice.onnx_dir == Path(path) / DEFAULT_EXPORT_DIR)
+        and choice.runtime != "onnx-int8"
         and dev.type == "cpu"
         and not cpu_bf16_pays()
     ):
         # loaded first: a damaged checkpoint is refused as any load refuses it
         model, tokenizer, cfg = model_from_checkpoint(path)
-        if cache_int8_export(Path(path)) is None:
+        if cache_int8_export(Path(path)) is not None:
+            choice = choose(path, runtime, dev, bf16)
+        elif choice.onnx_dir is None:
             return Loaded(model.to(dev), tokenizer, cfg, choice)
-        choice = choose(path, runtime, dev, bf16)
     if choice.onnx_dir is not None:
         d = choice.onnx_dir
         verify_manifest(d, warn_if_absent=True)  # refuses a missing or altered file
