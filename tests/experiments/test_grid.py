@@ -132,6 +132,9 @@ def test_unknown_keys_are_errors_naming_the_closest_key(data, named):
         spec(variants=[{"name": "a/b", "train.lr": 1e-3}]),
         spec(grid={"train.lr": [1e-3]}, variants=[{"name": "a", "train.lr": 1e-4}]),
         spec(grid={"train.seed": [0, 1]}, seeds_if_noisy={"std_above": 2, "seeds": [1, 2]}),
+        spec(
+            grid={"train.seed": [0]}, seeds_if_noisy={"std_above": 2, "seeds": [1], "metric": "f"}
+        ),
         spec(validation={"fraction": 1.5}),
     ],
 )
@@ -526,6 +529,9 @@ def test_runs_identical_to_another_experiments_finished_runs_reuse_their_results
         return real_run(cfg, resume=resume, progress=progress, calibrate=calibrate)
 
     monkeypatch.setattr(loop, "run", spy)
+    # --max-runs counts runs trained: the results taken over on the way do not use it up
+    assert run_experiment(exp, paths, command="x", max_runs=1, progress=False) == 0
+    assert len(trained) == 1 and len(list((paths.results / "runs").glob("*.json"))) >= 2
     assert run_experiment(exp, paths, command="x", progress=False) == 0
     assert sorted(trained) == sorted(
         ["variant=same,seed=2", "variant=other-lr,seed=0", "variant=other-lr,seed=1"]
@@ -852,3 +858,42 @@ def test_a_run_choosing_on_a_slice_of_its_training_file_reports_its_test_file(
     answers = json.loads(gzip.decompress(paths.answers(run).read_bytes()))
     assert answers == json.loads((best / "eval" / "predictions.json").read_text())
     assert len(answers) == 5  # every question of the test file, not the slice's
+
+
+def test_a_result_file_that_does_not_parse_is_named(tmp_path) -> None:
+    from structqa.experiments.results import load_results
+    from structqa.io import UnreadableFile
+
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "seed=0.json").write_text('{"run": "seed=0"', encoding="utf-8")
+    with pytest.raises(UnreadableFile, match=r"seed=0\.json: invalid JSON.*git checkout"):
+        load_results(tmp_path)
+
+
+def test_a_reuse_folder_without_runs_is_named_and_no_reuse_takes_none(
+    tmp_path, tiny_checkpoint, shared_data, caplog
+):
+    exp = tiny_experiment(tiny_checkpoint, shared_data)
+    config = tmp_path / "tiny.yaml"
+    missing = tmp_path / "docs" / "results" / "not-there"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": exp.name,
+                "base": exp.base,
+                "grid": {"train.seed": [0]},
+                "reuse": [str(missing)],
+            }
+        )
+    )
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    argv = ["experiment", str(config), "--dry-run", "--results", str(tmp_path / "r")]
+    with caplog.at_level("WARNING"):
+        assert parser.parse_args(argv).func(parser.parse_args(argv), []) == 0
+    assert f"reuse names {missing}, which holds no runs/" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        args = parser.parse_args([*argv, "--no-reuse"])
+        assert args.func(args, []) == 0
+    assert "reuse names" not in caplog.text

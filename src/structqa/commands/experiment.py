@@ -12,6 +12,7 @@ and ``--bootstrap`` (:mod:`~structqa.experiments.bootstrap`). The YAML's format 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import shlex
@@ -36,6 +37,17 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
             "YAML's base or grid"
         )
     experiment = load_experiment(args.config)
+    if args.no_reuse:
+        experiment = dataclasses.replace(experiment, reuse=())
+    for directory in experiment.reuse:
+        if not (Path(directory) / "runs").is_dir():
+            log.warning(
+                "%s: reuse names %s, which holds no runs/ (a path from the working directory, "
+                "%s); nothing is taken from it",
+                args.config,
+                directory,
+                Path.cwd(),
+            )
     default = Paths.default(experiment)
     paths = Paths(
         Path(args.results) if args.results else default.results,
@@ -134,13 +146,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--resamples", type=int, default=10_000, help="bootstrap resamples (with --bootstrap)"
     )
     p.add_argument("--only", metavar="SUBSTRING", help="only runs whose name contains this")
-    p.add_argument("--max-runs", type=int, metavar="N", help="stop after N finished runs")
+    p.add_argument("--max-runs", type=int, metavar="N", help="stop after training N runs")
     p.add_argument("--results", metavar="DIR", help="default docs/results/<name>")
     p.add_argument("--runs-dir", metavar="DIR", help="run outputs; default runs/<name>")
     p.add_argument(
         "--data", metavar="DIR", help="data directory (else $STRUCTQA_DATA or ../shared/data)"
     )
     p.add_argument("--no-progress", action="store_true", help="no training progress bars")
+    p.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="train every run here, taking no finished run from the directories the YAML's "
+        "`reuse:` names (to measure a table again on this machine, with --results and "
+        "--runs-dir of one's own)",
+    )
     p.add_argument(
         "--threads",
         type=int,
@@ -183,6 +202,8 @@ def _flags(args: argparse.Namespace, threads: int | None = None) -> list[str]:
     ):
         if value is not None:
             parts += [flag, str(value)]
+    if getattr(args, "no_reuse", False):
+        parts.append("--no-reuse")
     if getattr(args, "pretrain_only", False):
         parts.append("--pretrain-only")
     return parts

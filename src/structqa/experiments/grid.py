@@ -199,14 +199,7 @@ def _parse_table(
     if not metrics:
         raise ConfigError(f"{where}.metrics: name at least one metric (f1, em, ...)")
     for m in map(str, metrics):
-        name = m[len(LAST_PREFIX) :] if m.startswith(LAST_PREFIX) else m
-        if known_metrics and name not in known_metrics:
-            close = difflib.get_close_matches(name, sorted(known_metrics), n=1, cutoff=0.4)
-            raise ConfigError(
-                f"{where}.metrics: unknown metric {m!r}"
-                + (f" (did you mean {close[0]!r}?)" if close else "")
-                + f"; known: {', '.join(sorted(known_metrics))} (each also as last_NAME)"
-            )
+        _check_metric(m, f"{where}.metrics", known_metrics)
     baseline = None
     if "baseline" in raw:  # (present: `baseline: null` names a row whose value is null)
         if not rows:
@@ -290,6 +283,17 @@ def _row_value(key: str, value: Any, where: str, cls: type) -> str:
         return str(value)
 
 
+def _check_metric(m: str, where: str, known_metrics: frozenset[str]) -> None:
+    name = m[len(LAST_PREFIX) :] if m.startswith(LAST_PREFIX) else m
+    if known_metrics and name not in known_metrics:
+        close = difflib.get_close_matches(name, sorted(known_metrics), n=1, cutoff=0.4)
+        raise ConfigError(
+            f"{where}: unknown metric {m!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; known: {', '.join(sorted(known_metrics))} (each also as last_NAME)"
+        )
+
+
 def _parse_noisy(
     raw: Any,
     axes: Mapping[str, list[Any]],
@@ -297,6 +301,7 @@ def _parse_noisy(
     cell_keys: Sequence[str] = (),
     cls: type = Config,
     variant_names: Sequence[str] = (),
+    known_metrics: frozenset[str] = frozenset(),
 ) -> NoisySeeds | None:
     if raw is None:
         return None
@@ -335,7 +340,9 @@ def _parse_noisy(
     pair = raw.get("pair_baseline", False)
     if not isinstance(pair, bool):
         raise ConfigError(f"{where}.pair_baseline: expected true or false, got {pair!r}")
-    return NoisySeeds(threshold, seeds, str(raw.get("metric", "f1")), tuple(also), pair)
+    metric = str(raw.get("metric", "f1"))
+    _check_metric(metric, f"{where}.metric", known_metrics)
+    return NoisySeeds(threshold, seeds, metric, tuple(also), pair)
 
 
 def _parse_reuse(raw: Any, where: str) -> tuple[str, ...]:
@@ -460,6 +467,7 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
             cell_keys,
             kind.config_cls,
             [name for name, _ in variants],
+            kind.known_metrics,
         ),
         validation=_parse_validation(data.get("validation"), f"{where}.validation"),
         labels=labels,

@@ -6,12 +6,12 @@ and the runner all read results through these, and it imports nothing of theirs.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from structqa.io import UnreadableFile, read_json
 from structqa.metrics.drop import ANSWER_TYPES
 
 METRIC_NAMES = {
@@ -106,10 +106,19 @@ def sample_std(values: Sequence[float]) -> float | None:
     return statistics.stdev(values) if len(values) >= 2 else None
 
 
+#: what to do with a result file that does not parse (a merge conflict, a copy cut short)
+RESULT_REMEDY = (
+    "restore it (`git checkout -- FILE` for a committed one) or move it aside to train that "
+    "run again"
+)
+
+
 def load_results(results_dir: str | Path) -> dict[str, dict[str, Any]]:
     """Every ``runs/*.json`` under an experiment's results directory, by run name."""
     out: dict[str, dict[str, Any]] = {}
     for path in sorted((Path(results_dir) / "runs").glob("*.json")):
-        result = json.loads(path.read_text(encoding="utf-8"))
+        result = read_json(path, RESULT_REMEDY)
+        if not isinstance(result, dict):
+            raise UnreadableFile(path, "not a run's result (a JSON object)", RESULT_REMEDY)
         out[result.get("run", path.stem)] = result
     return out

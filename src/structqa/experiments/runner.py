@@ -82,7 +82,7 @@ def run_experiment(
     loop.StopFlag.received = None  # (a signal an earlier call in this process handled)
     launch = Launch(command, {"git": git_info(), "machine": machine_info()}, data_dir, progress)
     yaml_name = config_file(experiment)
-    finished = 0
+    finished = trained = 0  # trained: --max-runs counts runs trained, not results reused
     skipped: list[str] = []
     tried: set[str] = set()
     waiting: dict[str, list[str]] = {}  # a busy arm's claim -> the runs put off until it is free
@@ -101,8 +101,8 @@ def run_experiment(
                     continue
                 if not todo:
                     break
-                if max_runs is not None and finished >= max_runs:
-                    log.info("stopping after %d run(s) (--max-runs); %d left", finished, len(todo))
+                if max_runs is not None and trained >= max_runs:
+                    log.info("stopping after %d run(s) (--max-runs); %d left", trained, len(todo))
                     break
                 run = todo[0]
                 tried.add(run.name)
@@ -156,6 +156,7 @@ def run_experiment(
                     )
                     return EXIT_INTERRUPTED
                 finished += 1
+                trained += 1
                 results = load_results(paths.results)
                 refresh(experiment, plan(experiment, results), results, paths.results, yaml_name)
                 if loop.StopFlag.received is not None:

@@ -21,7 +21,7 @@ from structqa.experiments.results import (
     DROP_METRIC_NAMES,
     DROP_METRICS,
     EXTRACTIVE_METRIC_NAMES,
-    metric_value,
+    result_metric,
     sample_std,
 )
 from structqa.ncbert.config import DropConfig
@@ -313,7 +313,9 @@ def plan(experiment: Experiment, finished: Mapping[str, Mapping[str, Any]]) -> l
     for cell, members in cells.items():
         if not all(r.name in finished for r in members):
             continue
-        values = [metric_value(finished[r.name]["metrics"], noisy.metric) for r in members]
+        values = [
+            v for r in members if (v := result_metric(finished[r.name], noisy.metric)) is not None
+        ]
         std = sample_std(values)
         if cell in noisy.also or (std is not None and std > noisy.std_above):
             chosen.append(cell)

@@ -19,6 +19,7 @@ from typing import Any
 
 from structqa.config import Config
 from structqa.experiments.spec import Experiment, Run
+from structqa.io import read_json as read_json_file
 from structqa.io import write_bytes, write_json
 from structqa.ncbert.config import DropConfig
 from structqa.pretrain.config import PretrainConfig
@@ -152,7 +153,8 @@ def config_file(experiment: Experiment) -> str:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    """A JSON file's content ({} where there is none); one that does not parse is named."""
+    return read_json_file(path) if path.exists() else {}
 
 
 def arm_finished(final: Path) -> bool:
