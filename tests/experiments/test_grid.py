@@ -897,3 +897,28 @@ def test_a_reuse_folder_without_runs_is_named_and_no_reuse_takes_none(
         args = parser.parse_args([*argv, "--no-reuse"])
         assert args.func(args, []) == 0
     assert "reuse names" not in caplog.text
+
+
+def test_a_run_trained_in_another_number_format_is_not_reused(
+    tmp_path, tiny_checkpoint, shared_data
+):
+    from structqa.experiments.reuse import find_reusable
+    from structqa.experiments.run_config import resolve_config
+    from structqa.experiments.store import device_and_bf16
+
+    exp = experiment_from_dict(
+        {
+            "name": "reuser",
+            "base": tiny_finetune_base(tiny_checkpoint, shared_data),
+            "grid": {"train.seed": [0]},
+            "reuse": [str(tmp_path / "other")],
+        }
+    )
+    cfg = resolve_config(exp, exp.runs()[0], Paths(tmp_path / "r", tmp_path / "runs"))[0]
+    device, bf16 = device_and_bf16(cfg)
+    same = {"config": cfg.to_dict(), "device": device, "bf16": bf16}
+    other = {**same, "bf16": not bf16}
+    legacy = {"config": cfg.to_dict()}  # recorded before device and precision were
+    assert find_reusable(exp, cfg, [(tmp_path / "a.json", other)]) is None
+    assert find_reusable(exp, cfg, [(tmp_path / "a.json", same)])[1] is same
+    assert find_reusable(exp, cfg, [(tmp_path / "a.json", legacy)])[1] is legacy

@@ -19,7 +19,8 @@ resumably). One command then reproduces a whole pre-train-then-fine-tune table.
 
 Shared runs: ``reuse: [docs/results/OTHER]`` names the results directories of other
 experiments; a run whose full config (all but ``train.output_dir`` and ``data.dir``) equals a
-finished run's there takes that result (marked ``reused_from``) instead of training again, e.g.
+finished run's there, trained on the same kind of device in the same number format, takes that
+result (marked ``reused_from``) instead of training again, e.g.
 the query-mask grid's static and default-mask cells at 1024 questions are the heads grid's.
 
 Runs come out in a deterministic order: variants in file order (outermost), then the product of

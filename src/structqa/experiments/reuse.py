@@ -1,8 +1,9 @@
 """Reusing another experiment's identical run: ``reuse: [docs/results/OTHER]`` in the YAML.
 
 A run whose full config (all but the runner's paths and derived values) equals a finished
-run's in one of those results directories takes that result, marked ``reused_from``, instead
-of training again.
+run's in one of those results directories, trained on the same kind of device in the same
+number format as a run here would be (``train.bf16: auto`` resolves per machine), takes that
+result, marked ``reused_from``, instead of training again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from structqa.config import Config
 from structqa.experiments.results import metric_value
 from structqa.experiments.spec import Experiment, Run, flatten
 from structqa.experiments.stale import NOT_COMPARED, VALUE_WHEN_MISSING
-from structqa.experiments.store import Paths, display_path, read_json
+from structqa.experiments.store import Paths, device_and_bf16, display_path, read_json
 from structqa.io import write_json
 from structqa.ncbert.config import DropConfig
 
@@ -57,10 +58,28 @@ def find_reusable(
         return None
     defaults = flatten(json.loads(json.dumps(type(cfg)().to_dict())))
     want = _comparable(cfg.to_dict(), defaults)
+    here = device_and_bf16(cfg)
     for path, result in reuse_candidates(experiment) if candidates is None else candidates:
-        if _comparable(result["config"], defaults) == want:
-            return path, result
+        if _comparable(result["config"], defaults) != want:
+            continue
+        there = (result.get("device"), result.get("bf16"))
+        if None not in there and there != here:  # one table, one number format and device
+            log.info(
+                "%s: the same config, trained on %s in %s; here a run trains on %s in %s, "
+                "so it is trained here, not taken over",
+                display_path(path),
+                there[0],
+                _precision(there[1]),
+                here[0],
+                _precision(here[1]),
+            )
+            continue
+        return path, result
     return None
+
+
+def _precision(bf16: bool) -> str:
+    return "bf16" if bf16 else "fp32"
 
 
 def reuse_result(
