@@ -287,6 +287,15 @@ def test_an_arm_trained_with_another_config_is_an_error_naming_the_keys(
     # caught before anything trains: the finished fine-tune stands for the old arm
     with pytest.raises(ConfigError, match=r"variant=tok-a: pretrain:tok \(train\.lr\)"):
         run_experiment(changed, paths, command="x", progress=False)
+    # the arm's own records deleted to retrain it, as its error says: the finished fine-tune
+    # still records the recipe it started from, and is still named
+    import shutil
+
+    shutil.rmtree(paths.pretrain_output("tok"))
+    paths.pretrain_result("tok").unlink()
+    assert json.loads(paths.result(exp.runs()[0]).read_text())["pretrain_arm"]["name"] == "tok"
+    with pytest.raises(ConfigError, match=r"variant=tok-a: pretrain:tok \(train\.lr\)"):
+        run_experiment(changed, paths, command="x", progress=False)
 
 
 def test_an_arm_without_held_out_chunks_finishes_and_is_used(

@@ -58,7 +58,8 @@ def ensure_pretrained(
         raise ConfigError(
             f"pre-training arm {arm!r}: {out} was trained with other values of "
             f"{', '.join(changed)} than {experiment.source or 'the experiment'} now gives; "
-            f"delete {out} (and {paths.pretrain_result(arm)}) to retrain it, or give the new "
+            f"delete {out} (and {paths.pretrain_result(arm)}) to retrain it, with the runs "
+            f"fine-tuned from it (their results and folders in {paths.runs}), or give the new "
             "recipe a new arm name"
         )
 

@@ -21,7 +21,7 @@ from structqa.experiments.arms import ensure_pretrained
 from structqa.experiments.results import drop_table_metrics, metric_value
 from structqa.experiments.run_config import resolve_config
 from structqa.experiments.spec import Experiment, Run, pretrain_arm
-from structqa.experiments.stale import stale_partial
+from structqa.experiments.stale import ARM_RECORD, arm_record, stale_partial
 from structqa.experiments.store import (
     Launch,
     Paths,
@@ -66,6 +66,10 @@ def execute_run(
             f"YAML now gives ({', '.join(changed)}). Restore them to continue it, or delete "
             f"{out} to train this run afresh with the YAML's values"
         )
+    started_from = arm_record(experiment, arm) if arm is not None else None
+    fresh = not (out / "last" / "resume.pt").exists()  # the trainer starts it afresh
+    if started_from is not None and (fresh or not (out / ARM_RECORD).is_file()):
+        write_json(out / ARM_RECORD, started_from)
     before = read_json(out / "last" / "train_state.json")
     # an extractive run is calibrated on its validation questions before its test, as
     # `structqa train` does (the test then uses that threshold and map)
@@ -141,6 +145,7 @@ def execute_run(
         "config_file": experiment.source,
         "validation": split,
         "config": config,
+        **({"pretrain_arm": read_json(out / ARM_RECORD)} if started_from else {}),
         **({"init_from": start} if (start := read_json(out / INIT_RECORD)) else {}),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }

@@ -19,6 +19,28 @@ from structqa.training.checkpoint import RESUME_MAY_CHANGE
 # (data.token_tags: null becomes exactly the tags model.encoder reads; any other value must
 # equal them)
 NOT_COMPARED = frozenset(RUNNER_KEYS) | {"data.token_tags"}
+#: in a fine-tune run's output directory, and as ``pretrain_arm`` in its result: the recipe of
+#: the pre-training arm it started from (an arm's own record may be deleted to retrain it)
+ARM_RECORD = "pretrain_arm.json"
+
+
+def arm_record(experiment: Experiment, arm: str) -> dict[str, Any]:
+    assert experiment.pretrain is not None
+    return {"name": arm, "config": experiment.pretrain.config_for(arm).to_dict()}
+
+
+def arm_changes(experiment: Experiment, record: Mapping[str, Any] | None) -> list[str]:
+    """The settings of the arm ``record`` names that the YAML now gives otherwise."""
+    if (
+        not record
+        or experiment.pretrain is None
+        or record.get("name") not in experiment.pretrain.arms
+    ):
+        return []
+    now = arm_record(experiment, record["name"])["config"]
+    return [k for k, _, _ in config_changes(record["config"], now, RESUME_MAY_CHANGE)]
+
+
 # settings added after results were recorded whose default is how those results were made
 _DEFAULT_WHEN_MISSING = frozenset({"decode.whole_words"})
 # settings added after results were recorded, with the value those results were made with
@@ -77,8 +99,13 @@ def stale_partial(experiment: Experiment, paths: Paths, run: Run) -> list[str]:
     saved = read_json(last / "structqa_config.json")
     if not saved or not (last / "resume.pt").exists():
         return []
-    changed = stale_keys(experiment, run, {"config": saved})
-    return [k for k in changed if k not in RESUME_MAY_CHANGE]
+    changed = [
+        k for k in stale_keys(experiment, run, {"config": saved}) if k not in RESUME_MAY_CHANGE
+    ]
+    record = read_json(paths.output(run) / ARM_RECORD)
+    if arm_keys := arm_changes(experiment, record):
+        changed.append(f"pretrain:{record['name']} ({', '.join(arm_keys)})")
+    return changed
 
 
 def stale_arms(experiment: Experiment, paths: Paths) -> dict[str, list[str]]:
@@ -115,9 +142,12 @@ def stale_results(
         if run.name not in results:
             continue
         keys = stale_keys(experiment, run, results[run.name])
-        arm = pretrain_arm(str(run.overrides.get("model.encoder", "")))
+        arm = pretrain_arm(str(getattr(experiment.config_for(run).model, "encoder", "")))
+        recorded = results[run.name].get("pretrain_arm")
         if arm in arms:
             keys.append(f"pretrain:{arm} ({', '.join(arms[arm])})")
+        elif arm_keys := arm_changes(experiment, recorded):
+            keys.append(f"pretrain:{recorded['name']} ({', '.join(arm_keys)})")
         if keys:
             out[run.name] = keys
     return out
