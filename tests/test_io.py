@@ -93,6 +93,12 @@ def test_a_directory_written_aside_is_swapped_in_whole_or_not_at_all(tmp_path) -
         raise RuntimeError("stopped")
     assert (target / "a.txt").read_text() == "one"  # the earlier one stands
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
+    # a writer killed mid-way (no Python cleanup) leaves its scratch folder: the next removes it
+    (tmp_path / ".out.abc123.tmp").mkdir()
+    (tmp_path / ".out.abc123.tmp" / "part.onnx").write_text("half")
+    with writing_dir(target) as tmp:
+        (tmp / "a.txt").write_text("two")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
     # while one writer holds the lock another process cannot take it; the holder may again
     take = [
         sys.executable,

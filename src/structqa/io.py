@@ -3,7 +3,6 @@ project's error for a file that cannot be read."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -142,25 +141,40 @@ def dir_lock(target: str | Path) -> Iterator[None]:
             finally:
                 depth[0] -= 1
             return
+        import fcntl  # (POSIX; here only, so that the rest of the package imports anywhere)
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.parent / f".{path.name}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        # read-only: a lock file another user created may be taken by anyone who can read it
+        fd = os.open(path.parent / f".{path.name}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             depth[0] = 1
             try:
                 yield
             finally:
                 depth[0] = 0
+        finally:
+            os.close(fd)  # (releases the lock)
 
 
 @contextmanager
 def writing_dir(target: str | Path) -> Iterator[Path]:
     """A scratch folder of this writer's own beside ``target``, swapped in whole for it
     (:func:`replace_dir`) when the block ends, removed when it raises (also on Ctrl-C).
-    Writers of one target take turns (:func:`dir_lock`), and a swap a crash cut short is
-    undone first (:func:`recover_dir`)."""
+    Writers of one target take turns (:func:`dir_lock`); a swap a crash cut short is undone
+    first (:func:`recover_dir`), and scratch folders of writers that were killed are removed
+    (none is live while the lock is held)."""
     target = Path(target)
     with dir_lock(target):
         recover_dir(target)
+        left = [
+            *target.parent.glob(f".{target.name}.*.tmp"),
+            target.with_name(target.name + ".tmp"),
+        ]
+        for stale in left:
+            if stale.is_dir() and not stale.is_symlink():
+                log.info("%s: removing the scratch folder of a writer that was stopped", stale)
+                shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
         os.chmod(tmp, 0o777 & ~_umask())
         try:

@@ -870,7 +870,7 @@ def test_a_result_file_that_does_not_parse_is_named(tmp_path) -> None:
         load_results(tmp_path)
 
 
-def test_a_reuse_folder_without_runs_is_named_and_no_reuse_takes_none(
+def test_a_reuse_folder_without_runs_is_named_unless_no_reuse_is_given(
     tmp_path, tiny_checkpoint, shared_data, caplog
 ):
     exp = tiny_experiment(tiny_checkpoint, shared_data)

@@ -296,6 +296,25 @@ def test_an_arm_trained_with_another_config_is_an_error_naming_the_keys(
     assert json.loads(paths.result(exp.runs()[0]).read_text())["pretrain_arm"]["name"] == "tok"
     with pytest.raises(ConfigError, match=r"variant=tok-a: pretrain:tok \(train\.lr\)"):
         run_experiment(changed, paths, command="x", progress=False)
+    # a new name for the new recipe, as the error offers: the old fine-tune is still named
+    renamed = experiment(tiny_checkpoint, corpus, shared_data)
+    renamed.pretrain.arms["tok2"] = renamed.pretrain.arms.pop("tok")
+    renamed.base["model"]["encoder"] = "pretrain:tok2"
+    for _, values in renamed.variants:
+        if values.get("model.encoder") == "pretrain:tok":
+            values["model.encoder"] = "pretrain:tok2"
+    with pytest.raises(ConfigError, match=r"variant=tok-a: pretrain:tok \(now pretrain:tok2\)"):
+        run_experiment(renamed, paths, command="x", progress=False)
+    # its run unfinished (a checkpoint to resume, no result): the same, before any pre-training
+    from structqa.experiments.stale import stale_partial
+
+    run = exp.runs()[0]
+    assert (paths.output(run) / "last" / "resume.pt").is_file()
+    paths.result(run).unlink()
+    assert stale_partial(exp, paths, run) == []
+    assert stale_partial(changed, paths, run) == ["pretrain:tok (train.lr)"]
+    assert renamed.runs()[0].name == run.name
+    assert stale_partial(renamed, paths, renamed.runs()[0]) == ["pretrain:tok (now pretrain:tok2)"]
 
 
 def test_an_arm_without_held_out_chunks_finishes_and_is_used(

@@ -223,15 +223,21 @@ def test_a_failing_int8_export_leaves_torch_answering(checkpoint_of, tmp_path, m
         raise ValueError("an initializer the rewrite does not know")
 
     monkeypatch.setattr(onnx_export, "quantize_int8", refuse)
+    monkeypatch.setenv(select.AUTO_EXPORT_ENV, "on")
+    monkeypatch.setattr(select, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)
     ckpt = tmp_path / "best"
     shutil.copytree(checkpoint_of("dyrex"), ckpt)
     before = sorted(p.name for p in ckpt.iterdir())
     with caplog.at_level("WARNING"):
-        assert select.cache_int8_export(ckpt) is None
+        assert select.load(ckpt, make_int8_export=True).choice.runtime == "torch-fp32"
     assert "ValueError: an initializer the rewrite does not know" in caplog.text
     assert f"{select.AUTO_EXPORT_ENV}=off" in caplog.text
     # only the hidden lock file is new
     assert sorted(p.name for p in ckpt.iterdir()) == sorted([*before, ".onnx.lock"])
+    # with the fp32 graph alone exported there, that graph answers
+    export_onnx(ckpt, ckpt / "onnx")
+    assert select.load(ckpt, make_int8_export=True).choice.runtime == "onnx-fp32"
 
 
 def test_an_export_kept_apart_names_a_newer_calibration_of_its_checkpoint(

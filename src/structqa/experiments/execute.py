@@ -53,19 +53,19 @@ def execute_run(
     """Train (or continue) one run; write its result JSON if it finished. True if it did."""
     cfg, split = resolve_config(experiment, run, paths, launch.data_dir)
     arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
-    if arm is not None:
-        final = ensure_pretrained(experiment, arm, paths, launch)
-        if final is None:
-            return False
-        cfg.model.encoder = str(final)
     out = Path(cfg.train.output_dir)
     resume = run_status(paths, run) == "partial"
-    if resume and (changed := stale_partial(experiment, paths, run)):
+    if resume and (changed := stale_partial(experiment, paths, run)):  # before any pre-training
         raise ConfigError(
             f"{run.name}: its unfinished output {out} was started with other values than the "
             f"YAML now gives ({', '.join(changed)}). Restore them to continue it, or delete "
             f"{out} to train this run afresh with the YAML's values"
         )
+    if arm is not None:
+        final = ensure_pretrained(experiment, arm, paths, launch)
+        if final is None:
+            return False
+        cfg.model.encoder = str(final)
     started_from = arm_record(experiment, arm) if arm is not None else None
     fresh = not (out / "last" / "resume.pt").exists()  # the trainer starts it afresh
     if started_from is not None and (fresh or not (out / ARM_RECORD).is_file()):

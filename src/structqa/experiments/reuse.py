@@ -52,8 +52,9 @@ def find_reusable(
     candidates: Sequence[tuple[Path, dict[str, Any]]] | None = None,
 ) -> tuple[Path, dict[str, Any]] | None:
     """The first finished result in ``experiment.reuse``'s directories (or in ``candidates``,
-    read from them beforehand) trained with exactly ``cfg`` (the run's resolved config), as
-    (its file, its content); else None."""
+    read from them beforehand) trained with exactly ``cfg`` (the run's resolved config), on
+    the device kind and in the number format a run of it here would use (where the result
+    records them), as (its file, its content); else None."""
     if not experiment.reuse:
         return None
     defaults = flatten(json.loads(json.dumps(type(cfg)().to_dict())))

@@ -29,16 +29,21 @@ def arm_record(experiment: Experiment, arm: str) -> dict[str, Any]:
     return {"name": arm, "config": experiment.pretrain.config_for(arm).to_dict()}
 
 
-def arm_changes(experiment: Experiment, record: Mapping[str, Any] | None) -> list[str]:
-    """The settings of the arm ``record`` names that the YAML now gives otherwise."""
-    if (
-        not record
-        or experiment.pretrain is None
-        or record.get("name") not in experiment.pretrain.arms
-    ):
-        return []
-    now = arm_record(experiment, record["name"])["config"]
-    return [k for k, _, _ in config_changes(record["config"], now, RESUME_MAY_CHANGE)]
+def arm_changes(experiment: Experiment, run: Run, record: Mapping[str, Any] | None) -> str | None:
+    """How the pre-training arm ``run`` started from (``record``, where it recorded one)
+    differs from the one the YAML now gives it: another arm (a new name for a new recipe),
+    or the same arm's changed settings; None where it is the same."""
+    if not record:
+        return None
+    arm = pretrain_arm(str(getattr(experiment.config_for(run).model, "encoder", "")))
+    was = str(record.get("name"))
+    if arm != was:
+        return f"pretrain:{was} (now {f'pretrain:{arm}' if arm else 'another encoder'})"
+    if experiment.pretrain is None or arm not in experiment.pretrain.arms:
+        return None  # (an unknown arm is refused where the grid is read)
+    now = arm_record(experiment, arm)["config"]
+    changed = [k for k, _, _ in config_changes(record.get("config") or {}, now, RESUME_MAY_CHANGE)]
+    return f"pretrain:{arm} ({', '.join(changed)})" if changed else None
 
 
 # settings added after results were recorded whose default is how those results were made
@@ -102,9 +107,8 @@ def stale_partial(experiment: Experiment, paths: Paths, run: Run) -> list[str]:
     changed = [
         k for k in stale_keys(experiment, run, {"config": saved}) if k not in RESUME_MAY_CHANGE
     ]
-    record = read_json(paths.output(run) / ARM_RECORD)
-    if arm_keys := arm_changes(experiment, record):
-        changed.append(f"pretrain:{record['name']} ({', '.join(arm_keys)})")
+    if arm := arm_changes(experiment, run, read_json(paths.output(run) / ARM_RECORD)):
+        changed.append(arm)
     return changed
 
 
@@ -143,11 +147,10 @@ def stale_results(
             continue
         keys = stale_keys(experiment, run, results[run.name])
         arm = pretrain_arm(str(getattr(experiment.config_for(run).model, "encoder", "")))
-        recorded = results[run.name].get("pretrain_arm")
         if arm in arms:
             keys.append(f"pretrain:{arm} ({', '.join(arms[arm])})")
-        elif arm_keys := arm_changes(experiment, recorded):
-            keys.append(f"pretrain:{recorded['name']} ({', '.join(arm_keys)})")
+        elif change := arm_changes(experiment, run, results[run.name].get("pretrain_arm")):
+            keys.append(change)
         if keys:
             out[run.name] = keys
     return out

@@ -167,8 +167,9 @@ class Predictor:
 
         ``runtime`` (:data:`structqa.runtimes.select.RUNTIMES`) picks torch bf16/fp32 or
         onnxruntime int8/fp32; ``auto`` the fastest at hand for the machine, logged with why.
-        ``make_int8_export``: on a CPU where bf16 does not pay, where ``auto`` finds no export,
-        write the int8 one beside the checkpoint first and answer with it (``structqa predict``
+        ``make_int8_export``: on a CPU where bf16 does not pay, where ``auto`` finds no int8
+        export (none, or the fp32 graph alone in ``CHECKPOINT/onnx``), write the int8 one beside
+        the checkpoint first and answer with it (``structqa predict``
         and ``serve`` do: :func:`structqa.runtimes.select.load`).
 
         For SQuAD 2.0-style models the no-answer threshold is ``null_threshold`` when given,

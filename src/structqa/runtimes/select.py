@@ -116,7 +116,11 @@ def _warn_if_source_changed(export: Path) -> None:
     if not source.parts or not (source / "model.safetensors").is_file():
         return
     made_from = record.get("source_weights_sha256")
-    now = source_weights_sha256(source)
+    try:
+        now = source_weights_sha256(source)
+    except (OSError, ValueError) as err:  # that folder's own trouble, not this export's
+        log.debug("%s: its checkpoint's manifest not read (%s)", export, err)
+        return
     changed = []
     if made_from and now and made_from != now:
         changed.append("weights")
@@ -231,7 +235,10 @@ def cache_int8_export(path: Path) -> Path | None:
                 path,
                 out,
             )
-            done = export_onnx(path, out, quantize="int8")
+            # an fp32 export there was checked at its own tolerances (--atol/--rtol): kept
+            check = read_export(made).get("check", {}) if made is not None else {}
+            tolerances = {k: float(check[k]) for k in ("atol", "rtol") if k in check}
+            done = export_onnx(path, out, quantize="int8", **tolerances)
     except ExportRefused as err:
         log.warning("%s: no int8 export (%s); it answers without one", path, err)
         return None
