@@ -758,6 +758,19 @@ def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
     contrast = got["contrasts"]["slow − fast"]["F1"]
     assert contrast["difference"] == pytest.approx(-cell["difference"])
     assert contrast["seeds"] == [0, 1] and "| slow − fast |" in text
+    # a table without a baseline: its contrasts alone, the same (in a copy of the results)
+    alone = tmp_path / "boot-contrasts.yaml"
+    table = {"rows": ["variant"], "contrasts": [["slow", "fast"]]}
+    alone.write_text(yaml.safe_dump({**raw, "table": table}))
+    shutil.copytree(paths.results, tmp_path / "results-alone")
+    argv_alone = [str(alone) if a == str(config) else a for a in argv]
+    argv_alone[argv_alone.index(str(paths.results))] = str(tmp_path / "results-alone")
+    args_alone = parser.parse_args(argv_alone)
+    assert args_alone.func(args_alone, []) == 0
+    only = json.loads((tmp_path / "results-alone" / "bootstrap.json").read_text())
+    assert only["cells"] == {} and only["baseline"] is None
+    assert only["contrasts"]["slow − fast"]["F1"]["difference"] == contrast["difference"]
+    assert "F1 contrasts, bootstrap" in (tmp_path / "results-alone" / "bootstrap.md").read_text()
 
     # every run's answers are kept with its result, gzipped, byte for byte
     for run in exp.runs():
@@ -815,7 +828,7 @@ def test_bootstrap_compares_rows_with_the_baseline_from_saved_answers(
     # without a baseline there is nothing to compare with
     raw["table"] = {"rows": ["variant"]}
     config.write_text(yaml.safe_dump(raw))
-    with pytest.raises(ConfigError, match="no table.baseline"):
+    with pytest.raises(ConfigError, match="neither table.baseline nor table.contrasts"):
         args.func(args, [])
 
 

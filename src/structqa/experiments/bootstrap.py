@@ -292,10 +292,11 @@ def write_bootstrap(
     The metric is the table's first of ``f1``/``em``, else F1 (said in the header).
     """
     spec = experiment.table
-    if spec.baseline is None:
+    if spec.baseline is None and not spec.contrasts:
         raise ConfigError(
-            f"--bootstrap compares every row with the table's baseline, and "
-            f"{experiment.source or experiment.name} has no table.baseline"
+            f"--bootstrap compares every row with the table's baseline and each of its "
+            f"contrasts, and {experiment.source or experiment.name} has neither table.baseline "
+            "nor table.contrasts"
         )
     metric = next((m for m in spec.metrics if m in ("f1", "em", "acc")), "f1")
     if spec.metrics[0] != metric:
@@ -305,7 +306,8 @@ def write_bootstrap(
     name = METRIC_NAMES[metric]
     cells = group_cells(experiment, runs)
     rows, columns = axis_values(cells, len(spec.rows))
-    base_row = next(r for r in rows if ",".join(r) == spec.baseline)
+    # without a baseline, only the contrasts are compared
+    base_row = next((r for r in rows if ",".join(r) == spec.baseline), None)
     scores = _Scores(metric, data_dir, paths, experiment.kind)
     results_dir = Path(paths.results)
     earlier, origin = _previous_cells(
@@ -320,7 +322,7 @@ def write_bootstrap(
         else [name]
     )
     body = []
-    for row in rows:
+    for row in rows if base_row is not None else []:
         if row == base_row:
             continue
         values = []
@@ -353,7 +355,7 @@ def write_bootstrap(
         experiment, cells, columns, results, scores, resamples, seed
     )
     missing = scores.missing
-    if not table:
+    if not table and not contrasts:
         shown = ", ".join(missing[:3]) or "none"
         raise FileNotFoundError(
             f"--bootstrap: no cell could be compared; runs without saved answers "
@@ -362,11 +364,13 @@ def write_bootstrap(
         )
     git = provenance.get("git", {})
     made_at = datetime.now(UTC).isoformat(timespec="seconds")
+    versus = f"this row − {spec.baseline}" if base_row is not None else "row − row"
     lines = [
-        f"# {spec.title or experiment.name}: {name} minus {spec.baseline}, "
-        "bootstrap over questions",
+        f"# {spec.title or experiment.name}: {name} "
+        + (f"minus {spec.baseline}" if base_row is not None else "contrasts")
+        + ", bootstrap over questions",
         "",
-        f"Each cell: mean {name} difference (this row − {spec.baseline}) over the evaluation "
+        f"Each cell: mean {name} difference ({versus}) over the evaluation "
         f"questions, each question's score averaged over the seeds both rows have; "
         f"[95% percentile interval] from {resamples} paired resamples of the "
         "questions (bootstrap seed "
@@ -391,10 +395,7 @@ def write_bootstrap(
         f"- commit: {git.get('commit', '—')}{' (dirty)' if git.get('dirty') else ''}",
         f"- at: {made_at}",
         "",
-        md_row(head),
-        md_row(["---"] * len(head)),
-        *body,
-        "",
+        *([md_row(head), md_row(["---"] * len(head)), *body, ""] if base_row is not None else []),
         *contrast_lines,
     ]
     if carried:
