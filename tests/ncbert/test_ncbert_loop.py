@@ -92,6 +92,26 @@ def test_cli_end_to_end(tmp_path, tiny_checkpoint, shared_data, synth_file, caps
     assert scores["total"] == 19
     expected = json.loads((best / "test" / "metrics.json").read_text())
     assert scores["global_f1"] == pytest.approx(expected["global_f1"])
+    # its scores beside the answers, named after them (no folder-wide metrics.json)
+    beside = json.loads((preds.parent / "predictions.metrics.json").read_text())
+    assert beside["global_f1"] == pytest.approx(expected["global_f1"])
+    assert not (preds.parent / "metrics.json").exists()
+    # one question, no gold answer needed: the answer the file's run gave it
+    from structqa.data.drop import read_drop
+
+    first = read_drop(mini).examples[0]
+    capsys.readouterr()
+    one = ["drop-predict", str(best), "--question", first.question, "--passage", first.passage]
+    assert main([*one, "--bf16=off"]) == 0
+    assert json.loads(capsys.readouterr().out)["answer"] == test_preds[first.id]
+    # refused: both ways at once, and answers written into the checkpoint's sealed folder
+    assert main(["drop-predict", str(best), mini, *one[2:]]) == 2
+    assert "give one of the two" in capsys.readouterr().err
+    assert main(["drop-predict", str(best), mini, "--out", str(best / "p.json")]) == 2
+    assert "write elsewhere" in capsys.readouterr().err
+    # a span command given this checkpoint says which command answers with it
+    assert main(["predict", str(best), "--question", "How many?", "--context", "Two."]) == 2
+    assert "drop-train checkpoint" in capsys.readouterr().err
 
 
 def test_resume_after_sigint_is_exact(

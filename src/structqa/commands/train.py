@@ -67,8 +67,18 @@ def _run_task(args, extra, load, run, metrics_of) -> int:
 
 
 def cmd_drop_predict(args: argparse.Namespace, extra: list[str]) -> int:
-    from structqa.ncbert.loop import predict_file
+    from structqa.ncbert.loop import predict_file, predict_questions
 
+    one = args.question is not None or args.passage is not None
+    if one == (args.drop_file is not None) or (one and not (args.question and args.passage)):
+        raise ValueError(
+            "drop-predict answers a DROP file (DROP_FILE) or one question (--question Q "
+            "--passage P, both non-empty): give one of the two"
+        )
+    if one:
+        (answer,) = predict_questions(args.checkpoint, [(args.question, args.passage)], args.bf16)
+        print(json.dumps({"answer": answer}, ensure_ascii=False))
+        return 0
     metrics = predict_file(args.checkpoint, args.drop_file, args.out, args.bf16)
     print(json.dumps({k: metrics[k] for k in ("global_em", "global_f1", "total")}))
     return 0
@@ -114,9 +124,17 @@ def add_parser(sub) -> None:
         help="train GenBERT / NC-BERT on DROP files",
     )
 
-    dp = sub.add_parser("drop-predict", help="answer a DROP file with a drop-train checkpoint")
+    dp = sub.add_parser(
+        "drop-predict", help="answer a DROP file, or one question, with a drop-train checkpoint"
+    )
     dp.add_argument("checkpoint", help="a drop-train checkpoint directory (RUN/best)")
-    dp.add_argument("drop_file", help="DROP JSON file to answer")
-    dp.add_argument("--out", default="predictions.json", help="query id -> answer (JSON)")
+    dp.add_argument("drop_file", nargs="?", help="DROP JSON file to answer and score")
+    dp.add_argument(
+        "--out",
+        default="predictions.json",
+        help="query id -> answer (JSON); the scores go beside it as NAME.metrics.json",
+    )
+    dp.add_argument("--question", help="one question to answer (with --passage), printed")
+    dp.add_argument("--passage", help="the passage --question is about")
     add_bf16_argument(dp)
     dp.set_defaults(func=cmd_drop_predict)

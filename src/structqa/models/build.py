@@ -312,7 +312,7 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
     if not (path / "model.safetensors").exists() and not (path / MANIFEST).exists():
         raise FileNotFoundError(not_a_checkpoint(path))
     verify_manifest(path)
-    _refuse_transformers_export(path)
+    _refuse_other_kinds(path)
     cfg, encoder, head = _saved_structure(path)
     resolve_token_tags(cfg, encoder)  # null in checkpoints from before token tags
     model = ExtractiveQAModel(encoder, head)
@@ -323,9 +323,18 @@ def model_from_checkpoint(path: str | Path) -> tuple[ExtractiveQAModel, object, 
     return model, tokenizer, cfg
 
 
-def _refuse_transformers_export(path: Path) -> None:
-    """``structqa export --format transformers`` writes a BertForQuestionAnswering folder
-    (its own weight names) beside structqa's settings: named, not loaded as a checkpoint."""
+def _refuse_other_kinds(path: Path) -> None:
+    """Folders that look like checkpoints but hold another model, named with what answers
+    with them: a drop-train checkpoint (GenBERT), and the BertForQuestionAnswering folder
+    ``structqa export --format transformers`` writes (its own weight names)."""
+    trained = path / "structqa_config.json"
+    model = read_json(trained).get("model") if trained.is_file() else None
+    if isinstance(model, dict) and "head" not in model and "init" in model:
+        raise ValueError(
+            f"{path}: a drop-train checkpoint (GenBERT / NC-BERT: answers come from a decoder "
+            "and arithmetic, not from span scores); answer with `structqa drop-predict "
+            f"{path} --question Q --passage P`, or a DROP file in place of both"
+        )
     config = path / "config.json"
     saved = read_json(config) if config.is_file() else None
     if isinstance(saved, dict) and "BertForQuestionAnswering" in str(saved.get("architectures")):

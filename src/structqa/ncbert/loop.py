@@ -35,7 +35,7 @@ import torch
 from accelerate.utils import set_seed
 
 from structqa.config import config_from_dict
-from structqa.data.drop import DropExample, read_drop
+from structqa.data.drop import DropAnswer, DropExample, read_drop
 from structqa.data.squad import load_json
 from structqa.encoders import attention_options, encoder_from_config_dict, load_encoder
 from structqa.encoders.bert import BertEncoder
@@ -295,11 +295,29 @@ def evaluate_split(
     return preds, drop_score(split.gold, preds)
 
 
+def metrics_path(out: str | Path) -> Path:
+    """Where ``drop-predict --out NAME.json`` writes its scores: ``NAME.metrics.json``."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.metrics.json")
+
+
 def predict_file(
-    checkpoint: str | Path, drop_file: str | Path, out: str | Path, bf16: str = "auto"
+    checkpoint: str | Path,
+    drop_file: str | Path,
+    out: str | Path,
+    bf16: str = "auto",
+    scores: str | Path | None = None,
 ) -> dict[str, Any]:
     """Answer every question of a DROP file with a checkpoint: writes ``out`` (query id ->
-    answer) and ``metrics.json`` beside it; returns the metrics."""
+    answer) and its scores to ``scores`` (default beside it, :func:`metrics_path`); returns
+    the metrics."""
+    out = Path(out)
+    scores = Path(scores) if scores is not None else metrics_path(out)
+    if (out.parent / MANIFEST).is_file():  # a checkpoint's files are sealed by its manifest
+        raise ValueError(
+            f"--out {out}: inside {out.parent}, a saved directory whose files its {MANIFEST} "
+            "records (its own predictions and metrics would be replaced); write elsewhere"
+        )
     model, tokenizer, cfg = load_genbert(checkpoint)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
@@ -307,11 +325,29 @@ def predict_file(
     preds, metrics = evaluate_split(
         model, split, tokenizer, cfg.train.eval_batch_size, use_bf16(bf16, device)
     )
-    out = Path(out)
     write_json(out, preds)
-    write_json(out.with_name("metrics.json"), metrics)
-    log.info("wrote %d predictions to %s", len(preds), out)
+    write_json(scores, metrics)
+    log.info("wrote %d predictions to %s and their scores to %s", len(preds), out, scores)
     return metrics
+
+
+def predict_questions(
+    checkpoint: str | Path, pairs: Sequence[tuple[str, str]], bf16: str = "auto"
+) -> list[str | list[str]]:
+    """The checkpoint's answer to each (question, passage) pair, no gold answer needed: a
+    string, or a generated multi-span answer's list of spans."""
+    model, tokenizer, cfg = load_genbert(checkpoint)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    examples = [
+        DropExample(str(i), str(i), question, passage, DropAnswer())
+        for i, (question, passage) in enumerate(pairs)
+    ]
+    features, _ = featurize(examples, tokenizer, cfg)
+    preds = predict_drop(
+        model, examples, features, tokenizer, cfg.train.eval_batch_size, use_bf16(bf16, device)
+    )
+    return [preds[str(i)] for i in range(len(pairs))]
 
 
 # ---- the task --------------------------------------------------------------------------------
@@ -369,7 +405,11 @@ def run(cfg: DropConfig, resume: bool = False, progress: bool = True) -> dict[st
         if not (test_dir / "metrics.json").exists():
             test_file = resolve_drop_file(cfg.data.test, cfg.data.dir)
             metrics = predict_file(
-                out / "best", test_file, test_dir / "predictions.json", cfg.train.bf16
+                out / "best",
+                test_file,
+                test_dir / "predictions.json",
+                cfg.train.bf16,
+                scores=test_dir / "metrics.json",
             )
             log.info(
                 "test (%s): EM %.4f F1 %.4f", test_file, metrics["global_em"], metrics["global_f1"]
