@@ -65,8 +65,18 @@ def test_cli_end_to_end(tmp_path, tiny_checkpoint, shared_data, synth_file, caps
         f"--data.annotation_cache={tmp_path / 'annotations.jsonl'}",
         "--train.max_steps=3",
     )
+    # a test file that is not there is named before anything trains
+    missing = [
+        a if not a.startswith("--data.test=") else "--data.test=drop/no-such.json" for a in args
+    ]
+    assert main(["drop-train", "--no-progress", f"--data={shared_data}", *missing]) == 2
+    assert "no-such.json" in capsys.readouterr().err and not run_dir.exists()
     assert main(["drop-train", "--no-progress", f"--data={shared_data}", *args]) == 0
     best = run_dir / "best"
+    # a fresh start into it is refused at once (the data is not read again)
+    capsys.readouterr()
+    assert main(["drop-train", "--no-progress", f"--data={shared_data}", *args]) == 2
+    assert "already holds a run" in capsys.readouterr().err
     assert (tmp_path / "annotations.jsonl").stat().st_size > 0  # the entity channel's spaCy
     for name in ("model.safetensors", "structqa_config.json", "tokenizer.json", "metrics.json"):
         assert (best / name).exists(), name

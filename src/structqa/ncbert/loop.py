@@ -60,6 +60,7 @@ from structqa.models.genbert import GenBERT
 from structqa.ncbert.config import DropConfig, decode_cap_note, validate
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.runtime import autocast, use_bf16
+from structqa.training.checkpoint import check_fresh_start
 from structqa.training.trainer import CheckpointedTask, Env, Evaluation, Settings, fit
 
 CONFIG_FILE = "structqa_config.json"  # the resolved DropConfig in a checkpoint
@@ -391,6 +392,10 @@ def run(cfg: DropConfig, resume: bool = False, progress: bool = True) -> dict[st
     """Seed, build the model, read and featurize the data, train, then answer the test file
     with ``best/``. Returns the best eval metrics of this stint (None if it trained none)."""
     validate(cfg)
+    if not resume:  # before the model and the data: a second, not minutes
+        check_fresh_start(Path(cfg.train.output_dir))
+    if cfg.data.test:  # scored once training is over: read now, not after hours of it
+        read_drop(resolve_drop_file(cfg.data.test, cfg.data.dir))
     if note := decode_cap_note(cfg):
         log.warning("%s", note)
     set_seed(cfg.train.seed)
