@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -127,10 +128,10 @@ def test_cli_end_to_end(tmp_path, tiny_checkpoint, shared_data, synth_file, caps
 def test_resume_after_sigint_is_exact(
     tmp_path, tiny_checkpoint, shared_data, synth_file, monkeypatch
 ):
-    def config(out: Path):
+    def config(out: Path, encoder: Path = tiny_checkpoint):
         args = tiny_overrides(
             out,
-            tiny_checkpoint,
+            encoder,
             synth_file,
             f"--data.dir={shared_data}",
             "--data.test=null",
@@ -153,12 +154,17 @@ def test_resume_after_sigint_is_exact(
         return real_collate(*a, **kw)
 
     monkeypatch.setattr(loop, "collate_drop", collate_then_interrupt)
-    loop.run(config(tmp_path / "b"), progress=False)
+    # the interrupted run starts from a copy of the encoder, gone by the time it resumes:
+    # the resume builds from its last/ alone
+    encoder = tmp_path / "encoder-copy"
+    shutil.copytree(tiny_checkpoint, encoder)
+    loop.run(config(tmp_path / "b", encoder), progress=False)
     state = json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())
     assert state["global_step"] == 3 and not state["finished"]
 
     monkeypatch.setattr(loop, "collate_drop", real_collate)
-    loop.run(config(tmp_path / "b"), resume=True, progress=False)
+    shutil.rmtree(encoder)
+    loop.run(config(tmp_path / "b", encoder), resume=True, progress=False)
     state = json.loads((tmp_path / "b" / "last" / "train_state.json").read_text())
     assert state["finished"] and state["global_step"] == 6
     resumed = load_file(str(tmp_path / "b" / "last" / "model.safetensors"))

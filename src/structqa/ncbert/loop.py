@@ -159,9 +159,19 @@ def drop_ready(encoder: BertEncoder, path: str | Path) -> BertEncoder:
     return encoder
 
 
-def build_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
+def build_genbert(cfg: DropConfig, resume: bool = False) -> tuple[GenBERT, Any]:
     """The pretrained encoder with GenBERT's new modules (seeded by ``train.seed``), or, with
-    ``model.init``, the weights and tokenizer of that drop-train checkpoint."""
+    ``model.init``, the weights and tokenizer of that drop-train checkpoint. A resume with a
+    saved ``last/`` builds from it (its weights are restored next), so the encoder or the
+    ``model.init`` checkpoint the run started from need not be there any more."""
+    last = Path(cfg.train.output_dir) / "last"
+    if resume and all((last / name).is_file() for name in _CHECKPOINT_FILES):
+        encoder = encoder_from_config_dict(read_json(last / "encoder_config.json"))
+        with torch.random.fork_rng(devices=[]):  # as a fresh build draws: the same stream after
+            torch.manual_seed(cfg.train.seed)
+            model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
+        set_dropout(model, cfg.model.dropout, None)
+        return model, load_tokenizer(last)
     if cfg.model.init is not None:
         return init_genbert(cfg)
     path = resolve_encoder_path(cfg.model.encoder)
@@ -399,7 +409,7 @@ def run(cfg: DropConfig, resume: bool = False, progress: bool = True) -> dict[st
     if note := decode_cap_note(cfg):
         log.warning("%s", note)
     set_seed(cfg.train.seed)
-    model, tokenizer = build_genbert(cfg)
+    model, tokenizer = build_genbert(cfg, resume)
     data = prepare_data(cfg, tokenizer)
     best = train(cfg, model, tokenizer, data, resume=resume, progress=progress)
     out = Path(cfg.train.output_dir)
