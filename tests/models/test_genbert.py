@@ -212,6 +212,7 @@ def test_an_answer_that_never_ends_stops_at_max_decode_len(tiny_checkpoint, toke
     model.type_head.forward = lambda h: generate.expand(h.shape[0], 3)  # type: ignore[method-assign]
     preds = model.predict(batch, features, tokenizer)
     assert [p.text.replace(" ", "") for p in preds] == ["777"] * len(preds)
+    assert all(p.capped for p in preds)  # said, so that predict_drop can count them
 
 
 def test_decoder_shares_encoder_weights(tiny_checkpoint, tokenizer):

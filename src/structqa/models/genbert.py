@@ -157,6 +157,7 @@ class GenBERTPrediction:
     span: tuple[int, int] | None = None  # inclusive token positions for span types
     tokens: tuple[str, ...] = ()  # decoded tokens for the generate type
     spans: tuple[str, ...] = ()  # a generated multi-span answer's spans (see generated_spans)
+    capped: bool = False  # generated without ending ([SEP]): cut at model.max_decode_len
 
     @property
     def answer(self) -> str | list[str]:
@@ -432,7 +433,14 @@ class GenBERT(nn.Module):
                 text = tokens_to_text(tokens, self.config.lsdf)
                 spans = generated_spans(text, feature.question, feature.passage)
                 preds.append(
-                    GenBERTPrediction(text, ANSWER_TYPES[kind], probs, tokens=tokens, spans=spans)
+                    GenBERTPrediction(
+                        text,
+                        ANSWER_TYPES[kind],
+                        probs,
+                        tokens=tokens,
+                        spans=spans,
+                        capped=sep_id not in generated[row],
+                    )
                 )
                 continue
             s, e = (q_best if kind == QUESTION_SPAN else p_best)[row].tolist()

@@ -288,12 +288,22 @@ def predict_drop(
     device = next(model.parameters()).device
     pad_id = int(tokenizer.pad_token_id or 0)
     preds: dict[str, str | list[str]] = {}
+    capped = 0
     for idx in sorted_batches([len(f) for f in features], batch_size):
         batch = collate_drop(features, idx, pad_id).to(device)
         with autocast(device, bf16):
             answers = model.predict(batch, features, tokenizer)
         for row, answer in zip(idx, answers, strict=True):
             preds[examples[features[row].example_index].id] = answer.answer
+            capped += answer.capped
+    if capped:  # an LSDF number cut short loses its leading digits: a wrong number, silently
+        log.warning(
+            "%d of %d answers were generated without ending and cut at model.max_decode_len "
+            "%d: they may be wrong (a number cut short, a span list cut off)",
+            capped,
+            len(preds),
+            model.config.max_decode_len,
+        )
     model.train(was_training)
     return preds
 
