@@ -219,17 +219,21 @@ def test_skips_are_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> 
             qa("q3", answer=answer()),
             qa("q4", answer=answer(spans=[" "])),
             qa("q5", validated_answers=[answer(), answer(number="14")]),
+            # empty, but validated answers the official evaluation scores it against: kept
+            qa("q7", answer=answer(), validated_answers=[answer(number="3"), answer(number="4")]),
         ),
         "empty": {"passage": " \n", "qa_pairs": [qa("q6")]},
     }
     with caplog.at_level(logging.WARNING, logger="structqa.data"):
         data = read_drop(write_drop(tmp_path, doc))
-    assert [ex.id for ex in data] == ["q1", "q5"]
+    assert [ex.id for ex in data] == ["q1", "q5", "q7"]
     assert data.report.skipped == {"empty_question": 1, "empty_answer": 2, "empty_passage": 1}
-    assert data.report.warnings == {"empty_validated_answer": 1}
+    assert data.report.warnings == {"empty_validated_answer": 1, "empty_answer_validated_kept": 1}
     assert data.examples[1].validated_answers == (DropAnswer(number="14"),)
+    q7 = data.examples[2]
+    assert (q7.answer, q7.validated_answers) == (DropAnswer(number="3"), (DropAnswer(number="4"),))
     assert "q3 (passage nfl_1)" in caplog.text and "empty_answer" in caplog.text
-    assert "read 2 questions" in data.report.summary()
+    assert "read 3 questions" in data.report.summary()
 
 
 def test_passage_id_mismatch_is_a_warning(tmp_path: Path) -> None:

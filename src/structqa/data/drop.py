@@ -11,12 +11,13 @@ and two validated answers give a number and spans; the number wins; counted as t
 Rules for bad input, as for the other readers: invalid JSON, a missing or mistyped field and a
 duplicate query id raise ``DataError`` naming file, record (query id and passage id) and field.
 Skipped and counted: an empty passage (``empty_passage``), an empty question
-(``empty_question``) and an ``answer`` with nothing in it, no number, no spans, no date
-(``empty_answer``): it gives no training target. The official evaluation scores such a question
-against its validated answers, or as 0 when it has none, which is why scoring reads the raw
-file (``structqa.metrics.drop.gold_from_drop_json``), not these examples. Blank validated
-answers are dropped with a warning (``empty_validated_answer``): the official evaluation
-ignores blank candidates.
+(``empty_question``) and an ``answer`` with nothing in it, no number, no spans, no date, and no
+validated answer (``empty_answer``): it gives no training target, and the official evaluation
+scores it as 0 (scoring reads the raw file, ``structqa.metrics.drop.gold_from_drop_json``, not
+these examples). An empty ``answer`` with validated answers is kept, its first validated answer
+standing in (``empty_answer_validated_kept``, a warning): the official evaluation scores it
+against them, so it is answered. Blank validated answers are dropped with a warning
+(``empty_validated_answer``): the official evaluation ignores blank candidates.
 """
 
 from __future__ import annotations
@@ -176,10 +177,8 @@ def _read_question(
         return None
     raw_answer = get_field(qa, "answer", dict, path=name, record=rec)
     answer = _read_answer(raw_answer, rec=rec, field="answer", name=name)
-    if answer.is_empty:
-        note_skip(report, "empty_answer", f"question {rec}: answer has no number, spans or date")
-        return None
-    _note_several_types(report, answer, rec=rec, field="answer")
+    if not answer.is_empty:
+        _note_several_types(report, answer, rec=rec, field="answer")
     validated: list[DropAnswer] = []
     raw_validated = qa.get("validated_answers")
     if raw_validated is not None:
@@ -193,6 +192,20 @@ def _read_question(
                 continue
             _note_several_types(report, candidate, rec=rec, field=field)
             validated.append(candidate)
+    if answer.is_empty:
+        if not validated:
+            note_skip(
+                report, "empty_answer", f"question {rec}: answer has no number, spans or date"
+            )
+            return None
+        # the official evaluation scores it against its validated answers: kept, the first
+        # standing in as the answer learned
+        note_warning(
+            report,
+            "empty_answer_validated_kept",
+            f"question {rec}: answer is empty; validated_answers[0] stands in (kept)",
+        )
+        answer, validated = validated[0], validated[1:]
     return DropExample(
         id=qid,
         passage_id=passage_id,
