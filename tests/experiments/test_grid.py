@@ -935,3 +935,22 @@ def test_a_run_trained_in_another_number_format_is_not_reused(
     assert find_reusable(exp, cfg, [(tmp_path / "a.json", other)]) is None
     assert find_reusable(exp, cfg, [(tmp_path / "a.json", same)])[1] is same
     assert find_reusable(exp, cfg, [(tmp_path / "a.json", legacy)])[1] is legacy
+
+
+def test_dry_run_names_an_encoder_that_runs_to_train_start_from_and_is_not_there(
+    tmp_path, tiny_checkpoint, shared_data, capsys
+):
+    base = tiny_finetune_base(tiny_checkpoint, shared_data)
+    gone = tmp_path / "pretrained" / "final"
+    exp = experiment_from_dict(
+        {
+            "name": "starts",
+            "base": base,
+            "variants": [{"name": "here"}, {"name": "gone", "model.encoder": str(gone)}],
+            "grid": {"train.seed": [0, 1]},
+        }
+    )
+    listing.print_plan(exp, Paths(tmp_path / "results", tmp_path / "runs"))
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"missing: model.encoder {gone}, which 2 run(s) to train start from" in out
+    assert out.count("missing:") == 1  # the encoder that is there is not named

@@ -3,12 +3,14 @@ when done), and the pre-training arms with theirs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from structqa.experiments.claims import holder
 from structqa.experiments.results import load_results, metric_value
 from structqa.experiments.reuse import find_reusable, reuse_candidates
 from structqa.experiments.run_config import resolve_config
 from structqa.experiments.runner import selected
-from structqa.experiments.spec import Experiment, plan
+from structqa.experiments.spec import Experiment, Run, plan, pretrain_arm
 from structqa.experiments.stale import selection_note, stale_arms, stale_partial, stale_results
 from structqa.experiments.store import Paths, display_path, pretrain_status, read_json, run_status
 
@@ -86,5 +88,33 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         )
     )
     console.print(f"outputs: {paths.runs}  results: {paths.results}")
+    for line in missing_starts(experiment, [r for r in runs if r.name not in results]):
+        console.print(f"missing: {line}", markup=False)
     if note := selection_note(experiment):
         console.print(f"note: {note}", markup=False)
+
+
+def missing_starts(experiment: Experiment, runs: list[Run]) -> list[str]:
+    """The encoders and ``model.init`` checkpoints that runs still to train start from and
+    that are not there (a pre-training arm's is the runner's to make): said up front, where
+    the run would otherwise fail only when its turn comes, hours into the grid."""
+    from structqa.models.build import resolve_encoder_path
+
+    wanted: dict[str, list[str]] = {}
+    for run in runs:
+        model = experiment.config_for(run).model
+        encoder = str(getattr(model, "encoder", "") or "")
+        if encoder and pretrain_arm(encoder) is None:
+            try:
+                resolve_encoder_path(encoder)
+            except (FileNotFoundError, OSError):
+                wanted.setdefault(f"model.encoder {encoder}", []).append(run.name)
+        init = getattr(model, "init", None)
+        if init and not Path(str(init)).expanduser().is_dir():
+            wanted.setdefault(f"model.init {init}", []).append(run.name)
+    return [
+        f"{what}, which {len(names)} run(s) to train start from (first: {names[0]}); make it "
+        "first (e.g. the `structqa pretrain` or `drop-train` command its config names), or "
+        "fix the path"
+        for what, names in wanted.items()
+    ]
