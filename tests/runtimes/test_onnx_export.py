@@ -49,6 +49,10 @@ def test_onnx_fp32_matches_torch(case, checkpoint_of, heldout, tmp_path) -> None
     assert ("span_scores" in meta["outputs"]) == joint
     assert ("null_odds" in meta["outputs"]) == classifier
     assert ("pos_tag_ids" in meta["inputs"]) == case.startswith("tagged")
+    # checked on a full window of the checkpoint's length too, the one long passages fill
+    window = json.loads((ckpt / "structqa_config.json").read_text())["data"]["max_seq_len"]
+    positions = json.loads((ckpt / "encoder_config.json").read_text())["max_position_embeddings"]
+    assert meta["check"]["shapes"][-1] == [2, min(window, positions)]
 
     onnx_model = OnnxSpanModel(done.directory)
     model, collated = batches(ckpt, heldout.examples)

@@ -254,12 +254,14 @@ def export_onnx(
     enc = model.encoder.config
     vocab, positions = enc.vocab_size, enc.max_position_embeddings
 
+    # and a full window of the checkpoint's length, the one long passages are cut into
+    shapes = (*CHECK_SHAPES, (2, min(cfg.data.max_seq_len, positions)))
     with writing_dir(out) as tmp:  # swapped in whole at the end; removed if anything fails
         fp32 = tmp / ONNX_FILES["fp32"]
         notes = trace(graph, sig, sample_batch(*TRACE_SHAPE, vocab, tags, 0, positions), fp32)
         checks = [
             sample_batch(b, n, vocab, tags, seed, positions)
-            for seed, (b, n) in enumerate(CHECK_SHAPES, start=1)
+            for seed, (b, n) in enumerate(shapes, start=1)
         ]
         checked = {"fp32": compare(graph, sig, fp32, checks, tie=rtol)}
         bad = checked["fp32"].failures(atol, rtol)
@@ -268,7 +270,7 @@ def export_onnx(
             worst = max(fp.max_abs_diff[n] / fp.scale[n] for n in sig.outputs)
             raise ExportRefused(
                 f"{checkpoint}: the ONNX graph differs from torch on batches of shapes "
-                f"{list(CHECK_SHAPES)}: {'; '.join(bad)}. Not exported. A graph this close may "
+                f"{list(shapes)}: {'; '.join(bad)}. Not exported. A graph this close may "
                 f"still answer the same: export with --rtol {_round_up(worst)} and compare "
                 f"`structqa evaluate` of the export with the checkpoint's. Tracer notes: {notes}"
             )
@@ -306,7 +308,7 @@ def export_onnx(
                 "source_weights_sha256": source_weights_sha256(checkpoint),
                 "exporter": f"torch.onnx.export(dynamo=False), opset {OPSET}",
                 "check": {
-                    "shapes": [list(s) for s in CHECK_SHAPES],
+                    "shapes": [list(s) for s in shapes],
                     "atol": atol,
                     "rtol": rtol,
                     "max_abs_diff": diffs,
