@@ -10,6 +10,7 @@ import argparse
 import difflib
 import logging
 import sys
+from pathlib import Path
 
 from structqa.commands import (
     calibrate,
@@ -103,9 +104,32 @@ def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.A
     return action.choices[name]
 
 
+def _late_positionals(
+    command: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
+) -> list[str]:
+    """An optional positional (``nargs="?"``) given after an option: argparse has settled it
+    as absent by then and leaves the value over (``drop-predict CKPT --out F FILE``); fill
+    it, in order, with left-over values that name a file or folder (a stray word stays an
+    unrecognized argument), and return what is still left over."""
+    empty = [
+        a
+        for a in command._actions
+        if not a.option_strings and a.nargs == "?" and getattr(args, a.dest, None) is None
+    ]
+    left = list(extra)
+    for action in empty:
+        value = next((x for x in left if not x.startswith("-") and Path(x).exists()), None)
+        if value is None:
+            break
+        setattr(args, action.dest, value)
+        left.remove(value)
+    return left
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    extra = _late_positionals(_subcommand_parser(parser, args.command), args, extra)
     bad = [x for x in extra if not (x.startswith("--") and "=" in x and "." in x.split("=")[0])]
     if bad:
         # the subcommand's own usage, and the option meant where one is close

@@ -94,7 +94,8 @@ def test_cli_end_to_end(tmp_path, tiny_checkpoint, shared_data, synth_file, caps
     capsys.readouterr()
     preds = tmp_path / "out" / "predictions.json"
     mini = str(shared_data / MINI)
-    assert main(["drop-predict", str(best), mini, "--out", str(preds), "--bf16=off"]) == 0
+    # the file may come after the options too
+    assert main(["drop-predict", str(best), "--out", str(preds), "--bf16=off", mini]) == 0
     assert json.loads(preds.read_text()) == test_preds  # same model, same file
     capsys.readouterr()
     assert main(["score", mini, str(preds)]) == 0

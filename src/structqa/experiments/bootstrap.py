@@ -1,5 +1,6 @@
-"""``structqa experiment CONFIG --bootstrap``: each table row against the baseline row, by a
-paired bootstrap over the evaluation questions (see :mod:`structqa.metrics.paired`).
+"""``structqa experiment CONFIG --bootstrap``: each table row against the baseline row, and
+each declared contrast (a table without a baseline: its contrasts alone), by a paired
+bootstrap over the evaluation questions (see :mod:`structqa.metrics.paired`).
 
 table.md's "paired by seed" section shows how a difference varies between training seeds; this
 shows how it varies with the choice of evaluation questions, for the seeds both rows have. The
@@ -308,6 +309,11 @@ def write_bootstrap(
     rows, columns = axis_values(cells, len(spec.rows))
     # without a baseline, only the contrasts are compared
     base_row = next((r for r in rows if ",".join(r) == spec.baseline), None)
+    if spec.baseline is not None and base_row is None:
+        raise ConfigError(
+            f"--bootstrap: the baseline row {spec.baseline!r} has no finished results yet; "
+            "train its runs first (`--dry-run` lists them)"
+        )
     scores = _Scores(metric, data_dir, paths, experiment.kind)
     results_dir = Path(paths.results)
     earlier, origin = _previous_cells(

@@ -13,6 +13,7 @@ from structqa.experiments.runner import selected
 from structqa.experiments.spec import Experiment, Run, plan, pretrain_arm
 from structqa.experiments.stale import selection_note, stale_arms, stale_partial, stale_results
 from structqa.experiments.store import Paths, display_path, pretrain_status, read_json, run_status
+from structqa.training.checkpoint import resumable
 
 
 def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) -> None:
@@ -88,13 +89,13 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         )
     )
     console.print(f"outputs: {paths.runs}  results: {paths.results}")
-    for line in missing_starts(experiment, [r for r in runs if r.name not in results]):
+    for line in missing_starts(experiment, [r for r in runs if r.name not in results], paths):
         console.print(f"missing: {line}", markup=False)
     if note := selection_note(experiment):
         console.print(f"note: {note}", markup=False)
 
 
-def missing_starts(experiment: Experiment, runs: list[Run]) -> list[str]:
+def missing_starts(experiment: Experiment, runs: list[Run], paths: Paths) -> list[str]:
     """The encoders and ``model.init`` checkpoints that runs still to train start from and
     that are not there (a pre-training arm's is the runner's to make): said up front, where
     the run would otherwise fail only when its turn comes, hours into the grid."""
@@ -102,16 +103,20 @@ def missing_starts(experiment: Experiment, runs: list[Run]) -> list[str]:
 
     wanted: dict[str, list[str]] = {}
     for run in runs:
+        if resumable(paths.output(run) / "last"):  # it goes on from its own checkpoint
+            continue
         model = experiment.config_for(run).model
         encoder = str(getattr(model, "encoder", "") or "")
-        if encoder and pretrain_arm(encoder) is None:
+        init = getattr(model, "init", None)  # (drop-train: the encoder is then not read)
+        if encoder and init is None and pretrain_arm(encoder) is None:
             try:
                 resolve_encoder_path(encoder)
             except (FileNotFoundError, OSError):
                 wanted.setdefault(f"model.encoder {encoder}", []).append(run.name)
-        init = getattr(model, "init", None)
-        if init and not Path(str(init)).expanduser().is_dir():
-            wanted.setdefault(f"model.init {init}", []).append(run.name)
+        starts = [("model.init", init), ("model.init_from", getattr(model, "init_from", None))]
+        for key, start in starts:
+            if start and start != "reader" and not Path(str(start)).expanduser().is_dir():
+                wanted.setdefault(f"{key} {start}", []).append(run.name)
     return [
         f"{what}, which {len(names)} run(s) to train start from (first: {names[0]}); make it "
         "first (e.g. the `structqa pretrain` or `drop-train` command its config names), or "

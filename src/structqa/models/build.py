@@ -329,7 +329,7 @@ def _refuse_other_kinds(path: Path) -> None:
     ``structqa export --format transformers`` writes (its own weight names)."""
     trained = path / "structqa_config.json"
     model = read_json(trained).get("model") if trained.is_file() else None
-    if isinstance(model, dict) and "head" not in model and "init" in model:
+    if isinstance(model, dict) and "head" not in model and "max_decode_len" in model:
         raise ValueError(
             f"{path}: a drop-train checkpoint (GenBERT / NC-BERT: answers come from a decoder "
             "and arithmetic, not from span scores); answer with `structqa drop-predict "

@@ -60,7 +60,7 @@ from structqa.models.genbert import GenBERT
 from structqa.ncbert.config import DropConfig, decode_cap_note, validate
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.runtime import autocast, use_bf16
-from structqa.training.checkpoint import check_fresh_start
+from structqa.training.checkpoint import check_fresh_start, resumable
 from structqa.training.trainer import CheckpointedTask, Env, Evaluation, Settings, fit
 
 CONFIG_FILE = "structqa_config.json"  # the resolved DropConfig in a checkpoint
@@ -165,7 +165,11 @@ def build_genbert(cfg: DropConfig, resume: bool = False) -> tuple[GenBERT, Any]:
     saved ``last/`` builds from it (its weights are restored next), so the encoder or the
     ``model.init`` checkpoint the run started from need not be there any more."""
     last = Path(cfg.train.output_dir) / "last"
-    if resume and all((last / name).is_file() for name in _CHECKPOINT_FILES):
+    if (
+        resume
+        and resumable(last)  # what the trainer restores next (a swap cut short mended first)
+        and all((last / name).is_file() for name in _CHECKPOINT_FILES)
+    ):
         encoder = encoder_from_config_dict(read_json(last / "encoder_config.json"))
         with torch.random.fork_rng(devices=[]):  # as a fresh build draws: the same stream after
             torch.manual_seed(cfg.train.seed)

@@ -54,7 +54,6 @@ RESUME_MAY_CHANGE = frozenset(
         "train.save_every_steps",
         "train.eval_batch_size",
         "decode.verifier",  # used only by the calibration fitted once training is over
-        "data.test",  # drop-train's test file, read only once training is over
     }
 )
 
