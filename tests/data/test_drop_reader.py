@@ -211,6 +211,18 @@ def test_json_number_is_stringified(tmp_path: Path) -> None:
     assert data.examples[0].answer.texts == ("12",)
 
 
+def test_a_json_number_0_is_no_answer_as_officially_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    doc = one_passage(
+        qa("q1"), qa("q2", answer={"number": 0, "spans": []}), qa("q3", answer={"number": "0"})
+    )
+    with caplog.at_level(logging.WARNING, logger="structqa.data"):
+        data = read_drop(write_drop(tmp_path, doc))
+    assert [ex.id for ex in data] == ["q1", "q3"]  # the string "0" is a number
+    assert "a number 0 counts as none, as in the official evaluation" in caplog.text
+
+
 def test_skips_are_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     doc = {
         **one_passage(

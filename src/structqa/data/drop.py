@@ -194,8 +194,12 @@ def _read_question(
             validated.append(candidate)
     if answer.is_empty:
         if not validated:
+            zero = raw_answer.get("number") in (0, 0.0) and raw_answer.get("number") is not False
             note_skip(
-                report, "empty_answer", f"question {rec}: answer has no number, spans or date"
+                report,
+                "empty_answer",
+                f"question {rec}: answer has no number, spans or date"
+                + (" (a number 0 counts as none, as in the official evaluation)" if zero else ""),
             )
             return None
         # the official evaluation scores it against its validated answers: kept, the first
