@@ -113,7 +113,7 @@ def next_commands(best: Path) -> list[str]:
         "your file, from this reader",
         f"  structqa serve {best}        # a page at http://127.0.0.1:8000/",
         "  structqa reader build         # the general reader from all the public SQuAD data "
-        "(3 h 30 min to 5 h 35 min on 2 cores; it says how long first): held-out F1 74.6 "
+        "(4 to 6 h on 2 cores; it says how long first): held-out F1 74.6 "
         "against this reader's 45.9; ask, serve and --model.init_from=reader then use it",
         "  structqa config               # every setting, with its default and help",
     ]
