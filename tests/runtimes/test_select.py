@@ -293,3 +293,26 @@ def test_predict_adds_int8_to_a_checkpoints_fp32_export_where_bf16_is_not_native
         loaded = select.load(ckpt, make_int8_export=True)
     assert "making its export once" in caplog.text
     assert loaded.choice.runtime == "onnx-int8" and (ckpt / "onnx" / "model.int8.onnx").is_file()
+
+
+def test_an_int8_export_from_before_per_token_activations_is_made_again(
+    checkpoint_of, tmp_path, caplog
+) -> None:
+    """An export made by an older structqa (its int8 graph quantizes activations per tensor,
+    and answers one window per call) is not taken by `auto` from a checkpoint: it is out of
+    date, as one made from other weights is."""
+    from structqa.io import write_json
+    from structqa.manifest import write_manifest
+    from structqa.runtimes.onnx_model import EXPORT_FILE
+
+    ckpt = tmp_path / "best"
+    shutil.copytree(checkpoint_of("dyrex"), ckpt)
+    export_onnx(ckpt, ckpt / "onnx", quantize="int8")
+    assert choose(ckpt, "auto", CPU, bf16="off").runtime == "onnx-int8"
+    record = json.loads((ckpt / "onnx" / EXPORT_FILE).read_text())
+    del record["files"]["int8"]["activations"]  # as written before per-token activations
+    write_json(ckpt / "onnx" / EXPORT_FILE, record)
+    write_manifest(ckpt / "onnx")
+    with caplog.at_level("WARNING"):
+        assert choose(ckpt, "auto", CPU, bf16="off").runtime == "torch-fp32"
+    assert "from before per-token activations" in caplog.text

@@ -35,6 +35,7 @@ from structqa.runtime import (
     use_bf16,
 )
 from structqa.runtimes.onnx_model import EXPORT_FILE, OnnxSpanModel, read_export
+from structqa.runtimes.quantize import PER_TOKEN
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,15 @@ def _current(checkpoint: Path, export: Path) -> Path | None:
             "predict/serve make it again where bf16 is not native)",
             export,
             checkpoint,
+        )
+        return None
+    int8 = read_export(export).get("files", {}).get("int8")
+    if int8 is not None and int8.get("activations") != PER_TOKEN:
+        log.warning(
+            "%s: an int8 graph from before per-token activations (it answers one window per "
+            "call, slowly); not used (export again, or predict/serve make it again where bf16 "
+            "is not native)",
+            export,
         )
         return None
     if _classifier_left_out(checkpoint, export):
