@@ -67,3 +67,14 @@ python scripts/ask_abstention.py IDX --eval "$DATA/splits/squad1-heldout.mrqa.js
 python scripts/ask_abstention.py IDX --eval "$DATA/splits/squad2-heldout.v2.0.json" --questions 400 --spread \
   --checkpoint before=BEFORE --checkpoint human-share="$READER2/run/best" --checkpoint share-0.1=LOW \
   --out "$OUT/ask-abstention-start-2-squad2.json"
+
+# start 0, rebuilt with the stage part of the build (2026-11-30, a 2-core Intel Xeon with AMX,
+# bf16 training; stopped and resumed by running it again), then its files copied here
+READER0=${READER0:-/work/reader-seed0}
+structqa reader build --seed 0 --out "$READER0" --no-progress
+mkdir -p "$OUT/start-0"
+cp "$READER0/stages/calibrate.json" "$OUT/start-0/stage-calibrate.json"
+cp "$READER0/stages/heldout.json" "$OUT/start-0/stage-heldout.json"
+cp "$READER0/MODEL_CARD.md" "$OUT/start-0/"
+for n in squad2-torch squad2-onnx-int8; do cp "$READER0/heldout/reader/$n/metrics.json" "$OUT/start-0/$n.metrics.json"; done
+gzip -c "$READER0/heldout/reader/squad2-torch/predictions.json" > "$OUT/start-0/squad2-torch.predictions.json.gz"
