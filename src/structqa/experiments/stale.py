@@ -29,13 +29,19 @@ def arm_record(experiment: Experiment, arm: str) -> dict[str, Any]:
     return {"name": arm, "config": experiment.pretrain.config_for(arm).to_dict()}
 
 
-def arm_changes(experiment: Experiment, run: Run, record: Mapping[str, Any] | None) -> str | None:
-    """How the pre-training arm ``run`` started from (``record``, where it recorded one)
-    differs from the one the YAML now gives it: another arm (a new name for a new recipe),
-    or the same arm's changed settings; None where it is the same."""
+def run_arm(experiment: Experiment, run: Run) -> str | None:
+    """The pre-training arm ``run`` fine-tunes from (``model.encoder: pretrain:ARM``), if any."""
+    return pretrain_arm(str(getattr(experiment.config_for(run).model, "encoder", "")))
+
+
+def arm_changes(
+    experiment: Experiment, arm: str | None, record: Mapping[str, Any] | None
+) -> str | None:
+    """How the pre-training arm a run started from (``record``, where it recorded one)
+    differs from ``arm``, the one the YAML now gives it: another arm (a new name for a new
+    recipe), or the same arm's changed settings; None where it is the same."""
     if not record:
         return None
-    arm = pretrain_arm(str(getattr(experiment.config_for(run).model, "encoder", "")))
     was = str(record.get("name"))
     if arm != was:
         return f"pretrain:{was} (now {f'pretrain:{arm}' if arm else 'another encoder'})"
@@ -107,8 +113,9 @@ def stale_partial(experiment: Experiment, paths: Paths, run: Run) -> list[str]:
     changed = [
         k for k in stale_keys(experiment, run, {"config": saved}) if k not in RESUME_MAY_CHANGE
     ]
-    if arm := arm_changes(experiment, run, read_json(paths.output(run) / ARM_RECORD)):
-        changed.append(arm)
+    record = read_json(paths.output(run) / ARM_RECORD)
+    if record and (change := arm_changes(experiment, run_arm(experiment, run), record)):
+        changed.append(change)
     return changed
 
 
@@ -146,10 +153,10 @@ def stale_results(
         if run.name not in results:
             continue
         keys = stale_keys(experiment, run, results[run.name])
-        arm = pretrain_arm(str(getattr(experiment.config_for(run).model, "encoder", "")))
+        arm = run_arm(experiment, run)
         if arm in arms:
             keys.append(f"pretrain:{arm} ({', '.join(arms[arm])})")
-        elif change := arm_changes(experiment, run, results[run.name].get("pretrain_arm")):
+        elif change := arm_changes(experiment, arm, results[run.name].get("pretrain_arm")):
             keys.append(change)
         if keys:
             out[run.name] = keys

@@ -171,20 +171,21 @@ def build_genbert(cfg: DropConfig, resume: bool = False) -> tuple[GenBERT, Any]:
         and all((last / name).is_file() for name in _CHECKPOINT_FILES)
     ):
         encoder = encoder_from_config_dict(read_json(last / "encoder_config.json"))
-        with torch.random.fork_rng(devices=[]):  # as a fresh build draws: the same stream after
-            torch.manual_seed(cfg.train.seed)
-            model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
-        set_dropout(model, cfg.model.dropout, None)
-        return model, load_tokenizer(last)
+        return _seeded_genbert(encoder, cfg), load_tokenizer(last)
     if cfg.model.init is not None:
         return init_genbert(cfg)
     path = resolve_encoder_path(cfg.model.encoder)
-    encoder = drop_ready(load_encoder(path), path)
+    return _seeded_genbert(drop_ready(load_encoder(path), path), cfg), load_tokenizer(path)
+
+
+def _seeded_genbert(encoder: BertEncoder, cfg: DropConfig) -> GenBERT:
+    """GenBERT over ``encoder``, its new modules drawn from ``train.seed`` apart from the
+    global random stream (a fresh build and a resume draw alike), with the config's dropout."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
         model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
     set_dropout(model, cfg.model.dropout, None)
-    return model, load_tokenizer(path)
+    return model
 
 
 _CHECKPOINT_FILES = ("model.safetensors", CONFIG_FILE, "encoder_config.json")
@@ -206,12 +207,8 @@ def init_genbert(cfg: DropConfig) -> tuple[GenBERT, Any]:
         )
     verify_manifest(path)
     # (its weights come from the checkpoint)
-    encoder = encoder_from_config_dict(read_json(path / "encoder_config.json"))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed)
-        model = GenBERT(encoder, cfg.model.genbert(cfg.train.seed))
+    model = _seeded_genbert(encoder_from_config_dict(read_json(path / "encoder_config.json")), cfg)
     warm_start(model, read_safetensors(path / "model.safetensors"), str(path))
-    set_dropout(model, cfg.model.dropout, None)
     return model, load_tokenizer(path)
 
 
@@ -320,6 +317,13 @@ def evaluate_split(
     return preds, drop_score(split.gold, preds)
 
 
+def _genbert_on_device(checkpoint: str | Path) -> tuple[GenBERT, Any, DropConfig, torch.device]:
+    """A saved GenBERT on the GPU where there is one, else the CPU, and that device."""
+    model, tokenizer, cfg = load_genbert(checkpoint)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device), tokenizer, cfg, device
+
+
 def metrics_path(out: str | Path) -> Path:
     """Where ``drop-predict --out NAME.json`` writes its scores: ``NAME.metrics.json``."""
     out = Path(out)
@@ -343,9 +347,7 @@ def predict_file(
             f"--out {out}: inside {out.parent}, a saved directory whose files its {MANIFEST} "
             "records (its own predictions and metrics would be replaced); write elsewhere"
         )
-    model, tokenizer, cfg = load_genbert(checkpoint)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device)
+    model, tokenizer, cfg, device = _genbert_on_device(checkpoint)
     split = read_split([drop_file], tokenizer, cfg)
     preds, metrics = evaluate_split(
         model, split, tokenizer, cfg.train.eval_batch_size, use_bf16(bf16, device)
@@ -361,9 +363,7 @@ def predict_questions(
 ) -> list[str | list[str]]:
     """The checkpoint's answer to each (question, passage) pair, no gold answer needed: a
     string, or a generated multi-span answer's list of spans."""
-    model, tokenizer, cfg = load_genbert(checkpoint)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device)
+    model, tokenizer, cfg, device = _genbert_on_device(checkpoint)
     examples = [
         DropExample(str(i), str(i), question, passage, DropAnswer())
         for i, (question, passage) in enumerate(pairs)

@@ -85,34 +85,27 @@ def _current(checkpoint: Path, export: Path) -> Path | None:
     from structqa.runtimes.onnx_export import source_weights_sha256
 
     verify_manifest(checkpoint)
-    made_from = read_export(export).get("source_weights_sha256")
+    record = read_export(export)  # (read once: every check below asks it)
+    made_from = record.get("source_weights_sha256")
     now = source_weights_sha256(checkpoint)
+    int8 = record.get("files", {}).get("int8")
     if made_from and now and made_from != now:
-        log.warning(
-            "%s: made from other weights than %s holds now; not used (export again, or "
-            "predict/serve make it again where bf16 is not native)",
-            export,
-            checkpoint,
+        why = f"made from other weights than {checkpoint} holds now"
+    elif int8 is not None and int8.get("activations") != PER_TOKEN:
+        why = "an int8 graph from before per-token activations (it answers one window per call)"
+    elif _classifier_left_out(checkpoint, record):
+        why = (
+            "exported before a model's answerability classifier was part of the graph (it "
+            "would never abstain)"
         )
-        return None
-    int8 = read_export(export).get("files", {}).get("int8")
-    if int8 is not None and int8.get("activations") != PER_TOKEN:
-        log.warning(
-            "%s: an int8 graph from before per-token activations (it answers one window per "
-            "call, slowly); not used (export again, or predict/serve make it again where bf16 "
-            "is not native)",
-            export,
-        )
-        return None
-    if _classifier_left_out(checkpoint, export):
-        log.warning(
-            "%s: exported before a model's answerability classifier was part of the graph "
-            "(it would never abstain); not used (export again, or predict/serve make it "
-            "again where bf16 is not native)",
-            export,
-        )
-        return None
-    return export
+    else:
+        return export
+    log.warning(
+        "%s: %s; not used (export again, or predict/serve make it again where bf16 is not native)",
+        export,
+        why,
+    )
+    return None
 
 
 def _warn_if_source_changed(export: Path) -> None:
@@ -150,14 +143,14 @@ def _warn_if_source_changed(export: Path) -> None:
         )
 
 
-def _classifier_left_out(checkpoint: Path, export: Path) -> bool:
+def _classifier_left_out(checkpoint: Path, record: dict[str, Any]) -> bool:
     """Whether ``checkpoint`` decides no-answer by its own classifier (``model.null_head``
-    cls or queries) and ``export`` has no ``null_odds`` output for it."""
+    cls or queries) and the export's ``record`` has no ``null_odds`` output for it."""
     config = checkpoint / "structqa_config.json"
     if not config.is_file():
         return False
     null_head = (read_json(config).get("model") or {}).get("null_head", "span")
-    return null_head != "span" and "null_odds" not in read_export(export).get("outputs", [])
+    return null_head != "span" and "null_odds" not in record.get("outputs", [])
 
 
 def choose(
