@@ -328,6 +328,11 @@ def test_evaluate_scores_the_whole_file_and_refuses_model_overrides(
     capsys.readouterr()
     assert main([*args, "--model.head=dyrex"]) == 2
     assert "--model.head cannot change a trained model" in capsys.readouterr().err
+    # settings of those sections that a score never reads are refused, not ignored
+    assert main([*args, "--decode.verifier=none"]) == 2
+    assert "--decode.verifier does not change a score" in capsys.readouterr().err
+    assert main([*args, "--data.train_size=16"]) == 2
+    assert "--data.train_size does not change a score" in capsys.readouterr().err
     # sizes below 1 are refused, never read as "all but the last" or empty answers
     for bad, said in (
         (["--eval-size", "-1"], "--eval-size must be 1 or more, got -1"),

@@ -7,14 +7,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 
 from structqa.data.records import Example
 from structqa.decoding import DecodeConfig, Prediction, SpanCollector
 from structqa.features.squad import Feature
-from structqa.io import write_json
+from structqa.io import read_json, write_json
 from structqa.metrics.squad import raw_scores_v2, squad_v1, squad_v2
 
 #: new null odds for predictions, e.g. :meth:`structqa.calibration.fit.Calibrator.verify`
@@ -224,3 +224,59 @@ def score_collector(
     if rescore is not None:
         predictions = dict(rescore(examples, predictions))
     return score_predictions(examples, predictions, version_2, null_threshold)
+
+
+class FittedThreshold(Protocol):
+    """What the threshold rules read of a calibration (:class:`structqa.calibration.Calibrator`)."""
+
+    null_threshold: float | None
+    fit: dict[str, Any]
+
+    @property
+    def answers_all(self) -> bool: ...
+
+    @property
+    def decides_threshold(self) -> bool: ...
+
+
+# The no-answer threshold a checkpoint answers at: the same for ``predict``, ``serve``,
+# ``evaluate``, ``calibrate`` and the test scored after training.
+
+#: ``null_threshold_source`` of a score whose threshold was tuned on the scored file itself
+TUNED_HERE = "this file"
+
+
+def scoring_threshold(
+    checkpoint: str | Path, cal: FittedThreshold | None
+) -> tuple[float | None, str]:
+    """The no-answer threshold a SQuAD 2.0 test file is scored at, and where it comes from:
+    the one ``predict`` answers at (:func:`saved_threshold`), :data:`ANSWER_ALL` where that is
+    "answer every question" (a checkpoint chosen on answerable questions, or calibrated with
+    ``--answer-all``); None (:data:`TUNED_HERE`) only where the checkpoint has neither a
+    calibration nor an evaluation on record: then it is tuned on the scored file itself."""
+    if cal is not None and cal.answers_all:
+        return ANSWER_ALL, "none: the calibration answers every question (--answer-all)"
+    if cal is not None and cal.decides_threshold:
+        return cal.null_threshold, f"validation ({cal.fit.get('source', '')})"
+    metrics = Path(checkpoint) / "metrics.json"
+    saved = read_json(metrics).get("null_threshold") if metrics.is_file() else None
+    if saved is not None:
+        return float(saved), f"the checkpoint's last evaluation ({metrics})"
+    if cal is not None or metrics.is_file():
+        return ANSWER_ALL, "none: chosen on answerable questions, it answers every question"
+    return None, TUNED_HERE
+
+
+def decides(cal: FittedThreshold | None) -> TypeGuard[FittedThreshold]:
+    """Whether ``cal`` is there and its threshold (and so its verifier) is the one answered at."""
+    return cal is not None and cal.decides_threshold
+
+
+def saved_threshold(checkpoint: str | Path, cal: FittedThreshold | None) -> float | None:
+    """The no-answer threshold ``checkpoint`` answers at with its calibration ``cal``: the
+    calibration's where it decides (:attr:`Calibrator.decides_threshold`), else the one tuned
+    at its last evaluation (metrics.json); None: it answers every question."""
+    if cal is not None and cal.decides_threshold:
+        return cal.null_threshold
+    metrics = Path(checkpoint) / "metrics.json"
+    return read_json(metrics).get("null_threshold") if metrics.is_file() else None

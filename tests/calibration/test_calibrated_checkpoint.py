@@ -145,9 +145,21 @@ def test_evaluate_scores_at_the_saved_threshold_and_reports_ece(checkpoint, v2_f
     assert metrics["null_threshold_source"].startswith("validation")
     assert 0.0 <= metrics["ece"] <= 1.0 and 0.0 <= metrics["ece_uncalibrated"] <= 1.0
     assert (out / "reliability.png").stat().st_size > 0
-    # without a calibration the threshold is the evaluated file's own best, and said so
+    # without a calibration, a checkpoint chosen on answerable questions (its last evaluation
+    # fixed no threshold) answers every question, as predict answers them: nothing is tuned
+    # on the scored file
     (checkpoint / CALIBRATION_FILE).unlink()
     write_manifest(checkpoint)  # (calibration.json is sealed in with the checkpoint)
+    assert Predictor.from_checkpoint(checkpoint, bf16="off").null_threshold is None
+    assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["null_threshold_source"].startswith("none: chosen on answerable questions")
+    assert metrics["NoAns_f1"] == 0.0 and metrics["calibrated"] is False
+    assert all(json.loads((out / "predictions.json").read_text()).values())
+    # with no record at all (neither calibration nor evaluation) it is the file's own best,
+    # and said so
+    (checkpoint / "metrics.json").unlink()
+    write_manifest(checkpoint)
     assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["null_threshold_source"] == "this file" and metrics["calibrated"] is False
@@ -181,16 +193,18 @@ def test_an_abstaining_checkpoint_is_not_calibrated_into_answering_all_unless_as
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["null_threshold"] is None and metrics["NoAns_f1"] == 0.0
     assert all(json.loads((out / "predictions.json").read_text()).values())
-    assert metrics["null_threshold_source"].startswith("validation")
+    assert metrics["null_threshold_source"].startswith("none: the calibration answers every")
     # fitted so once, it is fitted again on answerable questions without asking twice
     assert main(args) == 0 and load_calibration(checkpoint).answers_all
-    # a calibration of that kind written before the mark existed: the Predictor took the
-    # last evaluation's threshold (and dropped the map), evaluate tuned one on the file
+    # a calibration of that kind written before the mark existed: the Predictor takes the
+    # last evaluation's threshold (and drops the map), and evaluate scores at it too (it
+    # tuned one on the scored file)
     save_calibration(checkpoint, Calibrator("temperature", None, t_span=2.0))
     assert Predictor.from_checkpoint(checkpoint, bf16="off").null_threshold == -1e9
     assert main(["evaluate", str(checkpoint), "--eval", str(v2_file), "--out", str(out)]) == 0
-    assert json.loads((out / "metrics.json").read_text())["null_threshold_source"] == "this file"
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["null_threshold_source"].startswith("the checkpoint's last evaluation")
+    assert metrics["null_threshold"] == -1e9 and metrics["HasAns_f1"] == 0.0
     assert metrics["calibrated"] is False  # its map is not what the Predictor serves
     assert main(args) == 2  # so it abstains: refused as before
     assert "every question is answerable" in capsys.readouterr().err

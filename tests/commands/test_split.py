@@ -21,3 +21,33 @@ def test_folds_partition_the_questions_by_passage(shared_data: Path, tmp_path: P
         assert len(train) + len(test) == 1190
         seen += [e.id for e in test]
     assert sorted(seen) == sorted(e.id for e in read_extractive(source).examples)
+
+
+def test_a_test_fold_keeps_every_gold_answer(tmp_path: Path) -> None:
+    """A gold text whose answer_start is wrong is not a training target, but it is still a
+    right answer to score against: the test fold keeps it."""
+    import json
+
+    context = "The Broncos beat the Panthers in Santa Clara. " * 2
+    qas = [
+        {
+            "id": f"q{i}",
+            "question": "Who won?",
+            "answers": [
+                {"text": "The Broncos", "answer_start": 0},
+                {"text": "Denver", "answer_start": 3},  # in no passage: not located
+            ],
+        }
+        for i in range(2)
+    ]
+    paragraphs = [{"context": f"{context}{i}", "qas": [qas[i]]} for i in range(2)]
+    source = tmp_path / "own.json"
+    source.write_text(
+        json.dumps({"version": "1.1", "data": [{"title": "T", "paragraphs": paragraphs}]})
+    )
+    assert main(["split", str(source), "--out", str(tmp_path / "folds"), "--folds", "2"]) == 0
+    for i in range(2):
+        (test,) = read_extractive(tmp_path / "folds" / f"fold{i}-test.json").examples
+        assert test.gold_texts == ("The Broncos", "Denver")
+        (train,) = read_extractive(tmp_path / "folds" / f"fold{i}-train.json").examples
+        assert [a.text for a in train.answers] == ["The Broncos"]

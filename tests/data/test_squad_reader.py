@@ -125,6 +125,22 @@ def test_v2_unanswerable_question(tmp_path: Path) -> None:
     assert data.report.warnings == {}
 
 
+def test_spaces_around_an_answer_are_not_part_of_its_span(tmp_path: Path) -> None:
+    """ "The cat " at 0 is the span "The cat", not one that runs into the next word; " The dog"
+    at 23 starts at the "T" of "The"."""
+    path = write_squad(
+        tmp_path,
+        [
+            qa("a", answers=[{"text": "The cat ", "answer_start": 0}]),
+            qa("b", answers=[{"text": " The dog", "answer_start": 23}]),
+        ],
+    )
+    first, second = read_squad(path).examples
+    assert first.answers == (Answer(text="The cat", start=0),)
+    assert second.answers == (Answer(text="The dog", start=24),)
+    assert CONTEXT[24 : 24 + len("The dog")] == "The dog"
+
+
 def test_version_from_content_when_no_version_field(tmp_path: Path) -> None:
     assert read_squad(write_squad(tmp_path, [qa("a")])).version == "1.1"
     path = write_squad(tmp_path, [qa("a", is_impossible=False)], name="v2.json")

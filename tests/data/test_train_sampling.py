@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from structqa.data.overlap import passage_key
 from structqa.data.records import Answer, Example
 from structqa.data.sampling import parse_train_size, train_subset, validation_split
 
@@ -130,6 +132,25 @@ def test_validation_split_separates_contexts() -> None:
     assert not {e.context for e in train} & {e.context for e in val}
     # Whole paragraphs of 5 move, so val reaches 40 exactly here.
     assert len(val) == 40
+
+
+def test_validation_split_keeps_a_passage_whole_across_spacing_and_case() -> None:
+    """The same paragraph repeated with a trailing space or another case (a CSV that repeats
+    the context on each row) is one passage: never on both sides. A file without such
+    variants is split as before (its draw pinned)."""
+    variants = tuple(  # each passage's first question as it was, the others varied
+        dataclasses.replace(ex, context=ex.context.upper() if i % 2 else ex.context + " \n")
+        if i % 5
+        else ex
+        for i, ex in enumerate(pool())
+    )
+    pinned = ids(validation_split(pool(), 0.2, seed=0)[1])
+    for seed in range(5):
+        train, val = validation_split(variants, 0.2, seed)
+        trained = {passage_key(e.context) for e in train}
+        assert val and trained.isdisjoint(passage_key(e.context) for e in val)
+        assert len(trained) == 40 - len({passage_key(e.context) for e in val})
+    assert ids(validation_split(variants, 0.2, seed=0)[1]) == pinned
 
 
 def test_validation_split_is_deterministic_and_seeded() -> None:

@@ -285,7 +285,8 @@ def test_the_test_after_a_resume_reads_the_data_where_it_is_now(
     before = tmp_path / "before"
     (before / "fixtures").mkdir(parents=True)
     shutil.copy(shared_data / MINI, before / MINI)
-    args = (f"data.validation={MINI}", "train.max_steps=2")
+    shutil.copy(shared_data / MINI, before / "fixtures" / "validation.json")  # (not the test)
+    args = ("data.validation=fixtures/validation.json", "train.max_steps=2")
     loop.run(tiny_config(tmp_path / "r", tiny_checkpoint, before, *args), progress=False)
     test = tmp_path / "r" / "best" / heldout.TEST_DIR
     assert (test / "metrics.json").is_file()

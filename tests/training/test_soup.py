@@ -172,3 +172,35 @@ def test_a_members_evaluations_of_other_files_are_its_own() -> None:
     from structqa.training.soup import member_only
 
     assert member_only("eval") and member_only("eval-dev") and not member_only("tokenizer.json")
+
+
+def test_a_soups_calibration_slice_leaves_out_every_members_training_questions(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Each member of a soup drew its own training subset (train.seed): `calibrate
+    --pool-slice` on the soup draws from paragraphs none of them trained on, not only the
+    first member's (whose config the soup carries)."""
+    from structqa.data import parse_train_size, train_subset
+    from structqa.data.records import Answer, Example
+    from structqa.models.build import checkpoint_config
+    from structqa.prediction.calibrate import trained_seeds, unseen_pool_slice
+
+    out = make_soup([runs["a"], runs["b"]], tmp_path / "soup")
+    cfg = checkpoint_config(out)
+    assert cfg.train.seed == 0 and trained_seeds(out, cfg) == [0, 1]
+    # a greedy soup's record names its members by path: their configs are read
+    record = json.loads((out / "soup.json").read_text())
+    record["kept"] = [str(runs["b"]), str(runs["apart"])]
+    (out / "soup.json").write_text(json.dumps(record))
+    assert trained_seeds(out, cfg) == [1, 2]
+    pool = [
+        Example(f"q{i}", "Who?", f"passage {i}", (Answer("passage", 0),), ("passage",))
+        for i in range(60)
+    ]
+    drawn = {
+        s: {ex.context for ex in train_subset(pool, parse_train_size("20"), s)} for s in (0, 1)
+    }
+    assert drawn[0] != drawn[1]
+    sliced = {ex.context for ex in unseen_pool_slice(pool, "20", [0, 1], 60)}
+    assert sliced and sliced.isdisjoint(drawn[0] | drawn[1])
+    assert sliced | drawn[0] | drawn[1] == {ex.context for ex in pool}

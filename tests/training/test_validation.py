@@ -216,6 +216,87 @@ def test_a_squad2_test_file_is_scored_at_the_threshold_fitted_on_validation(
     assert set(odds.values()).isdisjoint(raw.values())  # the verifier's odds on the test
 
 
+def _as_squad2(source: Path, out: Path) -> Path:
+    """``source`` with every other question made unanswerable, as SQuAD 2.0."""
+    data = json.loads(source.read_text())
+    i = 0
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                if i % 2:
+                    qa["is_impossible"], qa["answers"] = True, []
+                i += 1
+    data["version"] = "v2.0"
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_a_run_chosen_on_answerable_questions_answers_every_test_question(
+    tmp_path, tiny_checkpoint
+) -> None:
+    """Trained and chosen on answerable questions, a run scores a test file that has
+    unanswerable ones as predict answers them, every question answered: its no-answer
+    threshold was tuned on the test file itself."""
+    from structqa.prediction.predictor import Predictor
+
+    test_v2 = _as_squad2(TEST, tmp_path / "bees-test-v2.json")
+    out = tmp_path / "run"
+    extra = ["--data.validation=0.5", f"--data.eval={test_v2}"]
+    assert main(_bees_args(tiny_checkpoint, out, *extra)) == 0
+    tested = json.loads((out / "best" / "eval" / "metrics.json").read_text())
+    assert tested["null_threshold_source"].startswith("none: chosen on answerable questions")
+    assert tested["NoAns_f1"] == 0.0 and tested["null_threshold"] is None
+    answers = json.loads((out / "best" / "eval" / "predictions.json").read_text())
+    assert answers and all(answers.values())
+    assert Predictor.from_checkpoint(out / "best", bf16="off").null_threshold is None
+
+
+def test_a_test_file_that_is_the_validation_file_is_refused_before_training(
+    tmp_path, tiny_checkpoint, capsys
+) -> None:
+    out = tmp_path / "run"
+    args = _bees_args(tiny_checkpoint, out, f"--data.validation={TEST}", f"--data.eval={TEST}")
+    assert main(args) == 2
+    assert "data.validation and data.eval are the same file" in capsys.readouterr().err
+    assert not (out / "last").exists()
+
+
+def test_squad1_scoring_of_unanswerable_questions_is_refused_when_read(tmp_path) -> None:
+    """``decode.version_2=false`` cannot score a question without an answer: said when the file
+    is read, naming it, not after an epoch of training."""
+    test_v2 = _as_squad2(TEST, tmp_path / "bees-test-v2.json")
+    cfg = bees_config(f"data.eval={test_v2}", "decode.version_2=false")
+    with pytest.raises(ValueError, match=r"data.eval: .*bees-test-v2.json holds \d+ unanswer"):
+        training_data.load_eval_examples(cfg)
+    train_v2 = _as_squad2(TRAIN, tmp_path / "bees-train-v2.json")
+    cfg = load_config(
+        overrides=[f"data.train={train_v2}", "data.validation=0.5", "decode.version_2=false"]
+    )
+    with pytest.raises(ValueError, match=r"data.validation=0.5: .*holds \d+ unanswerable"):
+        split_training_file(cfg)
+
+
+def test_validation_the_calibration_cannot_use_is_refused_before_training(
+    tmp_path, tiny_checkpoint, capsys
+) -> None:
+    """One validation question, or none unanswerable to weight to a share: the calibration
+    after training failed, and a resume could not change the share; refused up front."""
+    one = json.loads(TEST.read_text())
+    paragraph = one["data"][0]["paragraphs"][0]
+    paragraph["qas"] = paragraph["qas"][:1]
+    one["data"] = [{"title": one["data"][0]["title"], "paragraphs": [paragraph]}]
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps(one))
+    out = tmp_path / "run"
+    assert main(_bees_args(tiny_checkpoint, out, f"--data.validation={single}")) == 2
+    assert "1 question; the calibration" in capsys.readouterr().err
+    train_v2 = _as_squad2(TRAIN, tmp_path / "bees-train-v2.json")
+    args = _bees_args(tiny_checkpoint, out, f"--data.train={train_v2}")
+    assert main([*args, f"--data.validation={TEST}", "--decode.unanswerable_share=0.5"]) == 2
+    assert "cannot weight them to decode.unanswerable_share=0.5" in capsys.readouterr().err
+    assert not (out / "last").exists()
+
+
 def _bees_args(encoder: Path, out: Path, *extra: str) -> list[str]:
     """`structqa train` on the bees file, one step, with ``extra`` settings."""
     return [

@@ -38,11 +38,12 @@ from structqa.data.records import Example
 from structqa.decoding import Candidate, Prediction
 from structqa.evaluation import (
     NULL_ODDS_VERIFIED,
+    TUNED_HERE,
     EvalResult,
     best_null_threshold,
     share_weights,
 )
-from structqa.io import read_json, write_json
+from structqa.io import write_json
 
 log = logging.getLogger(__name__)
 
@@ -291,16 +292,6 @@ def _write_sealed(directory: Path, cal: Calibrator) -> Path:
     return path
 
 
-def saved_threshold(checkpoint: str | Path, cal: Calibrator | None) -> float | None:
-    """The no-answer threshold ``checkpoint`` answers at with its calibration ``cal``: the
-    calibration's where it decides (:attr:`Calibrator.decides_threshold`), else the one tuned
-    at its last evaluation (metrics.json); None: it answers every question."""
-    if cal is not None and cal.decides_threshold:
-        return cal.null_threshold
-    metrics = Path(checkpoint) / "metrics.json"
-    return read_json(metrics).get("null_threshold") if metrics.is_file() else None
-
-
 def load_calibration(checkpoint: str | Path) -> Calibrator | None:
     """The checkpoint's calibration, or None when it has none (never fitted)."""
     path = Path(checkpoint) / CALIBRATION_FILE
@@ -396,9 +387,11 @@ def calibration_report(
     version_2: bool,
     cal: Calibrator | None,
     out_dir: str | Path,
+    threshold_source: str | None = None,
 ) -> dict[str, Any]:
     """What ``structqa evaluate`` adds to metrics.json: ``ece``, ``ece_uncalibrated``, where
-    the null threshold came from; reliability.png and reliability.json go to ``out_dir``."""
+    the null threshold came from (``threshold_source``, :func:`scoring_threshold`'s; else
+    the calibration's or this file); reliability.png and reliability.json go to ``out_dir``."""
     if version_2 and cal is not None and not cal.decides_threshold:
         # fitted on answerable questions before --answer-all existed: the Predictor drops its
         # map (it abstains at metrics.json's threshold), so its probabilities are not served
@@ -412,14 +405,16 @@ def calibration_report(
         log.warning(
             "no calibration.json in the checkpoint: probabilities are uncalibrated%s; fit them "
             "on validation questions with `structqa calibrate`",
-            " and the null threshold is tuned on the evaluated file itself" if version_2 else "",
+            " and the null threshold is tuned on the evaluated file itself"
+            if version_2 and threshold_source in (None, TUNED_HERE)
+            else "",
         )
     report = calibration_metrics(
         examples, result.predictions, version_2, result.null_threshold, cal, out_dir
     )
     if version_2:
-        report["null_threshold_source"] = (
-            f"validation ({cal.fit.get('source', '')})" if cal is not None else "this file"
+        report["null_threshold_source"] = threshold_source or (
+            f"validation ({cal.fit.get('source', '')})" if cal is not None else TUNED_HERE
         )
     return report
 

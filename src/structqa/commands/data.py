@@ -89,7 +89,9 @@ def cmd_split(args: argparse.Namespace, extra: list[str]) -> int:
     for i in range(args.folds):
         for kind, in_test in (("train", False), ("test", True)):
             chosen = [ex for ex in examples if (fold_of[passage_key(ex.context)] == i) == in_test]
-            write_squad_json(out / f"fold{i}-{kind}.json", chosen, version_2=v2)
+            # a test fold keeps every gold text (a wrong answer_start loses none of them)
+            path = out / f"fold{i}-{kind}.json"
+            write_squad_json(path, chosen, version_2=v2, targets=not in_test)
         n = sum(1 for ex in examples if fold_of[passage_key(ex.context)] == i)
         print(f"fold {i}: {n} test questions")
     print(f"{len(examples)} questions over {len(fold_of)} passages -> {out}")

@@ -67,8 +67,10 @@ def add_parser(subparsers) -> None:
         subparsers,
         "evaluate",
         _EVALUATE_TEXT,
-        epilog="Overrides: --data.* and --decode.* settings (e.g. --decode.whole_words=true) "
-        "and --train.eval_batch_size. " + sections_epilog("train"),
+        epilog="Overrides: --data.* and --decode.* settings that reading reads (e.g. "
+        "--decode.whole_words=true, --data.max_seq_len; not the training data's, nor "
+        "decode.verifier or decode.unanswerable_share, which `structqa calibrate` fits) and "
+        "--train.eval_batch_size. " + sections_epilog("train"),
     )
     e.add_argument("checkpoint", help="a checkpoint directory, e.g. RUN/best")
     e.add_argument(

@@ -61,28 +61,33 @@ def train_subset(examples: Sequence[Example], size: TrainSize, seed: int) -> tup
 def validation_split(
     examples: Sequence[Example], fraction: float, seed: int
 ) -> tuple[tuple[Example, ...], tuple[Example, ...]]:
-    """Split into ``(train, val)`` by context, so no paragraph has questions in both.
+    """Split into ``(train, val)`` by passage (:func:`passage_key`), so no paragraph has
+    questions in both.
 
     ``val`` gets whole paragraphs, chosen by ``seed``, until it holds at least ``fraction``
     of the questions. Use it to choose recipes without touching held-out data.
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"validation fraction must be between 0 and 1 (exclusive), got {fraction}")
-    by_context: dict[str, list[int]] = {}
+    # a passage is its text up to case, spacing and punctuation (``passage_key``): the same
+    # paragraph repeated with a trailing space on each row of a CSV is one passage; drawn by
+    # the text it first appears as (the draw of a file without such variants is unchanged)
+    by_passage: dict[str, list[int]] = {}
     for i, example in enumerate(examples):
-        by_context.setdefault(example.context, []).append(i)
-    if len(by_context) < 2:
+        by_passage.setdefault(passage_key(example.context), []).append(i)
+    if len(by_passage) < 2:
         raise ValueError(
-            f"cannot split {len(examples)} questions over {len(by_context)} context(s) by "
+            f"cannot split {len(examples)} questions over {len(by_passage)} context(s) by "
             "context: need at least two distinct contexts"
         )
     target = max(1, round(fraction * len(examples)))
-    contexts = sorted(by_context, key=lambda c: (_rank(seed, c), by_context[c][0]))
+    first = {key: examples[indices[0]].context for key, indices in by_passage.items()}
+    passages = sorted(by_passage, key=lambda k: (_rank(seed, first[k]), by_passage[k][0]))
     val_indices: set[int] = set()
-    for context in contexts[:-1]:  # the last context always stays in train
+    for key in passages[:-1]:  # the last passage always stays in train
         if len(val_indices) >= target:
             break
-        val_indices.update(by_context[context])
+        val_indices.update(by_passage[key])
     train = tuple(e for i, e in enumerate(examples) if i not in val_indices)
     val = tuple(e for i, e in enumerate(examples) if i in val_indices)
     return train, val

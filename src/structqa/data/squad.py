@@ -329,8 +329,9 @@ def locate_answer(context: str, text: str, start: int) -> int | None:
 def located_answer(
     report: ReadReport, context: str, qid: str, field: str, text: str, start: int
 ) -> Answer | None:
-    """The gold answer ``text`` at (or repaired near) ``start`` in ``context``, or None with a
-    warning in ``report`` (empty text, or not found near ``start``: kept for scoring only)."""
+    """The gold answer ``text`` at (or repaired near) ``start`` in ``context``, spaces around
+    it left out, or None with a warning in ``report`` (empty text, or not found near
+    ``start``: kept for scoring only)."""
     if not text.strip():
         note_warning(report, "empty_answer_text", f"question {qid!r}: {field} has empty text")
         return None
@@ -349,7 +350,9 @@ def located_answer(
             "answer_start_repaired",
             f"question {qid!r}: {field} answer_start {start} -> {found}",
         )
-    return Answer(text=text, start=found)
+    # spaces around the text are not the answer: "Denver " at 4 trained as "Denver Broncos"
+    lead = len(text) - len(text.lstrip())
+    return Answer(text=text.strip(), start=found + lead)
 
 
 _KNOWN_VERSIONS = ("1.0", "1.1", "2.0")

@@ -55,11 +55,13 @@ def to_squad_json(examples: Iterable[Example], targets: bool) -> dict[str, Any]:
     return {"version": "v2.0" if v2 else "1.1", "data": data}
 
 
-def write_squad_json(path: str | Path, examples: Iterable[Example], version_2: bool = True) -> None:
-    """``examples`` with their training targets written (atomically) as compact SQuAD JSON,
-    marked ``"version": "v2.0"`` when ``version_2`` (read as SQuAD 2.0 even with no
-    unanswerable question in it)."""
-    doc = to_squad_json(examples, targets=True)
+def write_squad_json(
+    path: str | Path, examples: Iterable[Example], version_2: bool = True, targets: bool = True
+) -> None:
+    """``examples`` written (atomically) as compact SQuAD JSON, marked ``"version": "v2.0"``
+    when ``version_2`` (read as SQuAD 2.0 even with no unanswerable question in it): with
+    their training targets, or (``targets`` false: a file to score) every gold text."""
+    doc = to_squad_json(examples, targets=targets)
     if version_2:
         doc["version"] = "v2.0"
     write_json(Path(path), doc, indent=None)

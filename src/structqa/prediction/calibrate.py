@@ -18,13 +18,13 @@ from structqa.calibration.report import (
     require_models_own_odds,
     save_calibration,
     saved_predictions,
-    saved_threshold,
     stale_calibration,
 )
 from structqa.data import parse_train_size, train_subset
 from structqa.data.overlap import passage_key
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
+from structqa.evaluation import saved_threshold
 from structqa.manifest import rewriting
 from structqa.training.progress import tracked
 
@@ -34,18 +34,20 @@ log = logging.getLogger(__name__)
 def unseen_pool_slice(
     pool: Sequence[Example],
     train_size: str,
-    seed: int,
+    seed: int | Sequence[int],
     size: int,
     slice_seed: int = 1,
     held_out: Sequence[Example] = (),
 ) -> list[Example]:
     """``size`` questions, drawn by ``slice_seed``, of ``pool`` whose paragraphs have no
     question in the training subset ``train_subset(pool, train_size, seed)``, and of
-    ``held_out`` (the validation questions training split off the same file)."""
-    trained = train_subset(pool, parse_train_size(train_size), seed)
-    seen = {ex.context for ex in trained}
-    rest = [ex for ex in pool if ex.context not in seen]
-    rest += [ex for ex in held_out if ex.context not in seen]
+    ``held_out`` (the validation questions training split off the same file). Several
+    seeds (the runs of a soup): the subsets of all of them."""
+    seeds = [seed] if isinstance(seed, int) else list(seed)
+    parsed = parse_train_size(train_size)
+    seen = {passage_key(ex.context) for s in seeds for ex in train_subset(pool, parsed, s)}
+    rest = [ex for ex in pool if passage_key(ex.context) not in seen]
+    rest += [ex for ex in held_out if passage_key(ex.context) not in seen]
     if not rest:
         raise ValueError(
             f"every paragraph of the training pool has a training question (train_size "
@@ -54,20 +56,51 @@ def unseen_pool_slice(
     return list(train_subset(rest, min(size, len(rest)), slice_seed))
 
 
-def pool_slice_examples(cfg: Any, size: int, slice_seed: int = 1) -> list[Example]:
+def trained_seeds(checkpoint: str | Path, cfg: Any) -> list[int]:
+    """The ``train.seed`` of each run whose weights ``checkpoint`` holds: a soup's members
+    (soup.json's kept ones), each of which drew its own training subset; else the config's."""
+    from structqa.io import read_json
+    from structqa.models.build import checkpoint_config
+    from structqa.training.soup import SOUP_RECORD
+
+    record = Path(checkpoint) / SOUP_RECORD
+    if not record.is_file():
+        return [cfg.train.seed]
+    soup = read_json(record)
+    seeds = []
+    for member in soup.get("kept") or soup.get("members") or []:
+        seed = member.get("seed") if isinstance(member, dict) else None
+        if not isinstance(member, dict):
+            try:
+                seed = checkpoint_config(member).train.seed
+            except (OSError, ValueError) as err:
+                log.warning(
+                    "%s: member %s not read (%s): its training questions are not known",
+                    record,
+                    member,
+                    err,
+                )
+        if seed is not None:
+            seeds.append(int(seed))
+    return sorted(set(seeds)) or [cfg.train.seed]
+
+
+def pool_slice_examples(
+    cfg: Any, size: int, slice_seed: int = 1, seeds: Sequence[int] | None = None
+) -> list[Example]:
     """``--pool-slice``'s questions for a run of config ``cfg``: from the pool as training
     drew from it (data.exclude's passages and the validation split taken off first; drawn
     from the whole file, the slice once held paragraphs the run trained on), and from that
-    validation split where it is a fraction of data.train."""
+    validation split where it is a fraction of data.train. ``seeds``: the training seeds of
+    the runs a soup averages (default: the config's)."""
     from structqa.config import validation_fraction
     from structqa.training.data import split_training_file
 
     pool, held_out, _ = split_training_file(cfg)
     # (a validation file of its own is not data.train's: not drawn from)
     split_off = held_out if validation_fraction(cfg.data.validation) is not None else None
-    return unseen_pool_slice(
-        pool, cfg.data.train_size, cfg.train.seed, size, slice_seed, split_off or ()
-    )
+    drawn = list(seeds) if seeds else [cfg.train.seed]
+    return unseen_pool_slice(pool, cfg.data.train_size, drawn, size, slice_seed, split_off or ())
 
 
 #: ``calibrate_checkpoint(unanswerable_share=FROM_CONFIG)``: the checkpoint's own setting
@@ -127,13 +160,14 @@ def calibrate_checkpoint(
         renames = dedupe_ids or cfg.data.dedupe_ids
         examples = list(read_extractive(path, dedupe_ids=renames).examples)
         source = str(on)
-        _warn_if_trained_on(cfg, examples, source)
+        _warn_if_trained_on(cfg, examples, source, trained_seeds(checkpoint, cfg))
     elif pool_slice is not None:
-        examples = pool_slice_examples(cfg, pool_slice, slice_seed)
-        size, seed = cfg.data.train_size, cfg.train.seed
+        seeds = trained_seeds(checkpoint, cfg)
+        examples = pool_slice_examples(cfg, pool_slice, slice_seed, seeds)
+        size, drawn = cfg.data.train_size, ", ".join(map(str, seeds))
         source = (
             f"{cfg.data.train}: {len(examples)} questions (slice seed {slice_seed}) from "
-            f"paragraphs outside the training subset (train_size {size}, seed {seed})"
+            f"paragraphs outside the training subset (train_size {size}, seed {drawn})"
         )
     else:
         raise ValueError("give a validation file (--on FILE) or --pool-slice N")
@@ -182,16 +216,29 @@ def calibrate_checkpoint(
 __all__ = ["FROM_CONFIG", "calibrate_checkpoint", "pool_slice_examples", "unseen_pool_slice"]
 
 
-def _warn_if_trained_on(cfg: Any, examples: Sequence[Example], source: str) -> None:
+def _warn_if_trained_on(
+    cfg: Any, examples: Sequence[Example], source: str, seeds: Sequence[int]
+) -> None:
     """Warn where ``examples`` ask about passages the checkpoint trained on (its training
     file read again, split and drawn as its run did): a calibration fitted on them is
     over-confident. Not checked where that file is not at hand."""
     from structqa.training.data import drawn_training, warn_trained_on
 
     try:
-        trained = {passage_key(ex.context) for ex in drawn_training(cfg)[1]}
+        trained = {
+            passage_key(ex.context)
+            for seed in seeds
+            for ex in drawn_training(_with_seed(cfg, seed))[1]
+        }
     except (OSError, ValueError) as err:
         log.info("%s: not checked against the checkpoint's training questions (%s)", source, err)
         return
     remedy = "a calibration fitted on them is over-confident: fit on questions about others"
     warn_trained_on(examples, trained, source, remedy)
+
+
+def _with_seed(cfg: Any, seed: int) -> Any:
+    """``cfg`` with ``train.seed`` set to ``seed`` (a copy)."""
+    import dataclasses
+
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=seed))

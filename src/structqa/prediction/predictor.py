@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from structqa.calibration import Calibrator, load_calibration, returned_probabilities
-from structqa.calibration.report import saved_threshold
 from structqa.cpu import tune_allocator
 from structqa.data.hygiene import InvalidText, check_text, has_readable_text
 from structqa.data.records import Example
 from structqa.decoding import Candidate, DecodeConfig, Prediction
 from structqa.encoders.bert import BertEncoder
+from structqa.evaluation import saved_threshold
 from structqa.features.squad import Feature, QuestionTooLong, featurize, tag_annotator
 from structqa.inference import bf16_weights, run_inference
 from structqa.runtime import use_bf16

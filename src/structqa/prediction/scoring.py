@@ -14,7 +14,7 @@ import torch
 
 from structqa.calibration.report import calibration_report, load_calibration
 from structqa.config import apply_overrides
-from structqa.evaluation import ANSWER_ALL, write_outputs
+from structqa.evaluation import decides, scoring_threshold, write_outputs
 from structqa.runtime import default_device
 from structqa.runtimes.select import load
 from structqa.training.heldout import score_file
@@ -23,6 +23,30 @@ log = logging.getLogger(__name__)
 
 #: the settings a score may change; the rest belongs to the trained model
 SCORING_SECTIONS = ("data", "decode")
+#: settings of those sections that a score never reads: refused, not ignored
+NOT_READ_WHEN_SCORING = {
+    **dict.fromkeys(
+        (
+            "data.train",
+            "data.validation",
+            "data.validation_seed",
+            "data.exclude",
+            "data.train_size",
+            "data.answerable_only",
+            "data.negative_window_rate",
+        ),
+        "it chooses what a run trains and validates on",
+    ),
+    "data.token_tags": "the model was trained with its tags",
+    "decode.verifier": (
+        "the calibration's verifier is part of the threshold fitted with it: fit it again "
+        "without one (`structqa calibrate CHECKPOINT --on FILE --no-verifier`)"
+    ),
+    "decode.unanswerable_share": (
+        "the threshold is fitted for a share by `structqa calibrate CHECKPOINT --on FILE "
+        "--unanswerable-share P`"
+    ),
+}
 
 
 def default_runtime(checkpoint: str | Path) -> str:
@@ -57,6 +81,8 @@ def evaluate_checkpoint(
     cfg.data.eval_size = eval_size
     for item in overrides:
         key = item.lstrip("-").partition("=")[0]
+        if key in NOT_READ_WHEN_SCORING:
+            raise ValueError(f"--{key} does not change a score: {NOT_READ_WHEN_SCORING[key]}")
         if key.partition(".")[0] not in SCORING_SECTIONS and key != "train.eval_batch_size":
             raise ValueError(
                 f"--{key} cannot change a trained model; only data.*, decode.* and "
@@ -74,21 +100,19 @@ def evaluate_checkpoint(
             raise ValueError(f"{name} must be 1 or more, got {value}")
     t0 = time.perf_counter()
     precision = "on" if loaded.bf16 else "off"  # the runtime chosen above decides
-    # the no-answer threshold fitted on validation questions (calibration.json), if any;
-    # else evaluate_model tunes one on this file and says so
+    # the no-answer threshold predict answers at (calibration.json's, fitted on validation
+    # questions, else the last evaluation's); tuned on this file only where there is none
     calibrator = load_calibration(checkpoint)
-    threshold = calibrator.null_threshold if calibrator else None
-    if calibrator is not None and calibrator.answers_all:
-        threshold = ANSWER_ALL
+    threshold, source = scoring_threshold(checkpoint, calibrator)
     # the threshold was fitted on the verifier's null odds where the calibration has one
-    rescore = calibrator.verify if calibrator is not None and calibrator.verifier else None
+    rescore = calibrator.verify if decides(calibrator) and calibrator.verifier else None
     if rescore is not None:
         log.info("null odds re-scored by the calibration's answerability verifier")
     result, examples, v2 = score_file(
         model, tokenizer, cfg, eval_file, precision, device, threshold, rescore, progress
     )
     log.info("evaluated %d questions in %.1f s", len(examples), time.perf_counter() - t0)
-    result.metrics.update(calibration_report(result, examples, v2, calibrator, out))
+    result.metrics.update(calibration_report(result, examples, v2, calibrator, out, source))
     result.metrics["runtime"] = loaded.choice.runtime
     write_outputs(result, Path(out))
     return result.metrics

@@ -43,8 +43,8 @@ from structqa.provenance import INIT_RECORD
 log = logging.getLogger(__name__)
 
 # Settings a resumed run may change: where things live, how often it logs, saves or
-# batches evaluation, and the verifier fitted after training. Any other difference from the
-# checkpoint's config refuses the resume.
+# batches evaluation, and the verifier and the unanswerable share of the calibration fitted
+# after training. Any other difference from the checkpoint's config refuses the resume.
 RESUME_MAY_CHANGE = frozenset(
     {
         "train.output_dir",
@@ -54,6 +54,7 @@ RESUME_MAY_CHANGE = frozenset(
         "train.save_every_steps",
         "train.eval_batch_size",
         "decode.verifier",  # used only by the calibration fitted once training is over
+        "decode.unanswerable_share",  # (the same)
     }
 )
 

@@ -74,6 +74,39 @@ def selection_version_2(cfg: Config, pool: Sequence[Example], val: Sequence[Exam
     return v2
 
 
+def _scorable(cfg: Config, examples: Sequence[Example], path: Path, key: str) -> None:
+    """Refuse, when the data is read, questions that ``decode.version_2: false`` cannot score:
+    SQuAD 1.1 scoring needs a gold answer for every question (it failed after training)."""
+    if cfg.decode.version_2 is not False:
+        return
+    impossible = [ex.id for ex in examples if ex.is_impossible]
+    if impossible:
+        raise ValueError(
+            f"{key}: {path} holds {len(impossible)} unanswerable question(s) (e.g. id "
+            f"{impossible[0]!r}), but decode.version_2=false scores it as SQuAD 1.1, which needs "
+            "an answer for each: drop --decode.version_2=false (scored as SQuAD 2.0), or give "
+            "a file of answerable questions"
+        )
+
+
+def _calibratable(cfg: Config, val: Sequence[Example], v2: bool, where: str) -> None:
+    """Refuse, before training, validation questions the calibration fitted on them after
+    training cannot use: fewer than two, or none unanswerable to weight to
+    ``decode.unanswerable_share``."""
+    if len(val) < 2:
+        raise ValueError(
+            f"data.validation ({where}): {len(val)} question; the calibration fitted on the "
+            "validation questions after training needs at least two: give more"
+        )
+    share = cfg.decode.unanswerable_share
+    if v2 and share is not None and not any(ex.is_impossible for ex in val):
+        raise ValueError(
+            f"data.validation ({where}): no unanswerable question among the {len(val)}, so "
+            f"the calibration cannot weight them to decode.unanswerable_share={share}: give "
+            "validation questions that include unanswerable ones, or drop the setting"
+        )
+
+
 def _nonempty(examples: Sequence[Example], path: Path, key: str) -> None:
     if not examples:
         raise ValueError(
@@ -95,8 +128,10 @@ def load_eval_examples(cfg: Config, path: str | None = None) -> tuple[list[Examp
         raise ValueError("no test file: give --eval FILE (the config's data.eval is not set)")
     source = data_path(cfg, name)
     ds = read_extractive(source, dedupe_ids=cfg.data.dedupe_ids)
-    _nonempty(ds.examples, source, "--eval" if path else "data.eval")
+    key = "--eval" if path else "data.eval"
+    _nonempty(ds.examples, source, key)
     examples = _first(cfg, ds.examples)
+    _scorable(cfg, examples, source, key)
     return examples, _version_2(cfg, examples)
 
 
@@ -129,12 +164,14 @@ def split_training_file(cfg: Config) -> tuple[list[Example], list[Example] | Non
             f"split off {source}"
         )
         log.info("validation: %s; %d questions left to train on", where, len(train))
+        _scorable(cfg, val, source, f"data.validation={d.validation}")
         return list(train), _first(cfg, val), where
     if d.validation is None:
         return pool, None, ""
     path = data_path(cfg, d.validation)
     val = read_extractive(path, dedupe_ids=d.dedupe_ids).examples
     _nonempty(val, path, "data.validation")
+    _scorable(cfg, val, path, "data.validation")
     return pool, _first(cfg, val), str(path)
 
 
@@ -240,11 +277,21 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
         warn_trained_on(val, trained, "data.eval, which chooses best/,")
     else:
         v2 = selection_version_2(cfg, pool, val)
+        _calibratable(cfg, val, v2, selection)
         warn_trained_on(val, trained, "the validation questions")
         if cfg.data.eval:  # fail now, not after training, if the test file is missing
             test = data_path(cfg, cfg.data.eval)
             if not test.is_file():
                 raise FileNotFoundError(f"data.eval: test file {test} does not exist")
+            if validation_fraction(cfg.data.validation) is None and (
+                data_path(cfg, str(cfg.data.validation)).resolve() == test.resolve()
+            ):
+                raise ValueError(
+                    f"data.validation and data.eval are the same file ({test}): best/ would be "
+                    "chosen and calibrated on the test questions, then scored on them; give a "
+                    "validation file about other passages, or a share of data.train "
+                    "(--data.validation=0.1)"
+                )
             # ... or not readable (a malformed record); read, not featurized
             warn_trained_on(load_eval_examples(cfg)[0], trained, "data.eval, the test file,")
     fc = feature_config(cfg)

@@ -23,7 +23,15 @@ import torch
 from structqa.config import Config
 from structqa.data.records import Example
 from structqa.decoding import DecodeConfig
-from structqa.evaluation import EvalResult, Rescore, evaluate_model, write_outputs
+from structqa.evaluation import (
+    ANSWER_ALL,
+    EvalResult,
+    Rescore,
+    decides,
+    evaluate_model,
+    scoring_threshold,
+    write_outputs,
+)
 from structqa.features.squad import featurize
 from structqa.runtime import default_device, use_bf16
 from structqa.training.data import feature_config, load_eval_examples
@@ -52,6 +60,13 @@ def score_file(
     only) gives the null odds the threshold was fitted on. ``progress``: bar, lines or off
     (:func:`structqa.training.progress.counted`, over the windows scored)."""
     examples, v2 = load_eval_examples(cfg, path)
+    if not v2 and null_threshold is not None and null_threshold != ANSWER_ALL:
+        log.info(
+            "the test file has no unanswerable question: scored as SQuAD 1.1, every question "
+            "answered, where predict abstains above null odds %.3f; --decode.version_2=true "
+            "scores its abstentions too",
+            null_threshold,
+        )
     features, rep = featurize(examples, tokenizer, feature_config(cfg))
     log.info("test: %s", rep.summary())
     bf16 = use_bf16(bf16_setting, device)
@@ -111,8 +126,9 @@ def score_best_once(
     if not PartialState().is_main_process:
         return best
     calibrator = calibrate(cfg) if calibrate is not None else None  # before the test
-    threshold = calibrator.null_threshold if calibrator is not None else None
-    rescore = calibrator.verify if calibrator is not None and calibrator.verifier else None
+    # at the threshold predict answers at, as `structqa evaluate RUN/best` scores it
+    threshold, source = scoring_threshold(best_dir, calibrator)
+    rescore = calibrator.verify if decides(calibrator) and calibrator.verifier else None
     model, tokenizer, saved = model_from_checkpoint(best_dir)
     # best/'s recipe, with where this run finds its files now (a resume may have moved the
     # data: best/ kept the directory of the start that wrote it) and how it batches
@@ -126,9 +142,11 @@ def score_best_once(
     saved = dataclasses.replace(saved, data=data, train=train)
     device = default_device()
     model.to(device)
-    result, examples, _ = score_file(
+    result, examples, v2 = score_file(
         model, tokenizer, saved, None, cfg.train.bf16, device, threshold, rescore, "lines"
     )
+    if v2:
+        result.metrics["null_threshold_source"] = source
     write_outputs(result, best_dir / TEST_DIR)
     log.info(
         "test: best/ scored once on %s (%d questions): F1 %.2f; wrote %s",
