@@ -128,7 +128,7 @@ def build(folder: Path, index_dir: Path) -> dict[str, Any]:
                 f"  embedded {done}/{total} chunks ({time.perf_counter() - t0:.0f} s)", flush=True
             )
 
-    with DocumentIndex(index_dir) as index:
+    with DocumentIndex(index_dir, create=True) as index:
         report = index.update([folder], progress=progress)
         chunks = len(index)
     seconds = time.perf_counter() - t0

@@ -28,7 +28,8 @@ def test_links_are_followed_once_and_a_link_to_nothing_is_named(
     shared = tmp_path / "shared"
     (shared / "old").mkdir(parents=True)
     (shared / "notes.txt").write_text("Shared notes.", encoding="utf-8")
-    (shared / "old" / "index.json").write_text("{}", encoding="utf-8")  # an index in it
+    record = {"encoder": "MiniLM", "chunk_tokens": 254, "chunks": 0, "files": 0}
+    (shared / "old" / "index.json").write_text(json.dumps(record), encoding="utf-8")  # an index
     (shared / "old" / "chunks.sqlite").write_bytes(b"")
     (tmp_path / "secret.txt").write_text("Not the folder's.", encoding="utf-8")
     docs = tmp_path / "docs"
@@ -72,7 +73,7 @@ def test_an_unlistable_folder_is_named_and_what_it_held_stays_indexed(
     private.mkdir()
     (private / "sahara.txt").write_text("The Sahara is a large desert in Africa.", "utf-8")
     out = tmp_path / "index"
-    assert DocumentIndex(out).update([small]).added_files == 3
+    assert DocumentIndex(out, create=True).update([small]).added_files == 3
     scandir = os.scandir
 
     def unlistable(path: object = ".") -> object:  # what a folder without read rights does
@@ -192,7 +193,7 @@ def test_an_index_is_not_made_among_its_documents(
 
 def test_bm25_left_mid_swap_by_a_crash_is_put_back(small: Path, tmp_path: Path) -> None:
     out = tmp_path / "index"
-    DocumentIndex(out).update([small])
+    DocumentIndex(out, create=True).update([small])
     assert not (out / "bm25.tmp").exists()
     (out / "bm25").rename(out / "bm25.old")  # the crash: between replace_dir's two renames
     with DocumentIndex.open(out) as index:  # read where it lies: an update may be under way
@@ -207,7 +208,7 @@ def test_bm25_left_mid_swap_by_a_crash_is_put_back(small: Path, tmp_path: Path) 
 
 def test_a_file_moved_while_the_readers_changed_is_read_again(small: Path, tmp_path: Path) -> None:
     out = tmp_path / "index"
-    DocumentIndex(out).update([small])
+    DocumentIndex(out, create=True).update([small])
     meta = json.loads((out / INDEX_FILE).read_text())
     (out / INDEX_FILE).write_text(json.dumps({**meta, "readers": 1}))  # made by older readers
     (small / "bees.txt").rename(small / "honeybees.txt")

@@ -32,7 +32,7 @@ def test_a_pdf_with_a_reference_loop_is_skipped_not_fatal(
     bad = good.replace(b"/Type /Catalog", b"/Typ\xa8 /Catalog").replace(b"4 0 obj\n", b"4 0 objQ")
     assert len(bad) == len(good)  # the cross-reference offsets still point where they did
     (small / "loop.pdf").write_bytes(bad)
-    report = DocumentIndex(tmp_path / "index").update([small])
+    report = DocumentIndex(tmp_path / "index", create=True).update([small])
     assert report.added_files == 2
     ((name, why),) = report.read.skipped
     assert name.endswith("loop.pdf") and "not a readable PDF" in why and "re-save" in why
@@ -60,7 +60,7 @@ def test_damage_past_a_corpus_head_names_the_file_and_line(small: Path, tmp_path
     assert len(packed) > 2 << 16
     (small / "cut.corpus.jsonl.gz").write_bytes(packed[: len(packed) // 2])  # truncated
     (small / "latin.corpus.jsonl").write_bytes(raw[:70000] + "é\n".encode("latin-1") + raw[70000:])
-    report = DocumentIndex(tmp_path / "index").update([small])
+    report = DocumentIndex(tmp_path / "index", create=True).update([small])
     # the cut file is skipped, named; a stray byte costs its line, not the corpus of 600
     assert report.added_files == 3
     ((cut_name, cut),) = report.read.skipped
@@ -76,7 +76,7 @@ def test_a_file_that_cannot_be_read_is_skipped_and_a_changed_one_keeps_its_old_t
     small: Path, tmp_path: Path, monkeypatch
 ) -> None:
     out = tmp_path / "index"
-    DocumentIndex(out).update([small])
+    DocumentIndex(out, create=True).update([small])
     (small / "bees.txt").write_bytes(bytes(range(256)) * 4)  # changed, and no longer text
     secret = small / "secret.txt"
     secret.write_text("Classified.", encoding="utf-8")
@@ -108,10 +108,12 @@ def test_an_update_stopped_half_way_is_redone_by_the_next(
     with monkeypatch.context() as patch:
         patch.setattr(FaissStore, "save", stopped)
         with pytest.raises(KeyboardInterrupt):
-            DocumentIndex(out).update([small])
+            DocumentIndex(out, create=True).update([small])
         with pytest.raises(FileNotFoundError, match="first build stopped before it finished"):
             DocumentIndex.open(out)
-    DocumentIndex(out).update([small])  # built whole; then a change, stopped the same way
+    DocumentIndex(out, create=True).update(
+        [small]
+    )  # built whole; then a change, stopped the same way
     (small / "bees.txt").write_text("Bumblebees sleep in flowers at night.", encoding="utf-8")
     with monkeypatch.context() as patch:
         patch.setattr(FaissStore, "save", stopped)
@@ -135,7 +137,7 @@ def test_a_stop_while_embedding_leaves_the_index_as_it_was(
     """Ctrl-C while a new file is embedded: the database and the faiss file have not changed
     on disk, so the next update embeds that file alone, not every file again."""
     out = tmp_path / "index"
-    DocumentIndex(out).update([small])
+    DocumentIndex(out, create=True).update([small])
     (small / "sahara.txt").write_text("The Sahara is a large desert in Africa.", encoding="utf-8")
 
     def stopped(self, ids, vectors) -> None:  # noqa: ARG001
@@ -202,7 +204,7 @@ def test_an_interrupted_update_of_a_qdrant_index_is_redone_too(
     from structqa.documents.vectors import QdrantStore
 
     out = tmp_path / "index"
-    with DocumentIndex(out, store="qdrant") as index:
+    with DocumentIndex(out, store="qdrant", create=True) as index:
         index.update([small])
     (small / "bees.txt").write_text("Bumblebees sleep in flowers at night.", encoding="utf-8")
 
@@ -231,7 +233,7 @@ def test_the_same_folder_typed_from_elsewhere_keeps_its_vectors(
     (small / "mini.json").write_bytes((shared_data / "fixtures/squad-v1.1-mini.json").read_bytes())
     out = tmp_path / "index"
     monkeypatch.chdir(small.parent)
-    first = DocumentIndex(out).update(["docs"])
+    first = DocumentIndex(out, create=True).update(["docs"])
     with DocumentIndex(out) as index:
         before = {h.chunk_id: h for h in index.search("bees pollinate flowers", k=50)}
         squad_ids = {h.doc_id for h in before.values() if h.source.endswith("mini.json")}
@@ -387,7 +389,7 @@ def test_recall_at_k_ranks_k_documents_not_k_chunks(small: Path, tmp_path: Path)
 
     long = " ".join(f"Bees visit flower number {i} of the meadow today." for i in range(200))
     (small / "meadow.txt").write_text(long, encoding="utf-8")
-    with DocumentIndex(tmp_path / "index") as index:
+    with DocumentIndex(tmp_path / "index", create=True) as index:
         index.update([small])
         chunks = [h.doc_id for h in index.search("bees visit flowers", k=2, retriever="bm25")]
         assert len(set(chunks)) == 1  # the long file's chunks fill the first places
@@ -407,7 +409,7 @@ def test_a_chunk_without_a_character_a_model_reads_is_left_out_and_named(
     """Such a chunk (a PDF page of glyphs without Unicode) was indexed, and the reader
     refused it: every question that retrieved it failed, and the service answered 500."""
     (small / "glyphs.txt").write_text("\ufffd\ufffd\ufffd \ufffd\ufffd\n", encoding="utf-8")
-    with DocumentIndex(tmp_path / "index") as index:
+    with DocumentIndex(tmp_path / "index", create=True) as index:
         report = index.update([small])
         assert {h.source for h in index.search("bees volcano", 10, "bm25")} == {
             str(small / "bees.txt"),
@@ -439,7 +441,7 @@ def test_an_index_of_older_readers_is_chunked_again_and_an_encoder_of_another_si
     small: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "index"
-    with DocumentIndex(out) as index:
+    with DocumentIndex(out, create=True) as index:
         index.update([small])
     meta = json.loads((out / "index.json").read_text())
     assert meta["readers"] == READERS_VERSION and meta["dimension"] == 384

@@ -4,6 +4,7 @@ byte in UTF-8 text, QA files whose questions are not all well formed."""
 
 from __future__ import annotations
 
+import codecs
 import json
 from pathlib import Path
 
@@ -220,3 +221,45 @@ def test_a_page_declaring_utf16_without_its_mark_is_read_as_utf8(tmp_path: Path)
     page.write_bytes('<meta charset="utf-16"><p>Zürich</p>'.encode())
     docs, _ = _read([page])
     assert docs["page.html"][0].text == "Zürich"
+
+
+def test_a_stray_byte_reads_the_same_with_a_byte_order_mark_as_without(tmp_path: Path) -> None:
+    body = "Crème brûlée is a dessert. ".encode() + b"\xe9" + b" It is served cold."
+    at = body.index(b"\xe9")
+    plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+    plain.write_bytes(body)
+    marked.write_bytes(codecs.BOM_UTF8 + body)
+    docs, report = _read([plain, marked])
+    assert docs["plain.txt"][0].text == docs["marked.txt"][0].text
+    assert docs["marked.txt"][0].text == "Crème brûlée is a dessert. \ufffd It is served cold."
+    notes = dict(report.notes)
+    assert not report.skipped
+    for path, offset in [(plain, at), (marked, at + len(codecs.BOM_UTF8))]:  # the file's bytes
+        said = "UTF-8 with 1 byte sequence(s) that are not, read as U+FFFD"
+        assert f"{said} (the first at byte {offset})" in notes[str(path)]
+
+
+def test_a_pdf_page_that_cannot_be_read_costs_that_page_alone(tmp_path: Path) -> None:
+    from test_documents import pdf_bytes
+
+    good = pdf_bytes(["Copper conducts heat well.", "Tin melts early.", "Lead is heavy."])
+    stream = b"BT /F1 12 Tf 72 720 Td (Tin melts early.) Tj ET"
+    head = f"<< /Length {len(stream)} >>".encode()
+    assert good.count(head) == 1
+    # page 2's stream names a filter pypdf does not have (the offsets after it shift: pypdf
+    # finds the objects again, as it does in a file saved with a wrong cross-reference table)
+    path = tmp_path / "metals.pdf"
+    path.write_bytes(good.replace(head, head[:-3] + b" /Filter /Foo >>"))
+    docs, report = _read([path])
+    (doc,) = docs["metals.pdf"]
+    assert "Copper conducts heat well." in doc.text and "Tin" not in doc.text
+    assert doc.page_at(doc.text.index("Lead is heavy.")) == 3  # pages keep their numbers
+    (note,) = [what for name, what in report.notes if name == str(path)]
+    assert "page 2 of 3 not read" in note and "Unsupported filter /Foo" in note
+    blank = tmp_path / "blank.pdf"  # no page readable: the file is skipped, as before
+    blank.write_bytes(
+        pdf_bytes(["Tin melts early."]).replace(head, head[:-3] + b" /Filter /Foo >>")
+    )
+    _, report = _read([blank])
+    ((name, why),) = report.skipped
+    assert name == str(blank) and "not a readable PDF" in why and "Unsupported filter" in why

@@ -44,9 +44,9 @@ def test_two_indexes_on_one_server_keep_their_own_vectors(tmp_path: Path, server
     bees = _one_file(tmp_path / "bees", BEES)
     etna = _one_file(tmp_path / "etna", VOLCANO)
     spec = "qdrant:http://qdrant.example:6333"
-    with DocumentIndex(tmp_path / "a", store=spec) as a:
+    with DocumentIndex(tmp_path / "a", store=spec, create=True) as a:
         a.update([bees])
-    with DocumentIndex(tmp_path / "b", store=spec) as b:
+    with DocumentIndex(tmp_path / "b", store=spec, create=True) as b:
         b.update([etna])
     names = {c.name for c in server.get_collections().collections}
     assert len(names) == 2 and all(n.startswith(COLLECTION + "_") for n in names)
@@ -67,7 +67,7 @@ def test_two_indexes_on_one_server_keep_their_own_vectors(tmp_path: Path, server
 
 def test_the_collection_is_named_once_and_kept(tmp_path: Path) -> None:
     folder = _one_file(tmp_path / "docs", BEES)
-    with DocumentIndex(tmp_path / "index", store="qdrant") as index:
+    with DocumentIndex(tmp_path / "index", store="qdrant", create=True) as index:
         index.update([folder])
         name = index.collection
     with DocumentIndex.open(tmp_path / "index") as again:
@@ -79,7 +79,7 @@ def test_an_index_made_before_collections_were_named_keeps_the_shared_name(
     tmp_path: Path,
 ) -> None:
     folder = _one_file(tmp_path / "docs", BEES)
-    with DocumentIndex(tmp_path / "index") as index:
+    with DocumentIndex(tmp_path / "index", create=True) as index:
         index.update([folder])
         assert index.collection != COLLECTION
         index.db.execute("drop table meta")  # the database as an older version left it
@@ -92,7 +92,7 @@ def test_an_index_made_before_collections_were_named_keeps_the_shared_name(
 
 def test_an_embedded_store_open_elsewhere_is_a_clear_error(tmp_path: Path) -> None:
     folder = _one_file(tmp_path / "docs", BEES)
-    with DocumentIndex(tmp_path / "index", store="qdrant") as served:
+    with DocumentIndex(tmp_path / "index", store="qdrant", create=True) as served:
         served.update([folder])  # (a server holds the store open like this)
         with pytest.raises(ValueError, match="open in another process") as err:
             DocumentIndex.open(tmp_path / "index").update([folder])

@@ -63,7 +63,7 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
                 f"--out {path.resolve().with_name(path.resolve().name + '-index')}"
             )
     with (
-        DocumentIndex(args.out, store=args.store) as index,
+        DocumentIndex(args.out, store=args.store, create=True) as index,
         tracked(_mode(args.no_progress), "embedding", "chunks") as progress,
     ):
         report = index.update(args.paths, progress=progress, exclude=[args.out])
@@ -350,16 +350,17 @@ def _add_reader_arguments(p: argparse.ArgumentParser, progress: bool = True) -> 
 _INDEX_TEXT = """index a folder of documents for search and questions
 
 Reads .txt, .md, .rst, .html, .pdf files, SQuAD/MRQA files (each context a document) and BEIR
-corpus.jsonl[.gz] under PATH (folders recursively; hidden files and folders, and folders reached
-through a symbolic link, are left out), cuts them into sentence-bounded chunks and indexes them
-for BM25 and dense search. Run again on a changed folder: new and changed files are indexed, and
-files no longer under the PATHs given (deleted, or under a PATH not given this time) dropped, so
-give every folder each time (structqa index A B --out INDEX). A file moved or renamed, or the
-same folder typed from elsewhere, is recognised by its content and not embedded again; sources
-show the paths as last typed. Files that cannot be read are
-skipped, each named with the reason. A run stopped while it embeds (Ctrl-C) leaves the index
-as it was; one stopped while it writes (or any stopped run of a Qdrant index) is redone in
-full by the next one.
+corpus.jsonl[.gz] under PATH (folders recursively; hidden files and folders are left out; a
+folder behind a symbolic link outside PATH is read once, a link within PATH or to a folder above
+it not followed), cuts them into sentence-bounded chunks and indexes them for BM25 and dense
+search; --out is a new or empty folder, or an index to update. Run again on a changed folder:
+new and changed files are indexed, and files no longer under the PATHs given (deleted, or under
+a PATH not given this time) dropped, so give every folder each time (structqa index A B --out
+INDEX). A file moved or renamed, or the same folder typed from elsewhere, is recognised by its
+content and not embedded again; sources show the paths as last typed. Files that cannot be read
+(or whose name is not UTF-8) are skipped, each named with the reason; an emptied file's chunks
+are dropped. A run stopped while it embeds (Ctrl-C) leaves the index as it was; one stopped
+while it writes (or any stopped run of a Qdrant index) is redone in full by the next one.
 """
 
 
@@ -436,7 +437,11 @@ def _fit_arguments(p: argparse.ArgumentParser, kind: str, test: str, written: st
 def add_parser(sub) -> None:
     ix = command(sub, "index", _INDEX_TEXT)
     ix.add_argument("paths", nargs="+", metavar="PATH")
-    ix.add_argument("--out", required=True, help="the index folder (created or updated)")
+    ix.add_argument(
+        "--out",
+        required=True,
+        help="the index folder: a new or empty one (created), or an index (updated)",
+    )
     ix.add_argument(
         "--store",
         help="where the embeddings live: faiss (files in the index, the default), qdrant "

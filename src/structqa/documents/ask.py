@@ -17,12 +17,23 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from structqa.data.hygiene import has_readable_text, text_problem
 from structqa.documents.index import DocumentIndex, Hit
 from structqa.documents.no_answer import decide, for_reader, set_score
 from structqa.documents.results import AskResult, SourcedAnswer
-from structqa.prediction import Answer, Predictor
+from structqa.prediction import Answer, InvalidText, Predictor, QuestionTooLong
 
-__all__ = ["FITTED", "AskResult", "SourcedAnswer", "ask", "decide", "merged", "ranked", "set_score"]
+__all__ = [
+    "FITTED",
+    "AskResult",
+    "SourcedAnswer",
+    "ask",
+    "check_questions",
+    "decide",
+    "merged",
+    "ranked",
+    "set_score",
+]
 
 #: ``ask``'s default no-answer decision: the index's set-level fit (``structqa fit-no-answer``)
 #: where it was made for this reader, retriever and depth, else the reader's passage threshold
@@ -32,6 +43,7 @@ FITTED = "fitted"
 #: is as sure of a distractor chunk's span as of the right one's, and the retriever's order is
 #: the stronger signal (docs/results/documents: chosen on questions of the SQuAD training pool)
 RANK_DECAY = 0.75
+QUOTED = 30  # characters of a refused question quoted in the error
 
 
 def ask(
@@ -54,7 +66,9 @@ def ask(
     default (:data:`FITTED`) the index's own fit where it was made for this reader
     (``predictor.source``, the checkpoint or export it was loaded from), retriever and
     ``top_k_chunks``, as ``structqa ask`` and the service decide; None: each chunk's passage
-    threshold."""
+    threshold. A question the reader would refuse (empty, not valid text, longer than it
+    reads) is refused first, named by its place in ``questions`` and its first words."""
+    check_questions(predictor, questions)
     if set_threshold == FITTED:
         set_threshold = _fitted_threshold(index, predictor, retriever, top_k_chunks)
     if isinstance(set_threshold, str):
@@ -70,6 +84,34 @@ def ask(
     if set_threshold is None:
         return results
     return [decide(r, set_threshold) for r in results]
+
+
+def check_questions(predictor: Predictor, questions: Sequence[str]) -> None:
+    """ValueError (:class:`InvalidText`, :class:`QuestionTooLong`) for the first question the
+    reader would refuse, named ``question I ('its first words')`` (the reader, given each
+    question with each chunk, named a pair: "pair 10" of 5 questions)."""
+
+    def name(i: int) -> str:
+        if len(questions) == 1:
+            return "the question"
+        q = questions[i]
+        return f"question {i} ({q if len(q) <= QUOTED else q[:QUOTED] + '...'!r})"
+
+    for i, q in enumerate(questions):
+        if not q.strip():
+            raise ValueError(f"{name(i)}: empty; give the question to ask")
+        if (problem := text_problem(q)) is not None:
+            raise InvalidText(f"{name(i)}: contains {problem}; send valid UTF-8 text without it")
+        if not has_readable_text(q):
+            raise InvalidText(
+                f"{name(i)}: no character a model reads (only spaces, zero-width, control or "
+                "combining characters)"
+            )
+    limit = predictor.features.max_query_len
+    tokens = predictor.tokenizer(list(questions), add_special_tokens=False)["input_ids"]
+    for i, ids in enumerate(tokens):
+        if len(ids) > limit:
+            raise QuestionTooLong(i, len(ids), limit, name(i))
 
 
 def _fitted_threshold(

@@ -1,7 +1,7 @@
 """The files of the folders given to a document index: walked with os.walk (pathlib's rglob
 passes over a folder it cannot list without a word), hidden files and folders left out, links
-to folders outside followed once, document indexes left out, and what cannot be reached named
-with its reason."""
+to folders outside followed once, document indexes left out, and what cannot be reached (or
+named in the index's database: a name that is not UTF-8) named with its reason."""
 
 from __future__ import annotations
 
@@ -11,13 +11,32 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from structqa.documents.index_folder import index_record
+
 log = logging.getLogger(__name__)
 
-#: the files that make a folder a document index (:mod:`structqa.documents.index`): never
-#: read as documents, also where the index was built inside the folder it indexes
-INDEX_MARKERS = ("index.json", "chunks.sqlite")
 # said of a folder or link left out by the walk: an update keeps what it indexed from there
 KEPT = "; anything indexed from it earlier is kept"
+# said of a name the index cannot keep: its database holds paths as text (UTF-8)
+NOT_UTF8 = (
+    "is not valid UTF-8 (shown with its bytes as \\xNN), and the index keeps paths as text; "
+    "rename it in UTF-8 (convmv -f latin1 -t utf8 --notest NAME) and index again"
+)
+
+
+def shown(path: str | Path) -> str:
+    """``path`` as text that can be printed and stored: the bytes of a name that are not
+    UTF-8 (Python's surrogate escapes) as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _utf8(path: str | Path) -> bool:
+    """Whether ``path``'s name is valid UTF-8 (an undecodable byte is a lone surrogate)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def files_under(
@@ -31,13 +50,18 @@ def files_under(
     it, is not followed: its files are read where they are, or are not the folder's). Left out:
     the folders ``exclude`` names and every document index (an index built inside the folder
     it indexes once read its own files as documents on every update). A folder that cannot be
-    listed and a link to nothing are appended to ``skipped`` as (path, why): once left out in
-    silence, a re-index took their files for deleted ones and dropped them."""
+    listed, a link to nothing and a name that is not UTF-8 are appended to ``skipped`` as (path,
+    why): once left out in silence, a re-index took their files for deleted ones and dropped
+    them; a name not UTF-8 stopped the update in the database, naming no file."""
     out: list[Path] = []
+    said = skipped if skipped is not None else []
     for p in map(Path, paths):
-        if p.is_dir():
+        if not _utf8(p) and p.exists():
+            kind = "folder" if p.is_dir() else "file"
+            said.append((shown(p), f"a {kind} whose name {NOT_UTF8}"))
+        elif p.is_dir():
             left_out = {Path(x).resolve() for x in exclude}
-            out += _walk(p, left_out, skipped if skipped is not None else [])
+            out += _walk(p, left_out, said)
         elif p.is_file():
             out.append(p)
         elif p.is_symlink():
@@ -71,20 +95,29 @@ def _walk(top: Path, left_out: set[Path], skipped: list[tuple[str, str]]) -> lis
             dirs[:] = []
             continue
         visited.add(real)
-        if all((here / marker).is_file() for marker in INDEX_MARKERS):
+        if index_record(here) is not None:
             log.info("%s: left out, a document index and not documents", here)
             dirs[:] = []
             continue
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and _follow(here / d, home))
+        for d in dirs:
+            if not d.startswith(".") and not _utf8(d):
+                skipped.append((shown(here / d), f"a folder whose name {NOT_UTF8}"))
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and _utf8(d) and _follow(here / d, home)
+        )
         for name in names:
             f = here / name
             if name.startswith("."):
                 continue
             if f.is_file():
-                if not any(f.resolve().is_relative_to(d) for d in left_out):
+                if any(f.resolve().is_relative_to(d) for d in left_out):
+                    continue
+                if _utf8(name):
                     found.append(f)
+                else:
+                    skipped.append((shown(f), f"a name that {NOT_UTF8}"))
             elif f.is_symlink() and not f.exists():  # (a link to a folder is in ``dirs``)
-                skipped.append((str(f), f"{_dead_link(f)}{KEPT}"))
+                skipped.append((shown(f), f"{_dead_link(f)}{KEPT}"))
     return sorted(found)
 
 

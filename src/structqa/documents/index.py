@@ -38,10 +38,19 @@ import numpy as np
 from structqa.data.hygiene import has_readable_text
 from structqa.documents import lexical
 from structqa.documents.folders import files_under
+from structqa.documents.index_folder import (
+    INDEX_FILE,
+    UPDATING_FILE,
+    check_new,
+    index_record,
+    not_an_index,
+    require_index,
+)
 from structqa.documents.ingest import (
     Chunk,
     ReadReport,
     chunk_document,
+    not_read_here,
     read_all,
     reader_kind,
 )
@@ -57,17 +66,11 @@ BM25_WEIGHT = 0.5  # hybrid: BM25's share of the combined score, unless the inde
 FUSION_FILE = "fusion.json"  # {"bm25_weight": w, ...}: written by `structqa fit-fusion`
 ENCODER_TOKENS = 256  # all-MiniLM-L6-v2's limit; chunks are cut to fit it
 CHUNK_TOKENS = ENCODER_TOKENS - 2  # [CLS] and [SEP]
-INDEX_FILE = "index.json"
 #: what ``index.json`` records of how the chunks were made: an index whose readers were older
 #: (a smaller number, or none recorded: 1) has every file read and chunked again by its next
 #: update, so that fixes to the readers reach it. 2: chunks without a character a model reads
 #: are left out
 READERS_VERSION = 2
-# present while an update writes its stores (a Qdrant index's: from its start; a faiss
-# index's: from its database commit on): the database and the vectors are two stores, so an
-# update stopped between their writes (Ctrl-C, a crash) leaves them apart; the next update
-# finds this file and indexes every file afresh, and a search warns until then
-UPDATING_FILE = "updating"
 EMBED_BATCH = 512  # chunks embedded between progress updates
 # chunk ids are never reused (autoincrement): a server still searching the version opened
 # before an update finds an old id missing, never another file's chunk under it
@@ -125,25 +128,36 @@ def _encoder():
 
 
 class DocumentIndex:
-    """An index folder (see the module docstring): :meth:`update` from files, :meth:`search`."""
+    """An index folder (see the module docstring): :meth:`update` from files, :meth:`search`.
 
-    def __init__(self, directory: str | Path, encoder=None, store: str | None = None) -> None:
+    ``DocumentIndex(INDEX)`` opens an index (a folder that is none is refused, as a mistyped
+    name is: FileNotFoundError); ``create=True`` makes a new one where the folder is missing
+    or empty, as ``structqa index`` does (a folder of other files is refused, ValueError,
+    before anything is written in it), then :meth:`update` fills it."""
+
+    def __init__(
+        self, directory: str | Path, encoder=None, store: str | None = None, create: bool = False
+    ) -> None:
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
             raise ValueError(f"{directory} is a file; give a folder for the index")
+        recorded = index_record(self.directory)
+        if recorded is None:
+            if not create:
+                raise not_an_index(self.directory)
+            check_new(self.directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        meta = self.directory / INDEX_FILE
-        recorded = json.loads(meta.read_text()).get("store", "faiss") if meta.is_file() else None
-        if store and recorded and store != recorded:
+        kept = recorded.get("store", "faiss") if recorded else None
+        if store and kept and store != kept:
             raise ValueError(
-                f"{directory}: its vectors are in {recorded!r}, not {store!r}; build a new "
+                f"{directory}: its vectors are in {kept!r}, not {store!r}; build a new "
                 "index to move them"
             )
-        self.store_spec = store or recorded or "faiss"
-        self.recorded = json.loads(meta.read_text()) if meta.is_file() else {}
+        self.store_spec = store or kept or "faiss"
+        self.recorded = recorded or {}
         self.db = sqlite3.connect(self.directory / "chunks.sqlite")
         self.db.executescript(_SCHEMA)
-        self.collection = self._collection(meta)
+        self.collection = self._collection(made=recorded is not None)
         self._encoder = encoder
         self._dense: VectorStore | None = None
         self._bm25 = None
@@ -165,13 +179,13 @@ class DocumentIndex:
             raise ValueError(f"{fusion}: bm25_weight {weight} is not between 0 and 1")
         return weight
 
-    def _collection(self, meta: Path) -> str:
+    def _collection(self, made: bool) -> str:
         """The Qdrant collection of this index's vectors: named once, when the index is made,
-        and kept in its database (an index made before: the one name all shared)."""
+        and kept in its database (an index ``made`` before: the one name all shared)."""
         row = self.db.execute("select value from meta where key = 'collection'").fetchone()
         if row is not None:
             return str(row[0])
-        name = COLLECTION if meta.is_file() else f"{COLLECTION}_{uuid.uuid4().hex[:16]}"
+        name = COLLECTION if made else f"{COLLECTION}_{uuid.uuid4().hex[:16]}"
         self.db.execute("insert into meta values ('collection', ?)", (name,))
         self.db.commit()
         return name
@@ -201,8 +215,7 @@ class DocumentIndex:
     @property
     def dense(self) -> VectorStore:
         if self._dense is None:
-            made = (self.directory / INDEX_FILE).is_file()
-            dim = None if made else _dimension(self.encoder)
+            dim = None if self.recorded else _dimension(self.encoder)
             self._dense = open_store(self.directory, self.store_spec, dim, self.collection)
         return self._dense
 
@@ -288,7 +301,7 @@ class DocumentIndex:
         # a Qdrant store takes each write at once, so the stores can part from the start; the
         # faiss file and the database change on disk only at the end (a stop while embedding
         # leaves both as they were: nothing to redo; a first build is marked throughout)
-        apart_from_start = self.store_spec != "faiss" or not (self.directory / INDEX_FILE).is_file()
+        apart_from_start = self.store_spec != "faiss" or not self.recorded
         if apart_from_start:
             write_text(updating, "an update is writing this index\n")
         known = dict(self.db.execute("select path, sha256 from files"))
@@ -306,6 +319,9 @@ class DocumentIndex:
                 self.directory,
             )
         for f in files:
+            if (why := not_read_here(f)) is not None:  # (a film is not hashed to be skipped)
+                report.read.skipped.append((str(f), why))
+                continue
             try:
                 digest = file_sha256(f)
             except OSError as err:
@@ -323,7 +339,7 @@ class DocumentIndex:
         for path in sorted(p for paths in gone.values() for p in paths):
             self._drop(path, dense)
             report.removed_files += 1
-        count, digests = self._count_tokens, dict(todo)
+        count, digests = self._count_tokens, {str(f): digest for f, digest in todo}
         chunked = []  # (file, its chunk rows): every new file read and cut first ...
         for path, docs in read_all([f for f, _ in todo], report.read):
             rows, unreadable = [], []
@@ -339,8 +355,11 @@ class DocumentIndex:
             if unreadable:
                 report.read.notes.append((str(path), _unreadable_note(unreadable)))
             chunked.append((path, rows))
+        for path in report.read.empty:  # a file emptied is a change: its chunks go
+            self._drop(path, dense)
+            self.db.execute("insert or replace into files values (?, ?)", (path, digests[path]))
         report.read.skipped = [  # a changed file that no longer reads keeps its old text
-            (f, f"{why}; the version indexed earlier is kept" if f in known else why)
+            (f, f"{why}{_kept(f in known, f in report.read.empty)}")
             for f, why in report.read.skipped
         ] + walk_skipped
         total, done = sum(len(rows) for _, rows in chunked), 0
@@ -354,7 +373,7 @@ class DocumentIndex:
                 done += len(part)
                 if progress is not None:
                     progress(done, total)
-            known_now = (str(path), digests[path])
+            known_now = (str(path), digests[str(path)])
             self.db.execute("insert or replace into files values (?, ?)", known_now)
             report.added_files += 1
         if not apart_from_start:
@@ -532,21 +551,15 @@ def fuse(
     return sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def require_index(directory: str | Path) -> bool:
-    """FileNotFoundError unless ``directory`` is a document index (a check of a file, for a
-    command to make before it loads a reader); whether its last update was interrupted."""
-    interrupted = (Path(directory) / UPDATING_FILE).is_file()
-    if not (Path(directory) / INDEX_FILE).is_file():
-        if interrupted:
-            raise FileNotFoundError(
-                f"{directory}: its first build stopped before it finished; run "
-                "`structqa index FOLDER --out INDEX` again"
-            )
-        raise FileNotFoundError(
-            f"{directory}: not a document index (no {INDEX_FILE}); build one with "
-            "`structqa index FOLDER --out INDEX`"
-        )
-    return interrupted
+def _kept(known: bool, empty: bool) -> str:
+    """What an update did with what it indexed earlier of a file it skipped."""
+    if not known:
+        return ""
+    return (
+        "; its chunks indexed earlier are dropped"
+        if empty
+        else "; the version indexed earlier is kept"
+    )
 
 
 def _moved_from(candidates: list[str], new: Path) -> str | None:

@@ -4,7 +4,9 @@ A file becomes one document (``.txt``, ``.md``, ``.html``/``.htm``, ``.pdf``: on
 file, a PDF's pages joined with their character offsets kept), or many (a SQuAD/MRQA file or
 Hugging Face's SQuAD records: each context; a BEIR ``corpus.jsonl[.gz]``: each record, title
 and text). A file that cannot be read (a corrupt PDF, a binary file named ``.txt``, text in no
-known encoding, an empty file) is skipped with its reason; the rest are read, nothing is lost.
+known encoding) is skipped with its reason, and so is an empty one (said apart: it holds no
+text, which an index takes as a change); the rest are read, nothing is lost (a PDF page that
+cannot be read costs that page, named in a note).
 
 Chunks follow sentence boundaries, at most ``max_tokens`` tokens of the sentence encoder
 (all-MiniLM-L6-v2 reads 256), consecutive chunks sharing their boundary sentence, so every
@@ -31,7 +33,7 @@ from pathlib import Path
 from structqa.data.hygiene import text_problem
 from structqa.data.records import DataError
 from structqa.data.squad import file_lines
-from structqa.documents.textfiles import Unreadable, decode, html_text
+from structqa.documents.textfiles import Empty, Unreadable, decode, html_text
 from structqa.text.spans import pieces
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,7 @@ class ReadReport:
     documents: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
     notes: list[tuple[str, str]] = field(default_factory=list)  # read, with a caveat
+    empty: list[str] = field(default_factory=list)  # of the skipped: files without any text
 
     def summary(self, details: bool = True) -> str:
         """The counts, then (``details``) each skipped file and note on a line of its own."""
@@ -110,22 +113,39 @@ def reader_kind(path: str | Path) -> str:
     return "none"
 
 
+def not_read_here(path: str | Path) -> str | None:
+    """Why no reader reads ``path``, by its name alone (a film, an archive), or None."""
+    if reader_kind(path) != "none":
+        return None
+    suffix = Path(path).suffix or "no suffix"
+    return f"not a document type read here ({suffix}); save it as PDF, HTML or text to index it"
+
+
 def read_documents(path: Path, notes: list[str] | None = None) -> list[Document]:
-    """The documents of one file (see the module docstring), or :class:`Unreadable`; caveats
-    of a file that was read (text that is not UTF-8) are appended to ``notes``."""
+    """The documents of one file (see the module docstring), or :class:`Unreadable` (an
+    empty file: :class:`Empty`); caveats of a file that was read (text that is not UTF-8, a
+    PDF page that was not) are appended to ``notes``."""
+    if (why := not_read_here(path)) is not None:
+        raise Unreadable(why)
+    if _blank(path):
+        raise Empty("empty file")
     kind = reader_kind(path)
     if kind == "pdf":
-        return [_pdf(path)]
+        return [_pdf(path, notes)]
     if kind == "html":
         return [_one(path, html_text(_checked(decode(path, notes, html=True))))]
     if kind == "text":
         return [_one(path, _checked(decode(path, notes)))]
-    if kind == "qa":
-        return _collection(path, notes)
-    raise Unreadable(
-        f"not a document type read here ({path.suffix or 'no suffix'}); save it as PDF, HTML "
-        "or text to index it"
-    )
+    return _collection(path, notes)
+
+
+def _blank(path: Path) -> bool:
+    """Whether the file holds nothing but ASCII whitespace (read until a byte that is not)."""
+    with open(path, "rb") as f:
+        while block := f.read(1 << 16):
+            if block.strip():
+                return False
+    return True
 
 
 def _checked(text: str) -> str:
@@ -140,21 +160,33 @@ def _checked(text: str) -> str:
 
 def _one(path: Path, text: str) -> Document:
     if not text.strip():
-        raise Unreadable("empty: no text")
+        raise Empty("empty: no text")
     return Document(str(path), str(path), path.stem, text)
 
 
-def _pdf(path: Path) -> Document:
+def _pdf(path: Path, notes: list[str] | None = None) -> Document:
     from pypdf import PdfReader
     from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
     # pypdf's own errors (a damaged file: PdfReadError, LimitReachedError on a reference loop,
     # ...) and what its parsing of a damaged object lets through: one bad PDF is skipped and
-    # named, never the end of indexing a whole folder
+    # named, never the end of indexing a whole folder; one bad page costs that page alone
     damaged = (PyPdfError, ValueError, KeyError, IndexError, TypeError, AttributeError)
+    broken = (*damaged, NotImplementedError, AssertionError, RecursionError, OSError)
+    texts: list[str] = []
+    failed: list[tuple[int, BaseException]] = []  # (page number, why)
     try:
         reader = PdfReader(str(path))
-        texts = [page.extract_text() or "" for page in reader.pages]
+        for number, page in enumerate(reader.pages, start=1):
+            try:
+                texts.append(page.extract_text() or "")
+            except (DependencyError, FileNotDecryptedError):
+                raise  # (the whole file's: said below)
+            except broken as err:
+                texts.append("")  # an empty page keeps the others' numbers
+                failed.append((number, err))
+        if failed and len(failed) == len(texts):
+            raise failed[0][1]
     except DependencyError as err:  # AES without pypdf's crypto extra
         raise Unreadable(
             f"an encrypted PDF that needs a cryptography library ({err}); "
@@ -164,11 +196,18 @@ def _pdf(path: Path) -> Document:
         raise Unreadable(
             "a password-protected PDF; save a copy without the password, or export its text"
         ) from None
-    except (*damaged, NotImplementedError, AssertionError, RecursionError, OSError) as err:
+    except broken as err:
         raise Unreadable(
             f"not a readable PDF ({type(err).__name__}: {err}); open and re-save it as PDF, "
             "or export its text"
         ) from None
+    if failed and notes is not None:
+        numbers = ", ".join(str(n) for n, _ in failed[:10]) + (" ..." if len(failed) > 10 else "")
+        first, pages = failed[0][1], "pages" if len(failed) > 1 else "page"
+        notes.append(
+            f"{pages} {numbers} of {len(texts)} not read ({type(first).__name__}: {first}), "
+            "the other pages indexed; open and re-save it as PDF, or export those pages' text"
+        )
     # a NUL or lone surrogate in extracted text is the extractor's (an unmapped glyph), not
     # the document's: a space or U+FFFD in its place keeps every offset
     texts = [_LONE_SURROGATE.sub("\ufffd", text.replace("\x00", " ")) for text in texts]
@@ -489,6 +528,10 @@ def read_all(paths: Iterable[Path], report: ReadReport) -> Iterator[tuple[Path, 
         notes: list[str] = []
         try:
             docs = read_documents(path, notes)
+        except Empty as err:  # (a file with no text: an index drops what it held of it)
+            report.skipped.append((str(path), str(err)))
+            report.empty.append(str(path))
+            continue
         except (Unreadable, OSError) as err:
             report.skipped.append((str(path), str(err)))
             continue

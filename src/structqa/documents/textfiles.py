@@ -15,12 +15,17 @@ class Unreadable(ValueError):
     """A file that cannot be read as a document, and why."""
 
 
+class Empty(Unreadable):
+    """A file without any text: no document, and a real change to a file indexed before (its
+    chunks go, where an unreadable file keeps the version indexed earlier)."""
+
+
 def decode(path: Path, notes: list[str] | None, html: bool = False) -> str:
     """A text file's text: by its byte-order mark, else (``html``) the charset its page
     declares, else UTF-8, mended UTF-8, cp1252 or Latin-1, each fallback noted."""
     data = path.read_bytes()
     if not data.strip():
-        raise Unreadable("empty file")
+        raise Empty("empty file")
     # a byte-order mark names the encoding: UTF-16 (Windows' "Unicode" text) has NUL bytes,
     # and UTF-8's mark is not text (it once led every chunk of such a file)
     marks = (  # UTF-32's before UTF-16's, which begin them
@@ -35,11 +40,15 @@ def decode(path: Path, notes: list[str] | None, html: bool = False) -> str:
             try:
                 text = data[len(bom) :].decode(encoding)
             except UnicodeDecodeError as err:
-                raise Unreadable(f"starts as {encoding} text but is not ({err})") from None
+                if encoding != "utf-8":
+                    raise Unreadable(f"starts as {encoding} text but is not ({err})") from None
+                # UTF-8 with a stray byte reads as it does without the mark
+                text = data[len(bom) :].decode("utf-8", errors="replace")
+                _note_mended(data[len(bom) :], text, err.start + len(bom), notes)
             if encoding != "utf-8" and notes is not None:
                 notes.append(f"read as {encoding.upper()} (its byte-order mark)")
             if not text.strip():
-                raise Unreadable("empty file")
+                raise Empty("empty file")
             return text
     if b"\x00" in data[:4096]:
         raise Unreadable("binary content (NUL bytes), not text")
@@ -61,11 +70,7 @@ def decode(path: Path, notes: list[str] | None, html: bool = False) -> str:
     if any(ord(c) > 127 and c != "\ufffd" for c in mended):
         # UTF-8 text with a few stray bytes (a Latin-1 character pasted in): read as UTF-8,
         # the stray bytes shown as U+FFFD, rather than the whole file misread as cp1252
-        bad = mended.count("\ufffd") - data.count("\ufffd".encode())
-        said.append(
-            f"UTF-8 with {bad} byte sequence(s) that are not, read as U+FFFD (the first at "
-            f"byte {first}); save the file as UTF-8 to keep those characters"
-        )
+        _note_mended(data, mended, first, said)
         return mended
     for encoding in ENCODINGS[1:]:
         try:
@@ -76,6 +81,17 @@ def decode(path: Path, notes: list[str] | None, html: bool = False) -> str:
         return text
     said.append("not UTF-8 nor cp1252; read as Latin-1 (ISO 8859-1), which reads any byte")
     return data.decode("latin-1")
+
+
+def _note_mended(data: bytes, mended: str, first: int, notes: list[str] | None) -> None:
+    """Note that ``data``, UTF-8 but for some byte sequences, was read as ``mended`` (U+FFFD
+    for those): ``first`` is where the first lies in the file (its byte-order mark counted)."""
+    if notes is not None:
+        bad = mended.count("\ufffd") - data.count("\ufffd".encode())
+        notes.append(
+            f"UTF-8 with {bad} byte sequence(s) that are not, read as U+FFFD (the first at "
+            f"byte {first}); save the file as UTF-8 to keep those characters"
+        )
 
 
 _META_CHARSET = re.compile(

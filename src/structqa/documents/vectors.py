@@ -16,6 +16,8 @@ from typing import Protocol
 
 import numpy as np
 
+from structqa.io import write_bytes
+
 STORES = ("faiss", "qdrant")  # and qdrant:URL, a Qdrant server or cluster
 # the collection of an index built before each index named its own (on a server, indexes
 # sharing one name overwrote each other's vectors: points are keyed by chunk id, which starts at
@@ -51,7 +53,15 @@ class FaissStore:
 
         self.path = directory / "dense.faiss"
         if self.path.is_file():
-            self.index = faiss.read_index(str(self.path))
+            try:
+                self.index = faiss.read_index(str(self.path))
+            except RuntimeError as err:  # (faiss's C++ errors: a file cut short or altered)
+                why = str(err).rsplit("Error: ", 1)[-1].strip()
+                raise ValueError(
+                    f"{self.path}: not a readable faiss index ({why}), so the index's vectors "
+                    f"are lost; delete {directory} and build it again (`structqa index FOLDER "
+                    f"--out {directory}`, FOLDER: the folders it indexed)"
+                ) from None
         elif dim is None:
             raise FileNotFoundError(
                 f"{self.path}: missing, so the index has lost its vectors; delete {directory} "
@@ -81,11 +91,11 @@ class FaissStore:
         ]
 
     def save(self) -> None:
+        """Written whole and on disk before it replaces the file (a power cut leaves the old
+        one or the new, never a file cut short)."""
         import faiss
 
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        faiss.write_index(self.index, str(tmp))
-        tmp.replace(self.path)
+        write_bytes(self.path, faiss.serialize_index(self.index).tobytes())
 
     def close(self) -> None:
         """(Nothing held open.)"""
