@@ -182,7 +182,7 @@ def test_checkpoint_tensors_the_model_lacks_or_misshapes_are_errors(
 
 
 def test_drop_train_keeps_a_stacked_relative_encoder_and_refuses_pos_inputs(
-    tmp_path, tiny_checkpoint, shared_data
+    tmp_path, tiny_checkpoint, shared_data, caplog
 ):
     import shutil
 
@@ -201,7 +201,11 @@ def test_drop_train_keeps_a_stacked_relative_encoder_and_refuses_pos_inputs(
         if (tiny_checkpoint / f).exists():
             shutil.copy(tiny_checkpoint / f, tmp_path / "anna" / f)
     args = tiny_args(tmp_path / "anna", shared_data, tmp_path / "run")
-    model, _ = loop.build_genbert(load_drop_config(overrides=args))
+    with caplog.at_level("WARNING"):
+        model, _ = loop.build_genbert(load_drop_config(overrides=args))
+    # its NAA sub-layer runs causally in the decoder too, where the first position sees none:
+    # a combination neither paper describes, said
+    assert "neighbor-aware (NAA) sub-layer; GenBERT's decoder reuses it" in caplog.text
     assert model.encoder.layers[0].spec == anna.layers[0].spec
     assert attention_options(model.encoder).relative_keys
     for key, value in anna.state_dict().items():

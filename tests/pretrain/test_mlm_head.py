@@ -179,3 +179,18 @@ def test_untied_head_is_rejected(tiny_checkpoint: Path) -> None:
     b = BertEncoder.from_pretrained(tiny_checkpoint)
     with pytest.raises(ValueError, match="not tied"):
         MaskedLM(a, ensure_mlm_head(b))
+
+
+def test_a_batch_with_nothing_masked_has_a_zero_loss_not_nan(tiny_checkpoint: Path) -> None:
+    """A short window whose one word outruns the masking budget has no label: the loss over
+    nothing was NaN, and one such step poisoned every weight."""
+    model = MaskedLM.from_pretrained(tiny_checkpoint)
+    ids = torch.tensor([[2, 7, 8, 3]])  # (ids inside the tiny vocabulary)
+    labels = torch.full_like(ids, -100)
+    out = model(ids, torch.ones_like(ids), labels=labels)
+    assert out.loss is not None and torch.isfinite(out.loss) and float(out.loss) == 0.0
+    out.loss.backward()  # the graph is kept: a step over it changes nothing
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(float(g.abs().sum()) == 0.0 for g in grads)
+    labels[0, 1] = 7
+    assert float(model(ids, torch.ones_like(ids), labels=labels).loss) > 0.0

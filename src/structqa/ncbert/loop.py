@@ -150,11 +150,21 @@ def prepare_data(cfg: DropConfig, tokenizer) -> DropData:
 def drop_ready(encoder: BertEncoder, path: str | Path) -> BertEncoder:
     """``encoder`` if GenBERT can feed it: any stacking (SA/NAA) and relative-position
     attention work; POS-tag inputs and entity-aware attention need per-token tags that the
-    DROP features do not carry yet, so they are refused here rather than failing mid-run."""
+    DROP features do not carry yet, so they are refused here rather than failing mid-run.
+    The decoder reuses the encoder's sub-layers under its causal mask: an NAA sub-layer
+    there attends to the earlier positions alone (the first, none: its residual alone goes
+    on), which neither GenBERT nor ANNA describes; said in the log."""
     if encoder.config.pos_vocab_size or attention_options(encoder).entity_bias:
         raise ValueError(
             f"{path}: this encoder takes POS-tag inputs or entity-aware attention, which "
             "drop-train does not feed yet; pre-train without them for DROP"
+        )
+    if "naa" in encoder.config.block:
+        log.warning(
+            "%s: the encoder has a neighbor-aware (NAA) sub-layer; GenBERT's decoder reuses "
+            "it under its causal mask, where each position attends to the earlier ones alone "
+            "(the first to none): a combination neither paper describes",
+            path,
         )
     return encoder
 

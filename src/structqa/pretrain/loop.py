@@ -197,6 +197,8 @@ def evaluate_mlm(
             out = _forward(model, model, batch)  # logits (M, V) of the labeled tokens
         picked = out.logits
         gold = batch.labels[batch.labels != IGNORE_INDEX]
+        if not len(gold):  # nothing masked in this batch: nothing to score
+            continue
         loss_sum += float(out.loss) * len(gold)  # the mean over them, back to a sum
         correct += int((picked.argmax(-1) == gold).sum())
         count += len(gold)

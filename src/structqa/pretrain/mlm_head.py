@@ -151,6 +151,10 @@ class MaskedLM(nn.Module):
         # (B, N, V) logits were most of a step's time and memory (12 GB at batch 32 x 384)
         sel = labels != IGNORE_INDEX  # (B, N)
         logits = self.head(hidden[sel])  # (M, V)
+        if logits.shape[0] == 0:
+            # no token to predict (a short window whose one word outran the masking budget):
+            # a zero loss that keeps the graph, where the mean over nothing was NaN
+            return MLMOutput(logits=logits, loss=logits.float().sum() * 0.0)
         loss = F.cross_entropy(logits.float(), labels[sel])
         return MLMOutput(logits=logits, loss=loss)
 
