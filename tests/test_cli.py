@@ -501,3 +501,13 @@ def test_the_quickstarts_next_train_command_reads_every_question_from_its_reader
     cfg = load_config(None, words[2:])
     assert cfg.data.train_size == "all" and "YOUR_TRAIN.json" in str(cfg.data.train)
     assert cfg.model.init_from == str(best) and cfg.model.head == "dyrex"
+
+
+def test_a_setting_given_with_a_space_says_to_use_equals(capsys) -> None:
+    """`--train.lr 3e-5` (a space, not '='): the hint says how settings are written, not an
+    option of another name."""
+    with pytest.raises(SystemExit):
+        main(["quickstart", "--train.lr", "3e-5"])
+    err = capsys.readouterr().err
+    assert "--train.lr: a setting takes its value after '=' (--train.lr=VALUE" in err
+    assert "did you mean" not in err

@@ -135,10 +135,15 @@ def main(argv: list[str] | None = None) -> int:
         # the subcommand's own usage, and the option meant where one is close
         command = _subcommand_parser(parser, args.command)
         options = [o for a in command._actions for o in a.option_strings]
+        # a setting given as `--data.train FILE`: its value may have been read as a positional
+        spaced = [x for x in bad if x.startswith("--") and "=" not in x and "." in x]
         hints = [
+            f"{x}: a setting takes its value after '=' ({x}=VALUE, one argument)" for x in spaced
+        ] + [
             f"{x.split('=')[0]}: did you mean {close[0]}?"
             for x in bad
             if x.startswith("-")
+            and x not in spaced
             and (close := difflib.get_close_matches(x.split("=")[0], options, n=1, cutoff=0.6))
         ]
         command.error(f"unrecognized arguments: {' '.join(bad)}" + "".join(f"; {h}" for h in hints))

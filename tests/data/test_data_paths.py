@@ -41,8 +41,27 @@ def test_explicit_missing_dir_is_an_error(
     missing = tmp_path / "nowhere"
     if source == DATA_ENV:
         no_env.setenv(DATA_ENV, str(missing))
-    with pytest.raises(FileNotFoundError, match=f"from {source} does not exist"):
+    with pytest.raises(FileNotFoundError, match=f"from {source}.* does not exist"):
         resolve_data_dir(str(missing) if source == "--data" else None)
+
+
+def test_a_missing_data_dir_setting_is_named_as_the_setting(tmp_path: Path) -> None:
+    """A YAML's or an override's data.dir reaches the same value as --data: the error names
+    both, not --data alone."""
+    from structqa.config import load_config
+    from structqa.training.data import data_path
+
+    cfg = load_config(overrides=[f"data.dir={tmp_path / 'nowhere'}"])
+    with pytest.raises(FileNotFoundError, match="from --data or data.dir does not exist"):
+        data_path(cfg, "train.json")
+
+
+def test_a_checkpoint_folder_that_is_not_there_is_named_so() -> None:
+    """Before the quickstart has run, its checkpoint is missing, not broken."""
+    from structqa.models.build import not_a_checkpoint
+
+    said = not_a_checkpoint(Path("runs/quickstart/best"))
+    assert "no such folder" in said and "run it first" in said and "structqa quickstart" in said
 
 
 def test_sibling_shared_data_of_cwd(tmp_path: Path, no_env: pytest.MonkeyPatch) -> None:

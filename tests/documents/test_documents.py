@@ -231,7 +231,8 @@ def test_ask_reads_the_retrieved_chunks_and_answers_with_sources(
     reply = json.loads(capsys.readouterr().out)
     assert reply["answers"][0]["text"] == result.answers[0].text
     assert main(["ask", str(out), "--question", "Where?"]) == 2  # no reader named
-    assert "structqa reader build" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "structqa reader build" in err and "give --checkpoint CKPT" in err
     # --whole-words as serve and predict take it: the same answers as the API widened
     widened = Predictor.from_checkpoint(tiny_trained_run / "best", bf16="off", whole_words=True)
     (wide,) = ask(index, widened, ["Where is Mount Etna?"], top_k_chunks=3)

@@ -31,6 +31,27 @@ def test_flags_and_defaults():
     assert (args.max_batch_windows, args.max_context_chars, args.whole_words) == (1, 5, False)
 
 
+def test_a_port_in_use_and_a_mistyped_index_fail_before_the_model_loads(tmp_path, capsys):
+    """Said in one line naming what to change, before the model loads (the checkpoint given
+    here holds no weights: loading it would be the error otherwise)."""
+    import socket
+
+    from structqa.cli import main
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"")
+    missing = str(tmp_path / "ckpt")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", missing, "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "--port N" in err
+    assert main(["serve", missing, "--port", "0", "--index", str(tmp_path / "idx")]) == 2
+    assert "not a document index" in capsys.readouterr().err
+
+
 def test_serve_command_answers_and_hides_paths(tiny_trained_run, monkeypatch):
     monkeypatch.setenv("STRUCTQA_API_KEY", "k")
     with serve_command(tiny_trained_run / "best", "--bf16", "off") as url:

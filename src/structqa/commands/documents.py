@@ -40,7 +40,7 @@ def _reader(checkpoint: str | None) -> str:
     general reader."""
     found = find_reader(checkpoint)
     if found is None:
-        raise ValueError(no_reader_message())
+        raise ValueError(no_reader_message("--checkpoint CKPT"))
     return str(found)
 
 

@@ -174,10 +174,21 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
             raise ValueError(f"{option} must be above 0, got {value}")
     if not settings.max_wait_ms >= 0:
         raise ValueError(f"--max-wait-ms must be 0 or more, got {settings.max_wait_ms}")
+    if args.index:  # a mistyped index fails before the model loads, as for `ask`
+        from structqa.documents.index import require_index
+
+        require_index(args.index)
     # the socket first: a port in use fails before the model loads
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as err:
+        sock.close()
+        raise OSError(
+            f"cannot listen on {args.host}:{args.port} ({err.strerror or err}): another "
+            "program (another `structqa serve`?) uses it; give --port N (0: any free port)"
+        ) from None
     t0 = time.perf_counter()
     predictor = answering_predictor(args)
     documents = None

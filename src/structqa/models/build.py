@@ -289,6 +289,11 @@ def set_dropout(module: nn.Module, hidden: float | None, attention: float | None
 def not_a_checkpoint(path: Path, missing: str = "model.safetensors") -> str:
     """The error for a directory without a checkpoint (``missing`` is the file it lacks),
     pointing into a run directory's."""
+    if not path.exists():
+        made_by = (
+            " (made by `structqa quickstart`: run it first)" if "quickstart" in path.parts else ""
+        )
+        return f"{path}: no such folder{made_by}; give a checkpoint directory, e.g. RUN/best"
     held = [d for d in ("best", "last", "final") if (path / d / missing).exists()]
     hint = f"; it is a run directory: give {path / held[0]}" if held else ""
     return f"{path}: not a structqa checkpoint (no {missing}){hint}"

@@ -424,7 +424,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
 
     opts.out.mkdir(parents=True, exist_ok=True)
     _check_options(opts)
-    data_dir = resolve_data_dir(opts.data_dir)
+    data_dir = resolve_data_dir(opts.data_dir, "--data")
     data_out = opts.out / "data"
 
     def data_stage() -> dict[str, Any]:
