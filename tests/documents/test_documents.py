@@ -165,6 +165,23 @@ def test_hybrid_combines_min_max_normalized_scores_by_the_bm25_weight() -> None:
     assert combine([], [], 0.5) == [] and combine([(4, 2.0)], [], 0.5) == [(4, 0.5)]
 
 
+@pytest.mark.parametrize("weight", [0.5, None])  # the convex combination, and rrf
+def test_a_deeper_fetch_extends_the_fused_ranking_and_never_reorders_its_head(weight) -> None:
+    """Fused over each ranking's top 100 whatever the depth: normalized over 200-400 chunks
+    (an evaluation fetching deeper for recall@100), the top 10 that search and ask use moved."""
+    from structqa.documents.mixing import FUSION_POOL, pooled
+
+    # BM25 scores fall steeply and the dense ones slowly: a deeper tail changes the min-max
+    sparse = [(i, 100.0 - i * i / 100) for i in range(300)]
+    dense = [((i * 7) % 300, 0.9 - i / 1000) for i in range(300)]
+    shallow = pooled(sparse[:FUSION_POOL], dense[:FUSION_POOL], weight)
+    deep = pooled(sparse, dense, weight)
+    assert deep[: len(shallow)] == shallow
+    assert len({i for i, _ in deep}) == len(deep) and {i for i, _ in deep} == set(range(300))
+    if weight is not None:  # (what it guards against: normalized over all 300, the head moves)
+        assert [i for i, _ in combine(sparse, dense, weight)][:10] != [i for i, _ in shallow][:10]
+
+
 def test_ndcg_and_recall_follow_trec_eval(tmp_path: Path) -> None:
     relevant = {"a": 2, "b": 1, "z": 0}
     assert ndcg_at(["a", "b", "c"], relevant) == pytest.approx(1.0)

@@ -3,6 +3,7 @@
 or both (:mod:`~structqa.documents.index`), and retrieval scored as BEIR scores it
 (:mod:`~structqa.documents.metrics`)."""
 
-from structqa.documents.index import RETRIEVERS, DocumentIndex, Hit, combine, fuse
+from structqa.documents.index import RETRIEVERS, DocumentIndex, Hit
+from structqa.documents.mixing import combine, fuse
 
 __all__ = ["RETRIEVERS", "DocumentIndex", "Hit", "combine", "fuse"]

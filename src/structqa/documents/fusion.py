@@ -18,7 +18,8 @@ from pathlib import Path
 
 from structqa.data.records import Example
 from structqa.documents.evaluate import check_passages_indexed, gold_found
-from structqa.documents.index import BM25_WEIGHT, FUSION_FILE, DocumentIndex, combine
+from structqa.documents.index import BM25_WEIGHT, FUSION_FILE, DocumentIndex
+from structqa.documents.mixing import combine
 from structqa.io import write_json
 
 GRID = tuple(round(0.05 * i, 2) for i in range(21))  # 0.0 (dense alone) .. 1.0 (BM25 alone)

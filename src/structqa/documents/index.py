@@ -54,6 +54,7 @@ from structqa.documents.ingest import (
     read_all,
     reader_kind,
 )
+from structqa.documents.mixing import FUSION_POOL, pooled
 from structqa.documents.vectors import COLLECTION, VectorStore, open_store
 from structqa.io import write_text
 from structqa.manifest import file_sha256
@@ -61,7 +62,6 @@ from structqa.manifest import file_sha256
 log = logging.getLogger(__name__)
 
 RETRIEVERS = ("bm25", "dense", "hybrid", "rrf")
-RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al. 2009)
 BM25_WEIGHT = 0.5  # hybrid: BM25's share of the combined score, unless the index has a fit
 FUSION_FILE = "fusion.json"  # {"bm25_weight": w, ...}: written by `structqa fit-fusion`
 ENCODER_TOKENS = 256  # all-MiniLM-L6-v2's limit; chunks are cut to fit it
@@ -465,11 +465,9 @@ class DocumentIndex:
         elif retriever == "dense":
             ranked = self._dense_ranked(queries, k)
         else:
-            both = self.ranked_both(queries, max(k, 100))
-            if retriever == "hybrid":
-                ranked = [combine(s, d, self.bm25_weight) for s, d in both]
-            else:
-                ranked = [fuse([s, d]) for s, d in both]
+            both = self.ranked_both(queries, max(k, FUSION_POOL))
+            weight = self.bm25_weight if retriever == "hybrid" else None
+            ranked = [pooled(s, d, weight) for s, d in both]
         return [self._hits(r[:k]) for r in ranked]
 
     def ranked_both(
@@ -518,37 +516,6 @@ class DocumentIndex:
                 self.db.execute(f"select id, doc_id from chunks where id in ({marks})", part)
             )
         return out
-
-
-def _min_max(ranking: Sequence[tuple[int, float]]) -> dict[int, float]:
-    if not ranking:
-        return {}
-    scores = [s for _, s in ranking]
-    low, span = min(scores), max(scores) - min(scores)
-    return {item: (s - low) / span if span > 0 else 1.0 for item, s in ranking}
-
-
-def combine(
-    sparse: Sequence[tuple[int, float]], dense: Sequence[tuple[int, float]], bm25_weight: float
-) -> list[tuple[int, float]]:
-    """Convex combination: ``bm25_weight`` x BM25's score + (1 - it) x the dense score, each
-    min-max normalized over its ranking (an item a ranking lacks scores 0 there); best first,
-    ties by id."""
-    a, b = _min_max(sparse), _min_max(dense)
-    score = {i: bm25_weight * a.get(i, 0.0) + (1 - bm25_weight) * b.get(i, 0.0) for i in a | b}
-    return sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
-
-
-def fuse(
-    rankings: Sequence[Sequence[tuple[int, float]]], k: int = RRF_K
-) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion: each item scores sum(1 / (k + rank)) over the rankings that
-    hold it (rank from 1); best first, ties by id."""
-    score: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, (item, _) in enumerate(ranking, start=1):
-            score[item] = score.get(item, 0.0) + 1.0 / (k + rank)
-    return sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def _kept(known: bool, empty: bool) -> str:
