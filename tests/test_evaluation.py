@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,24 +14,38 @@ from structqa.prediction.predictor import Predictor
 
 @pytest.fixture(scope="module")
 def v2_eval(tiny_trained_run, shared_data, tmp_path_factory):
+    """The tiny run's weights with no record of a threshold (neither a calibration nor an
+    evaluation: a checkpoint with one scores at it), scored on SQuAD 2.0 questions: the
+    threshold is tuned on the file itself."""
+    import shutil
+
+    from structqa.manifest import write_manifest
+
     out = tmp_path_factory.mktemp("v2eval")
+    bare = Path(shutil.copytree(tiny_trained_run / "best", out / "ckpt"))
+    for name in ("calibration.json", "metrics.json"):
+        (bare / name).unlink(missing_ok=True)
+    write_manifest(bare)
     code = main(
         [
             "evaluate",
-            str(tiny_trained_run / "best"),
+            str(bare),
             f"--data={shared_data}",
             "--eval",
             str(shared_data / "splits" / "squad2-heldout.v2.0.json"),
             "--eval-size",
             "60",
             "--out",
-            str(out),
+            str(out / "eval"),
             "--bf16",
             "off",
         ]
     )
     assert code == 0
-    return out
+    assert json.loads((out / "eval" / "metrics.json").read_text())["null_threshold_source"] == (
+        "this file"
+    )
+    return out / "eval"
 
 
 def test_v2_metrics_and_threshold_are_consistent(v2_eval, shared_data, capsys):
@@ -110,6 +125,11 @@ def test_threshold_is_realizable_with_tied_null_odds():
     result = score_predictions(examples, preds, version_2=True)
     assert result.metrics["best_f1"] == pytest.approx(100.0)  # the official, unrealizable
     assert result.metrics["f1"] == pytest.approx(200 / 3)  # what predictions.json scores
+    # scored at a threshold fitted elsewhere (a test file at validation's), the F1 logged and
+    # compared is the one at that threshold, never the search tuned on the scored file
+    given = score_predictions(examples, preds, version_2=True, null_threshold=5.0)
+    assert given.metrics["best_f1"] == pytest.approx(100.0)
+    assert given.f1 == given.metrics["f1"] == pytest.approx(200 / 3)
 
 
 def test_threshold_below_every_value_when_abstaining_everywhere_is_best():

@@ -33,9 +33,14 @@ class EvalResult:
     predictions: dict[str, Prediction]
     null_threshold: float | None  # None for SQuAD 1.1-style (always answer)
     null_odds_verified: bool = False  # the predictions' null odds are a verifier's
+    threshold_given: bool = False  # scored at a threshold fitted elsewhere, not tuned here
 
     @property
     def f1(self) -> float:
+        """F1 at the threshold the answers were scored at: the given one (a test file scored
+        at validation's: its own best_f1 was tuned on it), else the best on this file."""
+        if self.threshold_given:
+            return self.metrics.get("f1", 0.0)
         return self.metrics.get("best_f1", self.metrics.get("f1", 0.0))
 
     def answers(self) -> dict[str, str]:
@@ -137,7 +142,8 @@ def score_predictions(
         **{k: v for k, v in official.items() if k.startswith("best_")},
         **answerability_metrics(gold, predictions),
     }
-    return EvalResult(metrics, predictions, None if thresh == ANSWER_ALL else thresh)
+    given = null_threshold is not None
+    return EvalResult(metrics, predictions, None if thresh == ANSWER_ALL else thresh, False, given)
 
 
 def answerability_metrics(

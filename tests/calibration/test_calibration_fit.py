@@ -144,3 +144,49 @@ def _scores_of(preds: list[Prediction]) -> Scores:
     from structqa.calibration.fit import scores_from_predictions
 
     return scores_from_predictions({p.id: p for p in preds}, [p.id for p in preds], True)
+
+
+@pytest.mark.parametrize("order", [[1, 1, 0, 0], [0, 0, 1, 1], [0, 1, 0, 1]])
+def test_isotonic_pools_questions_of_one_score_whatever_their_order(order) -> None:
+    """Four questions at one score, half right: (2 + 1) / (4 + 2) = 0.5 in any order (the
+    order once split them into blocks, and the map said 0.75 at that score)."""
+    from structqa.calibration.fit import fit_isotonic
+
+    one = fit_isotonic(np.full(4, 0.3), np.array(order))
+    assert one(np.array([0.3]))[0] == pytest.approx(0.5)
+    two = fit_isotonic(np.array([0.2, 0.2, 0.6, 0.6]), np.array(order))
+    rising = order == [0, 0, 1, 1]  # both wrong at 0.2, both right at 0.6: 1/4 and 3/4
+    expected = [0.25, 0.75] if rising else [0.5, 0.5]
+    assert np.allclose(two(np.array([0.2, 0.6])), expected)
+
+
+def test_platt_never_reverses_the_scores_nor_says_certain() -> None:
+    """One distinct score, all right, or a fit that would decrease: the constant accuracy,
+    smoothed (3 right of 4 at one score: 4/6, never a map that falls from 0.91 to 0.15)."""
+    from structqa.calibration.fit import fit_platt
+
+    flat = fit_platt(np.full(4, 0.2), np.array([1, 0, 1, 1]))
+    assert flat.a == 0.0 and np.allclose(flat(np.array([0.05, 0.9])), 4 / 6)
+    sure = fit_platt(np.array([0.3, 0.6, 0.8]), np.array([1, 1, 1]))
+    assert np.allclose(sure(np.array([0.3, 0.99])), 4 / 5)
+    reversed_ = fit_platt(np.array([0.1, 0.4, 0.6, 0.9] * 5), np.array([1, 1, 0, 0] * 5))
+    assert reversed_.a == 0.0 and np.allclose(reversed_(np.array([0.1, 0.9])), 11 / 22)
+    rising = fit_platt(np.array([0.1, 0.4, 0.6, 0.9] * 5), np.array([0, 0, 1, 1] * 5))
+    assert rising.a > 0 and rising(np.array([0.9]))[0] > rising(np.array([0.1]))[0]
+
+
+def test_a_question_without_a_span_reads_back_with_the_decoders_score(tmp_path) -> None:
+    """Fitted from the saved files (as train and the grids fit) and applied to live answers,
+    a span-less question's span score must be one value: the decoder's sentinel, not 0.0."""
+    from structqa.calibration.report import predictions_from_files
+    from structqa.decoding import NEG
+    from structqa.evaluation import EvalResult, write_outputs
+
+    live = {
+        "q": Prediction("q", "", -1, -1, NEG, 2.0, 2.0 - NEG),
+        "r": Prediction("r", "x", 0, 1, 3.0, 1.0, -2.0, (Candidate("x", 0, 1, 3.0, 1.0),)),
+    }
+    write_outputs(EvalResult({"f1": 0.0}, live, 0.0), tmp_path)
+    saved = predictions_from_files(tmp_path)
+    assert saved["q"].score == live["q"].score == NEG
+    assert saved["r"].score == 3.0 and saved["q"].null_odds == pytest.approx(live["q"].null_odds)

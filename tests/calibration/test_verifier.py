@@ -257,6 +257,21 @@ def test_similarity_features_use_the_shipped_sentence_encoder():
         feature_matrix(ex, preds, names)
 
 
+def test_a_full_embedding_cache_makes_room_without_losing_what_a_call_reads(monkeypatch):
+    """Past the cache's size a call cleared it, then looked up texts it had counted as cached
+    (a KeyError in serve once the cache filled, and in any fit over more texts)."""
+    from structqa.calibration import similarity
+
+    monkeypatch.setattr(similarity, "CACHE_TEXTS", 4)
+    from structqa.paths import default_encoder_path
+
+    encoder = similarity.SentenceEncoder(str(default_encoder_path()), cache=True)
+    first = encoder(["s1", "s2", "q1"])
+    again = encoder(["s1", "s2", "q2", "q3"])  # 3 cached + 2 new > 4
+    assert np.allclose(again[:2], first[:2]) and again.shape == (4, first.shape[1])
+    assert set(encoder.cache) == {"s1", "s2", "q2", "q3"}
+
+
 def test_calibrate_fits_and_saves_a_similarity_verifier(tmp_path):
     examples, predictions = _synthetic_v2()
     cal = calibrate(examples, predictions, version_2=True, verifier="similarity")

@@ -164,13 +164,26 @@ class Platt:
 
 
 def fit_platt(p: np.ndarray, correct: np.ndarray, weights: np.ndarray | None = None) -> Platt:
-    """The Platt map of ``p`` with the lowest (weighted) log-loss of ``correct``."""
+    """The Platt map of ``p`` with the lowest (weighted) log-loss of ``correct``, never
+    decreasing: where the scores cannot order the answers (one distinct score, answers all
+    right or all wrong) or the best fit would reverse them, the constant accuracy, smoothed
+    as the isotonic map's blocks are ((correct + 1) / (n + 2): all right is not certainty)."""
+    p, correct = np.asarray(p, dtype=float), np.asarray(correct, dtype=float)
+    w = np.ones(len(p)) if weights is None else np.asarray(weights, dtype=float)
+    rate = float(np.average(correct, weights=w))
+    size = float(w.sum() ** 2 / (w * w).sum())  # the effective number of questions
+    constant = (rate * size + 1.0) / (size + 2.0)
+    flat = Platt(0.0, float(np.log(constant / (1.0 - constant))))
+    if np.unique(p).size < 2 or rate in (0.0, 1.0):
+        return flat
     best = minimize(
         lambda ab: log_loss(Platt(float(ab[0]), float(ab[1]))(p), correct, weights),
         np.array([1.0, 0.0]),
         method="Nelder-Mead",
         options={"xatol": 1e-4, "fatol": 1e-7},
     )
+    if best.x[0] < 0:  # higher scores less often right: not a calibration of these scores
+        return flat
     return Platt(float(best.x[0]), float(best.x[1]))
 
 
@@ -182,16 +195,26 @@ def fit_isotonic(p: np.ndarray, correct: np.ndarray, weights: np.ndarray | None 
     order = np.argsort(p, kind="stable")
     xs, ys = p[order].astype(float), correct[order].astype(float)
     ws = np.ones(len(xs)) if weights is None else np.asarray(weights, dtype=float)[order]
+    # questions of one score are one point (their order must not split them into blocks
+    # that disagree at that score: the map then depended on the questions' order)
+    values, first = np.unique(xs, return_index=True)
+    points = zip(
+        values.tolist(),
+        np.add.reduceat(ws * ys, first).tolist(),
+        np.add.reduceat(ws, first).tolist(),
+        np.add.reduceat(ws * ws, first).tolist(),
+        strict=True,
+    )
     # blocks as (sum w x, sum w y, sum w, sum w^2), merged while their means decrease
     sx: list[float] = []
     sy: list[float] = []
     n: list[float] = []
     n2: list[float] = []
-    for x, y, w in zip(xs.tolist(), ys.tolist(), ws.tolist(), strict=True):
+    for x, wy, w, w2 in points:
         sx.append(w * x)
-        sy.append(w * y)
+        sy.append(wy)
         n.append(w)
-        n2.append(w * w)
+        n2.append(w2)
         while len(n) > 1 and sy[-2] / n[-2] >= sy[-1] / n[-1]:
             x_last, y_last, n_last, n2_last = sx.pop(), sy.pop(), n.pop(), n2.pop()
             sx[-1] += x_last

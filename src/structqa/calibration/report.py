@@ -35,7 +35,7 @@ from structqa.calibration.verifier import (
 from structqa.config import VERIFIER_AUTO
 from structqa.data.overlap import passage_key
 from structqa.data.records import Example
-from structqa.decoding import Candidate, Prediction
+from structqa.decoding import NEG, Candidate, Prediction
 from structqa.evaluation import (
     NULL_ODDS_VERIFIED,
     TUNED_HERE,
@@ -216,7 +216,9 @@ def predictions_from_files(directory: str | Path) -> dict[str, Prediction]:
             Candidate(r["text"], r["start_char"], r["end_char"], r["score"], r["probability"])
             for r in rows
         )
-        top = cands[0] if cands else Candidate("", -1, -1, 0.0)
+        # a question with no span has the decoder's sentinel score, as when answered live
+        # (0.0 here made the verifier's span_score feature differ between fit and use)
+        top = cands[0] if cands else Candidate("", -1, -1, NEG)
         out[qid] = Prediction(
             qid, top.text, top.start_char, top.end_char, top.score, 0.0, odds[qid], cands
         )

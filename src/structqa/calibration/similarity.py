@@ -83,9 +83,14 @@ class SentenceEncoder:
         """(len(texts), hidden) unit vectors."""
         import torch
 
-        todo = sorted((t for t in dict.fromkeys(texts) if t not in self.cache), key=len)
+        wanted = dict.fromkeys(texts)
+        todo = sorted((t for t in wanted if t not in self.cache), key=len)
         if len(self.cache) + len(todo) > CACHE_TEXTS:
+            # make room, keeping what this call reads from the cache (clearing it all raised a
+            # KeyError for a text counted as cached a moment before)
+            kept = {t: self.cache[t] for t in wanted if t in self.cache}
             self.cache.clear()
+            self.cache.update(kept)
         made: dict[str, np.ndarray] = {}
         for i in range(0, len(todo), self.batch_size):
             chunk = todo[i : i + self.batch_size]
