@@ -6,7 +6,9 @@ legal text, say) does better leaning on BM25, and one with paraphrased questions
 encoder. With a few hundred labelled questions whose passages are documents of the index (SQuAD
 or MRQA format, as ``evaluate-ask`` reads), :func:`fit_weight` tries every weight of a grid
 and keeps the one whose hybrid ranking finds the most gold passages among the first
-:data:`RECALL_K` documents (ties: the weight nearest the default); it is saved in the index
+:data:`RECALL_K` documents of the :data:`DEPTH` chunks `ask` reads (a narrower count than
+``evaluate-ask``'s recall@5, which ranks 5 documents however deep; ties: the weight nearest
+the default); it is saved in the index
 (``fusion.json``) and used by every hybrid search from then on.
 """
 
@@ -32,7 +34,9 @@ class FusionFit:
     bm25_weight: float
     fitted_on: str
     questions: int
-    recall_at_5: dict[str, float]  # by weight (the grid), on the fitting questions
+    # by weight (the grid), on the fitting questions: the gold passage among the first 5
+    # documents of the 10 chunks ask reads (the fit's objective; not evaluate-ask's recall@5)
+    recall_at_5: dict[str, float]
 
     def summary(self) -> str:
         at = self.recall_at_5
@@ -46,7 +50,8 @@ class FusionFit:
             if key in at  # (a grid of the caller's may hold none of them)
         ]
         return (
-            f"BM25 weight {self.bm25_weight} (recall@{RECALL_K} {at[str(self.bm25_weight)]:.3f} "
+            f"BM25 weight {self.bm25_weight} (gold among the first {RECALL_K} documents of the "
+            f"{DEPTH} chunks read: {at[str(self.bm25_weight)]:.3f} "
             f"on the {self.questions} answerable questions of {self.fitted_on}"
             + (f"; {', '.join(others)}" if others else "")
             + ")"
@@ -60,8 +65,9 @@ def fit_weight(
     grid: Sequence[float] = GRID,
     progress: Callable[[int, int], None] | None = None,
 ) -> FusionFit:
-    """The grid weight with the best recall@5 of the gold passage over ``examples`` (questions
-    whose passages are documents of ``index``)."""
+    """The grid weight that finds the gold passage among the first 5 documents of the 10
+    chunks `ask` reads for the most of ``examples`` (questions whose passages are documents
+    of ``index``)."""
     examples = [ex for ex in examples if ex.gold_texts]
     if not examples:
         raise ValueError(f"{fitted_on}: no answerable questions to fit the fusion weight on")
