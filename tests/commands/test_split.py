@@ -36,6 +36,7 @@ def test_a_test_fold_keeps_every_gold_answer(tmp_path: Path) -> None:
             "answers": [
                 {"text": "The Broncos", "answer_start": 0},
                 {"text": "Denver", "answer_start": 3},  # in no passage: not located
+                {"text": " the Panthers ", "answer_start": 16},  # spaces around it
             ],
         }
         for i in range(2)
@@ -48,6 +49,10 @@ def test_a_test_fold_keeps_every_gold_answer(tmp_path: Path) -> None:
     assert main(["split", str(source), "--out", str(tmp_path / "folds"), "--folds", "2"]) == 0
     for i in range(2):
         (test,) = read_extractive(tmp_path / "folds" / f"fold{i}-test.json").examples
-        assert test.gold_texts == ("The Broncos", "Denver")
+        assert test.gold_texts == ("The Broncos", "Denver", " the Panthers ")
+        assert [(a.text, a.start) for a in test.answers] == [
+            ("The Broncos", 0),
+            ("the Panthers", 17),
+        ]
         (train,) = read_extractive(tmp_path / "folds" / f"fold{i}-train.json").examples
-        assert [a.text for a in train.answers] == ["The Broncos"]
+        assert [a.text for a in train.answers] == ["The Broncos", "the Panthers"]

@@ -294,6 +294,16 @@ def test_validation_the_calibration_cannot_use_is_refused_before_training(
     args = _bees_args(tiny_checkpoint, out, f"--data.train={train_v2}")
     assert main([*args, f"--data.validation={TEST}", "--decode.unanswerable_share=0.5"]) == 2
     assert "cannot weight them to decode.unanswerable_share=0.5" in capsys.readouterr().err
+    none_answerable = json.loads(TEST.read_text())
+    for article in none_answerable["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                qa["is_impossible"], qa["answers"] = True, []
+    none_answerable["version"] = "v2.0"
+    (tmp_path / "none.json").write_text(json.dumps(none_answerable))
+    val = f"--data.validation={tmp_path / 'none.json'}"
+    assert main([*args, val, "--decode.unanswerable_share=0.5"]) == 2
+    assert "no answerable question among" in capsys.readouterr().err
     assert not (out / "last").exists()
 
 

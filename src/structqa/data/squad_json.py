@@ -27,9 +27,13 @@ def _squad_answers(example: Example, targets: bool) -> list[dict[str, Any]]:
     used: dict[str, int] = {}
     out = []
     for text in example.gold_texts:
-        options = starts.get(text, [-1])
-        out.append({"text": text, "answer_start": options[used.get(text, 0) % len(options)]})
-        used[text] = used.get(text, 0) + 1
+        # a located answer is the gold text without the spaces around it (data.squad's
+        # located_answer): found by that, its start moved back over the leading spaces
+        key, lead = text.strip(), len(text) - len(text.lstrip())
+        options = starts.get(key, [-1])
+        start = options[used.get(key, 0) % len(options)]
+        out.append({"text": text, "answer_start": start - lead if start >= 0 else -1})
+        used[key] = used.get(key, 0) + 1
     return out
 
 

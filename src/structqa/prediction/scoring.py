@@ -14,7 +14,7 @@ import torch
 
 from structqa.calibration.report import calibration_report, load_calibration
 from structqa.config import apply_overrides
-from structqa.evaluation import decides, scoring_threshold, write_outputs
+from structqa.evaluation import TUNED_HERE, decides, scoring_threshold, write_outputs
 from structqa.runtime import default_device
 from structqa.runtimes.select import load
 from structqa.training.heldout import score_file
@@ -65,11 +65,13 @@ def evaluate_checkpoint(
     data_dir: str | None = None,
     eval_size: int | None = None,
     progress: str = "off",
+    tune_threshold: bool = False,
 ) -> dict[str, Any]:
     """Score ``checkpoint`` on ``eval_file`` (else its config's data.eval) and write
     predictions, n-best, null odds, metrics and the reliability picture to ``out``; return
     the metrics (with ``runtime``, the runtime that answered). ``progress``: bar, lines or
-    off, over the windows scored."""
+    off, over the windows scored. ``tune_threshold``: a SQuAD 2.0 file scored at the
+    no-answer threshold tuned on itself (a ceiling), not at the one predict answers at."""
     loaded = load(checkpoint, runtime or default_runtime(checkpoint), bf16=bf16)
     model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
     device = default_device() if loaded.choice.onnx_dir is None else torch.device("cpu")
@@ -104,6 +106,8 @@ def evaluate_checkpoint(
     # questions, else the last evaluation's); tuned on this file only where there is none
     calibrator = load_calibration(checkpoint)
     threshold, source = scoring_threshold(checkpoint, calibrator)
+    if tune_threshold:
+        threshold, source = None, TUNED_HERE
     # the threshold was fitted on the verifier's null odds where the calibration has one
     rescore = calibrator.verify if decides(calibrator) and calibrator.verifier else None
     if rescore is not None:

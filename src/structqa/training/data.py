@@ -99,11 +99,13 @@ def _calibratable(cfg: Config, val: Sequence[Example], v2: bool, where: str) -> 
             "validation questions after training needs at least two: give more"
         )
     share = cfg.decode.unanswerable_share
-    if v2 and share is not None and not any(ex.is_impossible for ex in val):
+    unanswerable = sum(ex.is_impossible for ex in val)
+    if v2 and share is not None and unanswerable in (0, len(val)):
+        what = "no unanswerable question" if not unanswerable else "no answerable question"
         raise ValueError(
-            f"data.validation ({where}): no unanswerable question among the {len(val)}, so "
-            f"the calibration cannot weight them to decode.unanswerable_share={share}: give "
-            "validation questions that include unanswerable ones, or drop the setting"
+            f"data.validation ({where}): {what} among the {len(val)}, so the calibration "
+            f"cannot weight them to decode.unanswerable_share={share}: give validation "
+            "questions of both kinds, or drop the setting"
         )
 
 

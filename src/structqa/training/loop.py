@@ -125,8 +125,9 @@ def run(
     """Check the config, seed, build the model, read and featurize the data, train; then
     score best/ once on the test file (data.eval) when best/ was chosen on validation data
     (that result is returned; else best/'s on the data that chose it), at the null threshold
-    of the calibration ``calibrate`` fits on that validation data first (without it, a SQuAD
-    2.0 test file has its threshold tuned on itself)."""
+    of the calibration ``calibrate`` fits on that validation data first (without it, the one
+    predict answers at: best/'s last evaluation's, or none for a run chosen on answerable
+    questions; :func:`structqa.evaluation.scoring_threshold`)."""
     validate(cfg)
     if not resume:  # before the model, the data or the start's record: a second, not minutes
         check_fresh_start(Path(cfg.train.output_dir))
