@@ -179,17 +179,7 @@ def test_a_squad2_test_file_is_scored_at_the_threshold_fitted_on_validation(
     verifier: never at a threshold tuned on the test file itself."""
     from structqa.calibration import load_calibration
 
-    data = json.loads(TRAIN.read_text())
-    i = 0
-    for article in data["data"]:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                if i % 2:  # every other question made unanswerable
-                    qa["is_impossible"], qa["answers"] = True, []
-                i += 1
-    data["version"] = "v2.0"
-    train_v2 = tmp_path / "bees-v2.json"
-    train_v2.write_text(json.dumps(data))
+    train_v2 = _as_squad2(TRAIN, tmp_path / "bees-v2.json")
     out = tmp_path / "run"
     args = [
         "train",

@@ -222,23 +222,19 @@ def _warn_if_trained_on(
     """Warn where ``examples`` ask about passages the checkpoint trained on (its training
     file read again, split and drawn as its run did): a calibration fitted on them is
     over-confident. Not checked where that file is not at hand."""
-    from structqa.training.data import drawn_training, warn_trained_on
+    from structqa.training.data import split_training_file, warn_trained_on
 
-    try:
+    try:  # the file read and split once; each run's subset drawn from it as drawn_training does
+        pool = split_training_file(cfg)[0]
+        size = parse_train_size(cfg.data.train_size)
         trained = {
             passage_key(ex.context)
             for seed in seeds
-            for ex in drawn_training(_with_seed(cfg, seed))[1]
+            for ex in train_subset(pool, size, seed)
+            if not (cfg.data.answerable_only and ex.is_impossible)
         }
     except (OSError, ValueError) as err:
         log.info("%s: not checked against the checkpoint's training questions (%s)", source, err)
         return
     remedy = "a calibration fitted on them is over-confident: fit on questions about others"
     warn_trained_on(examples, trained, source, remedy)
-
-
-def _with_seed(cfg: Any, seed: int) -> Any:
-    """``cfg`` with ``train.seed`` set to ``seed`` (a copy)."""
-    import dataclasses
-
-    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=seed))
