@@ -224,6 +224,8 @@ def test_calibrating_on_saved_answers_fits_what_answering_again_fits(checkpoint,
     assert saved.null_threshold == pytest.approx(again.null_threshold, abs=1e-4)
     assert saved.t_span == pytest.approx(again.t_span, rel=1e-3)
     assert saved.fit["ece"] == pytest.approx(again.fit["ece"], abs=1e-4)
+    assert again.fit["answered_by"] == "torch-fp32"
+    assert saved.fit["answered_by"] == f"saved answers in {out}"
     # a question the directory never answered is named
     data = json.loads(v2_file.read_text())
     data["data"][0]["paragraphs"][0]["qas"][0]["id"] = "never-asked"
@@ -253,6 +255,7 @@ def test_calibration_reads_the_torch_weights_when_an_int8_export_sits_beside_the
     with caplog.at_level("INFO", logger="structqa.prediction.predictor"):
         after = calibrate_checkpoint(checkpoint, on=str(v2_file), bf16="off", verifier=False)
     assert "runtime torch-fp32" in caplog.text and "onnx" not in caplog.text
+    assert load_calibration(checkpoint).fit["answered_by"] == "torch-fp32"  # recorded
     assert after.null_threshold == before.null_threshold and after.t_span == before.t_span
 
 

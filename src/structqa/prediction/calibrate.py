@@ -203,6 +203,10 @@ def calibrate_checkpoint(
         require_models_own_odds(Path(predictions_dir), any_unanswerable, verifies)
         predictions = saved_predictions(Path(predictions_dir), examples, source)
     cal = calibrate(examples, predictions, version_2, method, source, verifier, unanswerable_share)
+    # what produced the scores it was fitted on (torch bf16/fp32, an ONNX graph, saved files)
+    cal.fit["answered_by"] = (
+        predictor.runtime if predictor is not None else f"saved answers in {predictions_dir}"
+    )
     if not version_2 and (answer_all or answered_all or threshold is not None):
         # asked now or when first fitted so (a checkpoint that abstains is refused above
         # without it): evaluate then answers every question too, as the Predictor does
