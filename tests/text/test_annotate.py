@@ -116,6 +116,45 @@ def test_jsonl_cache_is_read_back_by_a_new_annotator(tmp_path: Path, contexts: l
     assert reader._nlp is None  # served entirely from the file
 
 
+def test_an_answering_annotator_reads_the_cache_but_never_writes_to_it(
+    tmp_path: Path, contexts: list[str]
+) -> None:
+    """A served model's tagger: people's text stays out of the training cache file (and a
+    cache path whose folder is missing where the service runs is no error)."""
+    cache = tmp_path / "annotations.jsonl"
+    Annotator(cache_file=cache).annotate(contexts[:1])
+    before = cache.read_bytes()
+    answering = Annotator(cache_file=cache, write_cache=False)
+    assert len(answering) == 1  # read
+    answering.annotate(contexts)  # one new text parsed
+    assert answering.misses == 1 and cache.read_bytes() == before  # and not written
+    elsewhere = Annotator(cache_file=tmp_path / "missing" / "a.jsonl", write_cache=False)
+    elsewhere.annotate(contexts[:1])
+    assert not (tmp_path / "missing").exists()
+
+
+def test_an_annotator_with_max_texts_forgets_the_oldest(contexts: list[str]) -> None:
+    bounded = Annotator(max_texts=1)
+    both = bounded.annotate(contexts)  # a batch larger than the bound is answered whole
+    assert len(both) == 2 and len(bounded) == 1
+    bounded._nlp = None  # the newest is still kept: no parse (no reload) needed for it
+    assert bounded.annotate(contexts[1:]) == both[1:] and bounded._nlp is None
+    with pytest.raises(ValueError, match="max_texts must be at least 1"):
+        Annotator(max_texts=0)
+
+
+def test_an_answering_tagger_keeps_peoples_text_out_of_the_training_cache(
+    tmp_path: Path,
+) -> None:
+    from structqa.features.squad import ANSWERING_CACHE_TEXTS, FeatureConfig, tag_annotator
+
+    cfg = FeatureConfig(token_tags=("pos",), annotation_cache=str(tmp_path / "c.jsonl"))
+    training, answering = tag_annotator(cfg), tag_annotator(cfg, answering=True)
+    assert training is not None and training.write_cache and training.max_texts is None
+    assert answering is not None and not answering.write_cache
+    assert answering.max_texts == ANSWERING_CACHE_TEXTS
+
+
 def test_annotation_round_trips_through_a_dict() -> None:
     ann = Annotation(
         sentences=((0, 10),),

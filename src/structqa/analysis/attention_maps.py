@@ -261,7 +261,7 @@ class _Setup:
     bf16: bool
 
     @classmethod
-    def of(cls, model: ExtractiveQAModel, config: Any, bf16: str) -> _Setup:
+    def of(cls, model: ExtractiveQAModel, config: Any, bf16: str, annotator: Any = None) -> _Setup:
         from structqa.decoding import DecodeConfig
         from structqa.features.squad import tag_annotator
         from structqa.runtime import use_bf16
@@ -271,7 +271,7 @@ class _Setup:
         features = feature_config(config)
         return cls(
             features,
-            tag_annotator(features),
+            annotator if annotator is not None else tag_annotator(features, answering=True),
             DecodeConfig.from_settings(config.decode),
             device,
             use_bf16(bf16, device),
@@ -328,6 +328,7 @@ def explain(
     context: str,
     bf16: str = "off",
     whole_words: bool | None = None,
+    annotator: Any = None,
 ) -> QueryAttention:
     """Answer ``question`` about ``context`` and return what the start/end queries looked at.
 
@@ -337,13 +338,15 @@ def explain(
     auto | on | off (default off: maps in float32). ``whole_words`` (default: the config's
     ``decode.whole_words``) widens an answer that starts or ends inside a word to the word,
     as ``structqa predict --whole-words`` does; the maps themselves do not change.
+    ``annotator``: the token tagger to reuse (a service's Predictor's: spaCy loaded once),
+    else one is made for a model that reads token tags.
     """
     if not question.strip() or not context.strip():
         raise ValueError("explain: question and context must be non-empty")
     source, kind, maker = _query_source(model)
     was_training = model.training
     model.eval()
-    predictor = _Setup.of(model, config, bf16)
+    predictor = _Setup.of(model, config, bf16, annotator)
     if whole_words is not None:  # (the caller's config is left as it is)
         predictor.decode = replace(predictor.decode, whole_words=whole_words)
     try:

@@ -53,9 +53,24 @@ class FeatureConfig:
             raise ValueError(f"unknown token tag(s) {bad}; known: {sorted(TOKEN_TAGS)}")
 
 
-def tag_annotator(cfg: FeatureConfig) -> Annotator | None:
-    """The annotator of ``cfg``'s token tags (None without any); spaCy loads on first use."""
-    return Annotator(cfg.spacy_model, cache_file=cfg.annotation_cache) if cfg.token_tags else None
+#: texts an answering model keeps tagged in memory (a service sees unbounded text)
+ANSWERING_CACHE_TEXTS = 50_000
+
+
+def tag_annotator(cfg: FeatureConfig, answering: bool = False) -> Annotator | None:
+    """The annotator of ``cfg``'s token tags (None without any); spaCy loads on first use.
+    ``answering`` (predict, serve, explain): the training cache file is read where it exists
+    but people's questions and passages are never written into it, and memory is bounded."""
+    if not cfg.token_tags:
+        return None
+    if answering:
+        return Annotator(
+            cfg.spacy_model,
+            cache_file=cfg.annotation_cache,
+            write_cache=False,
+            max_texts=ANSWERING_CACHE_TEXTS,
+        )
+    return Annotator(cfg.spacy_model, cache_file=cfg.annotation_cache)
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ class Predictor:
         # questions of the last predict_examples call cut to data.max_query_len tokens
         self.questions_truncated = 0
         self.features = feature_config(config)
-        self.annotator = tag_annotator(self.features)  # kept: spaCy loads once
+        self.annotator = tag_annotator(self.features, answering=True)  # spaCy loads once
         self.decode = DecodeConfig.from_settings(config.decode)
         # the training checkpoint an exported graph came from (from_checkpoint sets it): its
         # torch weights draw the attention maps that a graph cannot (attention_model)
@@ -119,6 +119,10 @@ class Predictor:
         self.source: Path | None = None
         self._attention_model: Any = None
         self._attention_lock = threading.Lock()
+        # one predict_batch/predict_examples at a time: the fast tokenizer's truncation
+        # settings and questions_truncated are shared state (threads calling the Python API;
+        # the service featurizes with its own tokenizer copies and does not take this lock)
+        self._call_lock = threading.Lock()
 
     def attention_model(self) -> Any:
         """The torch model that draws attention maps for these answers (``structqa.analysis
@@ -222,8 +226,9 @@ class Predictor:
         Raises :class:`InvalidText` for text with a NUL or a lone surrogate
         (:mod:`structqa.data.hygiene`) and :class:`QuestionTooLong` for a question longer than
         ``data.max_query_len`` tokens (its ``index`` is the pair's); both are ValueErrors."""
-        examples, features = self.featurize_pairs(pairs)
-        return self.answers(examples, self.decoded(examples, features))
+        with self._call_lock:
+            examples, features = self.featurize_pairs(pairs)
+            return self.answers(examples, self.decoded(examples, features))
 
     def decoded(
         self,
@@ -328,16 +333,17 @@ class Predictor:
         longer than ``data.max_query_len`` tokens are cut and counted (a warning, as for any
         file), or with ``cut_long_questions`` False refused (:class:`QuestionTooLong`).
         ``progress(windows done, windows)`` as they are scored."""
-        features, report = featurize(
-            examples,
-            self.tokenizer,
-            self.features,
-            annotator=self.annotator,
-            cut_long_questions=cut_long_questions,
-        )
-        self.questions_truncated = report.truncated_questions  # (the last call's; warned)
-        predictions = self.decoded(examples, features, progress)
-        return self.verify(examples, predictions) if verify else predictions
+        with self._call_lock:
+            features, report = featurize(
+                examples,
+                self.tokenizer,
+                self.features,
+                annotator=self.annotator,
+                cut_long_questions=cut_long_questions,
+            )
+            self.questions_truncated = report.truncated_questions  # (the last call's; warned)
+            predictions = self.decoded(examples, features, progress)
+            return self.verify(examples, predictions) if verify else predictions
 
     def _answer(self, p: Prediction, probability: float) -> Answer:
         text = p.answer(self.null_threshold)

@@ -116,6 +116,9 @@ class Annotator:
     """Annotate texts with a spaCy pipeline, caching each result by the SHA-1 of its text.
 
     ``hits`` and ``misses`` count the texts served from the cache and the texts parsed.
+    ``write_cache=False`` reads ``cache_file`` (where it exists) but never appends to it, and
+    ``max_texts`` bounds the texts kept in memory (the oldest go first): a model answering
+    people's questions must neither copy them into a training cache nor grow without bound.
     """
 
     def __init__(
@@ -123,8 +126,13 @@ class Annotator:
         model: str = DEFAULT_MODEL,
         cache_file: str | Path | None = None,
         batch_size: int = 64,
+        write_cache: bool = True,
+        max_texts: int | None = None,
     ) -> None:
+        if max_texts is not None and max_texts < 1:
+            raise ValueError(f"max_texts must be at least 1, not {max_texts}")
         self.model, self.batch_size = model, batch_size
+        self.write_cache, self.max_texts = write_cache, max_texts
         self.cache_file = Path(cache_file) if cache_file is not None else None
         self.model_id = f"{model}=={_installed_version(model)}"
         self._nlp = None
@@ -165,10 +173,19 @@ class Annotator:
             for key, doc in zip(todo, docs, strict=True):
                 annotation = annotation_from_doc(doc)
                 self._memory[key] = annotation
-                if self.cache_file is not None:
+                if self.cache_file is not None and self.write_cache:
                     line = {"key": key, "model": self.model_id, **annotation.to_dict()}
                     append_jsonl(self.cache_file, line)
-        return [self._memory[key] for key in keys]
+        found = [self._memory[key] for key in keys]
+        self._forget_oldest()
+        return found
+
+    def _forget_oldest(self) -> None:
+        """Keep at most ``max_texts`` annotations in memory, dropping the first added."""
+        if self.max_texts is None:
+            return
+        for key in list(self._memory)[: max(0, len(self._memory) - self.max_texts)]:
+            del self._memory[key]
 
     def _read_cache(self, path: Path) -> None:
         other, broken = 0, 0
@@ -189,6 +206,7 @@ class Annotator:
                 other,
                 broken,
             )
+        self._forget_oldest()
         log.info("%s: %d cached annotations", path, len(self._memory))
 
 
