@@ -188,6 +188,18 @@ def test_build_stops_resumes_and_is_found(
 
     cfg = load_config(None, [f"model.encoder={tiny_checkpoint}", "model.init_from=reader"])
     build_model(cfg)  # starts from the reader's weights (a missing one would raise)
+    # predict and the Python API take the reader's folder as serve and ask do
+    from structqa.prediction import Predictor
+
+    predictor = Predictor.from_checkpoint(out, bf16="off")
+    assert predictor.source == out / "run" / "best"
+    ask = ["--question", "Who won?", "--context", "The Broncos won.", "--bf16", "off"]
+    capsys.readouterr()
+    assert main(["predict", str(out), *ask]) == 0
+    assert "answer" in json.loads(capsys.readouterr().out)
+    from structqa.models.build import not_a_checkpoint
+
+    assert f"give {out / 'run' / 'best'}" in not_a_checkpoint(out)  # the others' error
 
 
 def test_a_soup_of_runs_is_built_stopped_resumed_and_calibrated(

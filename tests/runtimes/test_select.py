@@ -81,6 +81,34 @@ def test_explicit_runtimes(with_export) -> None:
         choose(with_export, "tensorrt", CPU)
 
 
+def test_torch_bf16_on_a_cpu_without_bf16_kernels_names_the_runtimes_to_use(
+    with_export, monkeypatch
+) -> None:
+    import structqa.runtimes.select as select
+
+    monkeypatch.setattr(select, "onednn_has_bf16", lambda: False)  # as on an AVX2 CPU
+    with pytest.raises(ValueError, match="use --runtime auto .* or torch-fp32"):
+        choose(with_export, "torch-bf16", CPU, bf16="off")
+    assert choose(with_export, "torch-fp32", CPU).runtime == "torch-fp32"
+
+
+def test_a_damaged_export_record_is_named_and_leaves_the_weights_answering(
+    with_export, tmp_path, caplog
+) -> None:
+    from structqa.io import UnreadableFile
+
+    ckpt = tmp_path / "best"
+    shutil.copytree(with_export, ckpt)
+    record = ckpt / "onnx" / "structqa_export.json"
+    record.write_text('{"format": "onnx", "fi')  # cut short
+    with caplog.at_level("WARNING"):
+        choice = choose(ckpt, "auto", CPU, bf16="off")
+    assert choice.runtime == "torch-fp32" and str(record) in caplog.text
+    assert choose(ckpt, "torch", CPU, bf16="off").runtime == "torch-fp32"
+    with pytest.raises(UnreadableFile, match="structqa_export.json: invalid JSON.*export"):
+        choose(ckpt / "onnx", "auto", CPU)
+
+
 def test_neither_checkpoint_nor_export_is_named(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="not a structqa checkpoint.*nor an export"):
         choose(tmp_path, "auto", CPU)
@@ -233,6 +261,7 @@ def test_a_failing_int8_export_leaves_torch_answering(checkpoint_of, tmp_path, m
         assert select.load(ckpt, make_int8_export=True).choice.runtime == "torch-fp32"
     assert "ValueError: an initializer the rewrite does not know" in caplog.text
     assert f"{select.AUTO_EXPORT_ENV}=off" in caplog.text
+    assert f"`structqa export {ckpt} --quantize int8 --out DIR`" in caplog.text  # the remedy
     # only the hidden lock file is new
     assert sorted(p.name for p in ckpt.iterdir()) == sorted([*before, ".onnx.lock"])
     # with the fp32 graph alone exported there, that graph answers

@@ -14,6 +14,7 @@ from structqa.documents import DocumentIndex
 from structqa.documents.ask import ask
 from structqa.serving.app import create_app
 from structqa.serving.documents import DocumentService
+from structqa.serving.schemas import MAX_QUERY_CHARS
 from structqa.serving.settings import ServeSettings
 
 QUESTIONS = [
@@ -85,10 +86,41 @@ def test_bad_requests_name_the_field(client, path, body, field):
     assert field in reply.json()["error"]
 
 
-def test_an_over_long_question_is_a_422_naming_it(client):
-    reply = client.post("/v1/ask", json={"question": "why " * 400})
+def _searches(client) -> float:
+    """How many searches of the index the server has made (its search-time histogram's count)."""
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("structqa_search_seconds_count"):
+            return float(line.split()[1])
+    raise AssertionError("no structqa_search_seconds_count in /metrics")
+
+
+def test_an_over_long_question_is_a_422_naming_it_before_any_search(client):
+    """A question longer than the reader reads was searched for first, then refused."""
+    before = _searches(client)
+    client.post("/v1/search", json={"query": QUESTIONS[0], "top_k": 1})
+    assert _searches(client) == before + 1  # (each search is counted)
+    question = "why " * 400  # under the characters a body takes, over the tokens read
+    reply = client.post("/v1/ask", json={"question": question})
     assert reply.status_code == 422, reply.text
-    assert "question" in reply.json()["error"]
+    assert reply.json()["fields"][0]["field"] == "question"
+    assert _searches(client) == before + 1  # refused without searching the index
+    # the refusal /v1/answer gives the same question
+    answer = client.post("/v1/answer", json={"question": question, "context": "Bees dance."})
+    assert answer.status_code == 422 and reply.json()["error"] == answer.json()["error"]
+
+
+@pytest.mark.parametrize(("path", "field"), [("/v1/search", "query"), ("/v1/ask", "question")])
+def test_a_query_over_the_character_limit_is_a_422_naming_it(client, path, field):
+    """A search query had no length limit: the index searched for all of a 4 MB body."""
+    before = _searches(client)
+    reply = client.post(path, json={field: "bee " * (MAX_QUERY_CHARS // 4) + "s"})
+    assert reply.status_code == 422, reply.text
+    body = reply.json()
+    assert body["fields"] == [{"field": field, "message": body["fields"][0]["message"]}]
+    assert f"the {MAX_QUERY_CHARS:,} characters" in body["error"] and "shorten" in body["error"]
+    assert _searches(client) == before
+    at_limit = client.post("/v1/search", json={"query": "bee " * (MAX_QUERY_CHARS // 4)})
+    assert at_limit.status_code == 200, at_limit.text
 
 
 def test_ready_names_the_index_and_the_page_offers_documents(client):

@@ -54,13 +54,17 @@ def test_a_graph_server_explains_with_its_checkpoints_weights(dyrex_with_export:
 
 
 def test_an_export_directory_alone_has_no_attention_to_show(dyrex_with_export: Path) -> None:
+    """Without the torch weights the reply says so and what to serve instead; it once said
+    that the DyREx head, which draws maps, had none."""
     graph = Predictor.from_checkpoint(dyrex_with_export / "onnx", runtime="onnx-int8")
     assert graph.attention_model() is None and graph.attention_head() is None
     with client_for(graph) as client:
         assert client.get("/ready").json()["explain"] is None
         r = client.post("/v1/explain", json={"question": QUESTION, "context": CONTEXT})
         assert r.status_code == 404
-        assert "no attention map" in r.json()["error"]
+        error = r.json()["error"]
+        assert "need the torch weights" in error and "serve the checkpoint directory" in error
+        assert "no attention map for the dyrex head" not in error
 
 
 def test_the_head_kind_is_read_without_loading_weights(dyrex_with_export: Path) -> None:

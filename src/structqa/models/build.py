@@ -296,6 +296,8 @@ def not_a_checkpoint(path: Path, missing: str = "model.safetensors") -> str:
         return f"{path}: no such folder{made_by}; give a checkpoint directory, e.g. RUN/best"
     held = [d for d in ("best", "last", "final") if (path / d / missing).exists()]
     hint = f"; it is a run directory: give {path / held[0]}" if held else ""
+    if (path / READER_CARD).is_file():
+        hint = f"; it is a reader built by `structqa reader build`: give {path / 'run' / 'best'}"
     return f"{path}: not a structqa checkpoint (no {missing}){hint}"
 
 

@@ -166,8 +166,9 @@ class Predictor:
         runtime: str = "auto",
         make_int8_export: bool = False,
     ) -> Predictor:
-        """Load a checkpoint written by ``structqa train`` (its ``best`` or ``last`` dir), or
-        a directory written by ``structqa export --format onnx``.
+        """Load a checkpoint written by ``structqa train`` (its ``best`` or ``last`` dir), a
+        directory written by ``structqa export --format onnx``, or a reader built by
+        ``structqa reader build`` (its folder: the checkpoint in ``run/best``).
 
         ``runtime`` (:data:`structqa.runtimes.select.RUNTIMES`) picks torch bf16/fp32 or
         onnxruntime int8/fp32; ``auto`` the fastest at hand for the machine, logged with why.
@@ -184,8 +185,10 @@ class Predictor:
         ``whole_words`` (default: the checkpoint's ``decode.whole_words``) widens answers that
         start or end inside a word to the word.
         ``device`` defaults to the first GPU when there is one, else the CPU."""
+        from structqa.paths import reader_checkpoint_of
         from structqa.runtimes.select import load
 
+        path = reader_checkpoint_of(path)  # a built reader's folder: its run/best
         loaded = load(path, runtime, device, bf16, make_int8_export)
         log.info("runtime %s (%s)", loaded.choice.runtime, loaded.choice.reason)
         cfg = loaded.config

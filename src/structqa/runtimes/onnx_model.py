@@ -8,7 +8,6 @@ evaluation and the Predictor run it unchanged.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 
 from structqa.features.batching import Batch
 from structqa.heads.base import NEG, HeadOutput
+from structqa.io import read_json
 from structqa.runtime import int8_weight_type
 from structqa.runtimes.quantize import PER_TENSOR, as_7bit_weights, as_uint8_weights
 
@@ -34,7 +34,11 @@ def read_export(directory: str | Path) -> dict:
             f"{directory}: not a structqa export (no {EXPORT_FILE}); "
             "write one with `structqa export CHECKPOINT --quantize int8 --out DIR`"
         )
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(
+        path,
+        "export the checkpoint again (`structqa export CHECKPOINT --quantize int8`; the "
+        "default --out replaces a checkpoint's own onnx/ folder)",
+    )
 
 
 def session(path: Path, threads: int | None = None, int8: bool = False, profile: str = ""):

@@ -25,13 +25,14 @@ from typing import Any
 
 import torch
 
-from structqa.io import dir_lock, read_json
+from structqa.io import UnreadableFile, dir_lock, read_json
 from structqa.manifest import verify_manifest
 from structqa.runtime import (
     bf16_speedup,
     cpu_bf16_pays,
     cpu_has_native_bf16,
     default_device,
+    onednn_has_bf16,
     use_bf16,
 )
 from structqa.runtimes.onnx_model import EXPORT_FILE, OnnxSpanModel, read_export
@@ -70,11 +71,20 @@ def is_export(path: str | Path) -> bool:
 
 
 def onnx_export_of(path: Path) -> Path | None:
-    """The ONNX export a path holds: itself, or a checkpoint's ``onnx/`` folder."""
-    for candidate in (path, path / DEFAULT_EXPORT_DIR):
-        if is_export(candidate) and read_export(candidate).get("format") == "onnx":
-            return candidate
-    return None
+    """The ONNX export a path holds: itself, or a checkpoint's ``onnx/`` folder. A
+    checkpoint's export whose record cannot be read is passed over (warned): the torch
+    weights still answer; an export directory given itself is refused naming the file."""
+    if is_export(path) and read_export(path).get("format") == "onnx":
+        return path
+    inside = path / DEFAULT_EXPORT_DIR
+    if not is_export(inside):
+        return None
+    try:
+        record = read_export(inside)
+    except UnreadableFile as err:
+        log.warning("%s; not used", err)
+        return None
+    return inside if record.get("format") == "onnx" else None
 
 
 def _current(checkpoint: Path, export: Path) -> Path | None:
@@ -182,6 +192,12 @@ def choose(
         on = {"torch-bf16": True, "torch-fp32": False}.get(runtime, None)
         if on is None:
             on = use_bf16(bf16, device)
+        elif on and device.type == "cpu" and not onednn_has_bf16():
+            raise ValueError(
+                "--runtime torch-bf16: this CPU has no bf16 kernels (an AVX2 CPU, or "
+                "ONEDNN_MAX_CPU_ISA caps it), so bf16 would be emulated, 30x to 100x slower "
+                "than fp32; use --runtime auto (int8 where exported) or torch-fp32"
+            )
         return Choice("torch-bf16" if on else "torch-fp32", f"--runtime {runtime}")
     if runtime.startswith("onnx"):
         if export is None:
@@ -243,14 +259,24 @@ def cache_int8_export(path: Path) -> Path | None:
             tolerances = {k: float(check[k]) for k in ("atol", "rtol") if k in check}
             done = export_onnx(path, out, quantize="int8", **tolerances)
     except ExportRefused as err:
-        log.warning("%s: no int8 export (%s); it answers without one", path, err)
+        log.warning(
+            "%s: no int8 export (%s); it answers without one, slower (%s=off skips trying "
+            "on each start)",
+            path,
+            err,
+            AUTO_EXPORT_ENV,
+        )
         return None
     except Exception as err:  # onnx left out, a read-only folder, a graph the rewrite refuses
         log.warning(
-            "%s: the int8 export failed (%s: %s); it answers without one (%s=off skips trying)",
+            "%s: the int8 export failed (%s: %s); it answers without one, slower. Where the "
+            "checkpoint cannot be written (a read-only mount), export it elsewhere once, "
+            "`structqa export %s --quantize int8 --out DIR`, and answer from DIR (%s=off "
+            "skips trying on each start)",
             path,
             type(err).__name__,
             err,
+            path,
             AUTO_EXPORT_ENV,
         )
         return None

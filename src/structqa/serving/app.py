@@ -94,7 +94,9 @@ class Service:
         # the first explain; the page shows the toggle by what /ready says, known from the
         # checkpoint's config without loading them
         self.explain_kind = _explain_kind(predictor.attention_head())
+        self.no_explain = _no_explain(predictor, self.info["head"])
         self.status = "loading"
+        self._explain_tagger: Any = None  # made on the first map of a model reading tags
         self.admitted = 0  # touched on the event loop only
         self.featurizer: Featurizer | None = None
         self.batcher: Batcher | None = None
@@ -221,11 +223,24 @@ class Service:
         finally:
             self.admitted -= 1
 
+    async def check_question(
+        self, question: str, deadline: float, gone: asyncio.Future | None = None
+    ) -> None:
+        """A 422 naming ``question`` where the model would refuse it as too long (as
+        :meth:`answer` refuses it), checked on a featurizer thread; for an admitted request
+        (POST /v1/ask, before it searches: no search for a question that cannot be read)."""
+        assert self.featurizer is not None
+        try:
+            await self.within(self.featurizer.submit_check(question), deadline, gone)
+        except QuestionTooLong as err:
+            fields = [{"field": "question", "message": str(err)}]
+            raise ApiError(422, str(err), fields=fields) from None
+
     async def explain(
         self, question: str, context: str, gone: asyncio.Future | None = None
     ) -> dict[str, Any]:
         if self.explain_kind is None:
-            raise ApiError(404, f"no attention map for the {self.info['head']} head")
+            raise ApiError(404, self.no_explain)
         self._admit()
         self.admitted += 1
         deadline = time.monotonic() + self.settings.request_timeout
@@ -243,6 +258,12 @@ class Service:
         from structqa.analysis import explain
 
         p = self.predictor
+        if self._explain_tagger is None and p.annotator is not None:
+            # the inference thread's own tagger (the featurizers share the predictor's under
+            # a lock): spaCy loaded once, not on every map, and no training cache written
+            from structqa.features.squad import tag_annotator
+
+            self._explain_tagger = tag_annotator(p.features, answering=True)
         att = explain(
             p.attention_model(),
             p.tokenizer,
@@ -251,10 +272,25 @@ class Service:
             context,
             bf16="on" if p.bf16 else "off",
             whole_words=p.decode.whole_words,
+            annotator=self._explain_tagger,
         )
         out = att.to_dict()
         del out["question"], out["context"]  # the client has them
         return out
+
+
+def _no_explain(predictor: Predictor, head: str) -> str:
+    """Why POST /v1/explain has no map to draw: an exported graph served without the
+    checkpoint it came from has no torch weights to draw one (whatever its head), else the
+    head draws none."""
+    if predictor.checkpoint is None and predictor.runtime.startswith("onnx"):
+        return (
+            "attention maps need the torch weights, which an ONNX export directory served "
+            "alone lacks: serve the checkpoint directory it was exported from (the one that "
+            "holds model.safetensors and onnx/); with --runtime onnx its export still gives "
+            "the answers"
+        )
+    return f"no attention map for the {head} head"
 
 
 def _explain_kind(head: Any) -> str | None:

@@ -33,7 +33,7 @@ from structqa.decoding import SpanCollector
 from structqa.features.batching import collate
 from structqa.features.squad import Feature
 from structqa.heads.base import HeadOutput
-from structqa.prediction.predictor import Predictor
+from structqa.prediction.predictor import Predictor, QuestionTooLong
 from structqa.runtime import autocast
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,18 @@ class Featurizer:
 
     def submit(self, pairs: Sequence[tuple[str, str]]) -> Future:
         return self._pool.submit(self.featurize, pairs)
+
+    def check_question(self, question: str) -> None:
+        """:class:`QuestionTooLong` where ``question`` is longer than the model reads
+        (``data.max_query_len`` tokens, counted as :meth:`featurize` counts them, which
+        would refuse it): run on a pool thread before a search for it."""
+        limit = self.predictor.features.max_query_len
+        ids = self._tokenizer()(question.lstrip(), add_special_tokens=False)["input_ids"]
+        if len(ids) > limit:
+            raise QuestionTooLong(0, len(ids), limit)
+
+    def submit_check(self, question: str) -> Future:
+        return self._pool.submit(self.check_question, question)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

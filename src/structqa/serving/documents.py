@@ -11,6 +11,7 @@ chunks goes through the same micro-batcher, queue limit and deadline as POST /v1
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,7 +34,7 @@ from structqa.documents.index import (
 )
 from structqa.serving.edge import disconnect_watch
 from structqa.serving.parsing import ApiError
-from structqa.serving.schemas import ErrorOut, check_text
+from structqa.serving.schemas import MAX_QUERY_CHARS, ErrorOut, check_text
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ MAX_TOP_K = 100
 MAX_CHUNKS_READ = 50
 Retriever = Literal[RETRIEVERS]  # type: ignore[valid-type]  # the index's, one list for both
 RETRIEVER_TEXT = "bm25, dense, hybrid (both scores combined) or rrf (rank fusion)"
+QUERY_LIMIT = f"at most {MAX_QUERY_CHARS:,} characters"
 
 
 class SearchBody(BaseModel):
@@ -48,7 +50,11 @@ class SearchBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: StrictStr = Field(description="what to look for", examples=["Who won Super Bowl 50?"])
+    query: StrictStr = Field(
+        description=f"what to look for ({QUERY_LIMIT})",
+        max_length=MAX_QUERY_CHARS,
+        examples=["Who won Super Bowl 50?"],
+    )
     top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K, description="how many chunks to return")
     retriever: Retriever = Field("hybrid", description=RETRIEVER_TEXT)
 
@@ -63,7 +69,12 @@ class AskBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    question: StrictStr = Field(description="the question", examples=["Who won Super Bowl 50?"])
+    question: StrictStr = Field(
+        description=f"the question ({QUERY_LIMIT}, and no more tokens than the model reads: "
+        "data.max_query_len)",
+        max_length=MAX_QUERY_CHARS,
+        examples=["Who won Super Bowl 50?"],
+    )
     top_k_chunks: StrictInt = Field(
         10, ge=1, le=MAX_CHUNKS_READ, description="retrieved chunks the reader reads"
     )
@@ -194,14 +205,23 @@ class DocumentService:
 def add_document_routes(app: FastAPI, docs: DocumentService, errors: dict) -> None:
     """POST /v1/search and POST /v1/ask on ``app`` (whose state holds the reading service)."""
 
+    async def searched(
+        query: str, k: int, retriever: str, deadline: float, gone: asyncio.Future | None
+    ) -> list[Hit]:
+        """The hits of a search on the index's thread, by ``deadline`` (its time measured)."""
+        service = app.state.service
+        t0 = time.perf_counter()
+        hits = await service.within(docs.submit(query, k, retriever), deadline, gone)
+        service.metrics.search_seconds.observe(time.perf_counter() - t0)
+        return hits
+
     @app.post("/v1/search", responses=errors, summary="The best chunks of the index for a query")
     async def search(body: SearchBody, request: Request) -> Response:
         service = app.state.service
         deadline = time.monotonic() + service.settings.request_timeout
         async with disconnect_watch(request) as gone:
             with service.admitted_request():  # (a client gone or timed out frees its place)
-                searching = docs.submit(body.query, body.top_k, body.retriever)
-                hits = await service.within(searching, deadline, gone)
+                hits = await searched(body.query, body.top_k, body.retriever, deadline, gone)
         return JSONResponse({"query": body.query, "hits": [hit_json(h) for h in hits]})
 
     @app.post(
@@ -214,8 +234,11 @@ def add_document_routes(app: FastAPI, docs: DocumentService, errors: dict) -> No
         deadline = time.monotonic() + service.settings.request_timeout  # search and reading
         async with disconnect_watch(request) as gone:
             with service.admitted_request():
-                searching = docs.submit(body.question, body.top_k_chunks, body.retriever)
-                hits = await service.within(searching, deadline, gone)
+                # a question the reader would refuse is refused before the search
+                await service.check_question(body.question, deadline, gone)
+                hits = await searched(
+                    body.question, body.top_k_chunks, body.retriever, deadline, gone
+                )
             try:
                 pairs = [(body.question, h.text) for h in hits]
                 read = await service.answer(pairs, gone, deadline) if pairs else []

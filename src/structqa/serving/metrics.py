@@ -53,13 +53,22 @@ class ServeMetrics:
             "Time of one batch: its forward passes and their decoding",
             buckets=LATENCY_BUCKETS,
         )
+        self.search_seconds = histogram(
+            "structqa_search_seconds",
+            "Time of one search of the index (POST /v1/search, /v1/ask), its wait for the "
+            "index's thread included",
+            buckets=LATENCY_BUCKETS,
+        )
         self.queue_requests = gauge(
             "structqa_queue_requests",
             "Requests admitted and not yet answered (featurizing, waiting or being scored)",
         )
         self.queue_windows = gauge("structqa_queue_windows", "Windows waiting for a forward pass")
         self.model_load_seconds = gauge(
-            "structqa_model_load_seconds", "Time to load the checkpoint"
+            "structqa_model_load_seconds",
+            "Time to load the model at start: its checkpoint or export and, on a first start "
+            "on a CPU where bf16 does not pay, making the int8 export it then answers with; "
+            "opening the index (--index) is not counted",
         )
         self.warmup_seconds = gauge(
             "structqa_model_warmup_seconds", "Time of the first (warm-up) answer"

@@ -88,6 +88,10 @@ def validation_fields(errors: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
             msg = "unknown field (a typo?); the fields are in the schema at /docs"
         elif kind == "missing":
             msg = "missing; required"
+        elif kind == "string_too_long":
+            most = (err.get("ctx") or {}).get("max_length")
+            limit = f"the {most:,}" if isinstance(most, int) else "the most"
+            msg = f"longer than {limit} characters this server takes; shorten it"
         out.append({"field": field_path(err.get("loc", ())), "message": msg})
     return out
 

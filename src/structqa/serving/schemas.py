@@ -25,6 +25,11 @@ from structqa.data.hygiene import has_readable_text
 
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 20
+#: the most characters of a search query or a question over the index (POST /v1/search,
+#: /v1/ask): far above what a question the reader reads takes (``data.max_query_len``
+#: tokens, 64 by default; a longer one is refused by its tokens), so that the index is never
+#: searched for a megabyte of text
+MAX_QUERY_CHARS = 2_000
 
 
 def check_text(value: str) -> str:
