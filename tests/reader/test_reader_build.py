@@ -200,6 +200,13 @@ def test_build_stops_resumes_and_is_found(
     from structqa.models.build import not_a_checkpoint
 
     assert f"give {out / 'run' / 'best'}" in not_a_checkpoint(out)  # the others' error
+    from structqa.calibration import load_calibration
+    from structqa.prediction.calibrate import calibrate_checkpoint
+
+    slice_file = str(out / "run" / "validation.v2.json")
+    cal = calibrate_checkpoint(out, on=slice_file, bf16="off", answer_all=True)
+    assert not (out / "calibration.json").exists()  # fitted into the checkpoint that answers
+    assert load_calibration(out / "run" / "best") == cal
 
 
 def test_a_soup_of_runs_is_built_stopped_resumed_and_calibrated(

@@ -107,6 +107,11 @@ def test_a_damaged_export_record_is_named_and_leaves_the_weights_answering(
     assert choose(ckpt, "torch", CPU, bf16="off").runtime == "torch-fp32"
     with pytest.raises(UnreadableFile, match="structqa_export.json: invalid JSON.*export"):
         choose(ckpt / "onnx", "auto", CPU)
+    with pytest.raises(FileNotFoundError, match="its export's record in .* cannot be read"):
+        choose(ckpt, "onnx", CPU)
+    record.write_text("[]")  # JSON, not a record
+    with pytest.raises(UnreadableFile, match="not a JSON object"):
+        choose(ckpt / "onnx", "auto", CPU)
 
 
 def test_neither_checkpoint_nor_export_is_named(tmp_path) -> None:
@@ -345,3 +350,29 @@ def test_an_int8_export_from_before_per_token_activations_is_made_again(
     with caplog.at_level("WARNING"):
         assert choose(ckpt, "auto", CPU, bf16="off").runtime == "torch-fp32"
     assert "from before per-token activations" in caplog.text
+
+
+def test_a_model_reading_token_tags_answers_without_writing_its_training_cache(
+    checkpoint_of, tmp_path, monkeypatch
+) -> None:
+    """Its tagger starts empty (no cache file where it answers): the Predictor's own tagger
+    is used all the same, never the training one that appends people's text to
+    data.annotation_cache (here a relative path whose folder does not exist)."""
+    from structqa.manifest import write_manifest
+    from structqa.prediction import Predictor
+
+    ckpt = tmp_path / "best"
+    shutil.copytree(checkpoint_of("tagged-dyrex+joint"), ckpt)
+    shutil.rmtree(ckpt / "onnx", ignore_errors=True)
+    config = ckpt / "structqa_config.json"
+    settings = json.loads(config.read_text())
+    settings["data"]["annotation_cache"] = "runs/elsewhere/annotations.jsonl"
+    config.write_text(json.dumps(settings))
+    write_manifest(ckpt)
+    monkeypatch.chdir(tmp_path)
+    predictor = Predictor.from_checkpoint(ckpt, bf16="off", runtime="torch")
+    assert predictor.annotator is not None and len(predictor.annotator) == 0
+    answer = predictor.predict("Who won the game?", "The Denver Broncos won the game.")
+    assert answer.text is not None
+    assert predictor.annotator.misses == 2  # the Predictor's tagger parsed both texts
+    assert not (tmp_path / "runs").exists()  # and nothing was written

@@ -133,26 +133,35 @@ def test_an_answering_annotator_reads_the_cache_but_never_writes_to_it(
     assert not (tmp_path / "missing").exists()
 
 
-def test_an_annotator_with_max_texts_forgets_the_oldest(contexts: list[str]) -> None:
-    bounded = Annotator(max_texts=1)
+def test_an_annotator_with_max_chars_forgets_the_oldest(
+    tmp_path: Path, contexts: list[str]
+) -> None:
+    bounded = Annotator(max_chars=len(contexts[1]) + 1)
     both = bounded.annotate(contexts)  # a batch larger than the bound is answered whole
     assert len(both) == 2 and len(bounded) == 1
     bounded._nlp = None  # the newest is still kept: no parse (no reload) needed for it
     assert bounded.annotate(contexts[1:]) == both[1:] and bounded._nlp is None
-    with pytest.raises(ValueError, match="max_texts must be at least 1"):
-        Annotator(max_texts=0)
+    one = Annotator(max_chars=1)  # the newest stays whatever its length
+    assert one.annotate(contexts[:1]) and len(one) == 1
+    with pytest.raises(ValueError, match="max_chars must be at least 1"):
+        Annotator(max_chars=0)
+    # a cache file is read up to the bound, no further
+    cache = tmp_path / "annotations.jsonl"
+    Annotator(cache_file=cache).annotate(contexts)
+    assert len(Annotator(cache_file=cache, write_cache=False, max_chars=1)) == 1
+    assert len(Annotator(cache_file=cache, write_cache=False)) == 2
 
 
 def test_an_answering_tagger_keeps_peoples_text_out_of_the_training_cache(
     tmp_path: Path,
 ) -> None:
-    from structqa.features.squad import ANSWERING_CACHE_TEXTS, FeatureConfig, tag_annotator
+    from structqa.features.squad import ANSWERING_CACHE_CHARS, FeatureConfig, tag_annotator
 
     cfg = FeatureConfig(token_tags=("pos",), annotation_cache=str(tmp_path / "c.jsonl"))
     training, answering = tag_annotator(cfg), tag_annotator(cfg, answering=True)
-    assert training is not None and training.write_cache and training.max_texts is None
+    assert training is not None and training.write_cache and training.max_chars is None
     assert answering is not None and not answering.write_cache
-    assert answering.max_texts == ANSWERING_CACHE_TEXTS
+    assert answering.max_chars == ANSWERING_CACHE_CHARS
 
 
 def test_annotation_round_trips_through_a_dict() -> None:

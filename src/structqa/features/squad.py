@@ -53,8 +53,9 @@ class FeatureConfig:
             raise ValueError(f"unknown token tag(s) {bad}; known: {sorted(TOKEN_TAGS)}")
 
 
-#: texts an answering model keeps tagged in memory (a service sees unbounded text)
-ANSWERING_CACHE_TEXTS = 50_000
+#: characters of text an answering model keeps tagged in memory (a service sees unbounded
+#: text; an annotation takes some tens of bytes per character: about 100-200 MB)
+ANSWERING_CACHE_CHARS = 5_000_000
 
 
 def tag_annotator(cfg: FeatureConfig, answering: bool = False) -> Annotator | None:
@@ -68,7 +69,7 @@ def tag_annotator(cfg: FeatureConfig, answering: bool = False) -> Annotator | No
             cfg.spacy_model,
             cache_file=cfg.annotation_cache,
             write_cache=False,
-            max_texts=ANSWERING_CACHE_TEXTS,
+            max_chars=ANSWERING_CACHE_CHARS,
         )
     return Annotator(cfg.spacy_model, cache_file=cfg.annotation_cache)
 
@@ -234,7 +235,8 @@ def featurize(
     )
     annotations: list[tuple[Annotation, Annotation]] = []
     if cfg.token_tags:
-        annotator = annotator or tag_annotator(cfg)
+        if annotator is None:  # (not `or`: an Annotator with nothing cached is falsy)
+            annotator = tag_annotator(cfg)
         assert annotator is not None
         # a truncated question is a prefix of the full one: the full parse's offsets hold
         parsed = annotator.annotate(full_questions + [examples[i].context for i in keep])

@@ -297,7 +297,13 @@ def not_a_checkpoint(path: Path, missing: str = "model.safetensors") -> str:
     held = [d for d in ("best", "last", "final") if (path / d / missing).exists()]
     hint = f"; it is a run directory: give {path / held[0]}" if held else ""
     if (path / READER_CARD).is_file():
-        hint = f"; it is a reader built by `structqa reader build`: give {path / 'run' / 'best'}"
+        best = path / "run" / "best"
+        hint = (
+            f"; it is a reader built by `structqa reader build`: give {best}"
+            if (best / missing).is_file()
+            else "; it is a reader whose build has not finished: run the same `structqa reader "
+            f"build --out {path}` again to resume it"
+        )
     return f"{path}: not a structqa checkpoint (no {missing}){hint}"
 
 

@@ -132,10 +132,12 @@ def calibrate_checkpoint(
     question from then on: refused unless ``answer_all``. ``progress``: bar, lines or off,
     over the windows the model answers."""
     from structqa.models.build import checkpoint_config
+    from structqa.paths import reader_checkpoint_of
     from structqa.prediction.predictor import Predictor
     from structqa.prediction.scoring import default_runtime
     from structqa.training.data import data_path
 
+    checkpoint = reader_checkpoint_of(checkpoint)  # a built reader's folder: its run/best
     # a calibration a stopped calibrate left apart from its record: loaded without, replaced
     stale = stale_calibration(checkpoint)
     if stale:

@@ -120,8 +120,9 @@ class Predictor:
         self._attention_model: Any = None
         self._attention_lock = threading.Lock()
         # one predict_batch/predict_examples at a time: the fast tokenizer's truncation
-        # settings and questions_truncated are shared state (threads calling the Python API;
-        # the service featurizes with its own tokenizer copies and does not take this lock)
+        # settings are shared state (threads calling the Python API; the batched service
+        # featurizes with its own tokenizer copies). questions_truncated is the last call's:
+        # read it from the thread that made the call, before another call ends
         self._call_lock = threading.Lock()
 
     def attention_model(self) -> Any:

@@ -71,7 +71,11 @@ def evaluate_checkpoint(
     predictions, n-best, null odds, metrics and the reliability picture to ``out``; return
     the metrics (with ``runtime``, the runtime that answered). ``progress``: bar, lines or
     off, over the windows scored. ``tune_threshold``: a SQuAD 2.0 file scored at the
-    no-answer threshold tuned on itself (a ceiling), not at the one predict answers at."""
+    no-answer threshold tuned on itself (a ceiling), not at the one predict answers at.
+    A built reader's folder stands for its checkpoint (``run/best``)."""
+    from structqa.paths import reader_checkpoint_of
+
+    checkpoint = reader_checkpoint_of(checkpoint)
     loaded = load(checkpoint, runtime or default_runtime(checkpoint), bf16=bf16)
     model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
     device = default_device() if loaded.choice.onnx_dir is None else torch.device("cpu")

@@ -115,7 +115,7 @@ def collect_np_words(
     computed with ``annotator`` (a default :class:`Annotator`) when not given.
     """
     if annotations is None:
-        annotations = (annotator or Annotator()).annotate(texts)
+        annotations = (annotator if annotator is not None else Annotator()).annotate(texts)
     if len(annotations) != len(texts):
         raise ValueError(f"{len(annotations)} annotations for {len(texts)} texts")
     counts: Counter[str] = Counter()

@@ -16,7 +16,7 @@ import torch
 
 from structqa.features.batching import Batch
 from structqa.heads.base import NEG, HeadOutput
-from structqa.io import read_json
+from structqa.io import UnreadableFile, read_json
 from structqa.runtime import int8_weight_type
 from structqa.runtimes.quantize import PER_TENSOR, as_7bit_weights, as_uint8_weights
 
@@ -34,11 +34,14 @@ def read_export(directory: str | Path) -> dict:
             f"{directory}: not a structqa export (no {EXPORT_FILE}); "
             "write one with `structqa export CHECKPOINT --quantize int8 --out DIR`"
         )
-    return read_json(
-        path,
+    remedy = (
         "export the checkpoint again (`structqa export CHECKPOINT --quantize int8`; the "
-        "default --out replaces a checkpoint's own onnx/ folder)",
+        "default --out replaces a checkpoint's own onnx/ folder)"
     )
+    record = read_json(path, remedy)
+    if not isinstance(record, dict):
+        raise UnreadableFile(path, "not a JSON object", remedy)
+    return record
 
 
 def session(path: Path, threads: int | None = None, int8: bool = False, profile: str = ""):

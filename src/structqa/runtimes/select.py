@@ -201,11 +201,12 @@ def choose(
         return Choice("torch-bf16" if on else "torch-fp32", f"--runtime {runtime}")
     if runtime.startswith("onnx"):
         if export is None:
-            what = (
-                f"its export {found} is out of date (see the warning above)"
-                if found is not None
-                else f"no ONNX export here or in {path / DEFAULT_EXPORT_DIR}"
-            )
+            if found is not None:
+                what = f"its export {found} is out of date (see the warning above)"
+            elif is_export(path / DEFAULT_EXPORT_DIR):
+                what = f"its export's record in {path / DEFAULT_EXPORT_DIR} cannot be read"
+            else:
+                what = f"no ONNX export here or in {path / DEFAULT_EXPORT_DIR}"
             raise FileNotFoundError(
                 f"{path}: {what}; write one with `structqa export {path} --quantize int8` "
                 "(int8 and fp32 graphs; the fp32 graph alone without --quantize)"

@@ -284,11 +284,15 @@ def _no_explain(predictor: Predictor, head: str) -> str:
     checkpoint it came from has no torch weights to draw one (whatever its head), else the
     head draws none."""
     if predictor.checkpoint is None and predictor.runtime.startswith("onnx"):
+        from structqa.runtimes.onnx_model import read_export
+
+        source = predictor.source and read_export(predictor.source).get("checkpoint")
+        made_from = f" ({source})" if source else ""
         return (
             "attention maps need the torch weights, which an ONNX export directory served "
-            "alone lacks: serve the checkpoint directory it was exported from (the one that "
-            "holds model.safetensors and onnx/); with --runtime onnx its export still gives "
-            "the answers"
+            f"alone lacks: serve the checkpoint it was exported from{made_from} (answers "
+            "then come from its own onnx/ export where there is one, else from torch; "
+            "STRUCTQA_AUTO_EXPORT=off keeps it from trying to make one)"
         )
     return f"no attention map for the {head} head"
 

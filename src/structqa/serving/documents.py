@@ -211,9 +211,10 @@ def add_document_routes(app: FastAPI, docs: DocumentService, errors: dict) -> No
         """The hits of a search on the index's thread, by ``deadline`` (its time measured)."""
         service = app.state.service
         t0 = time.perf_counter()
-        hits = await service.within(docs.submit(query, k, retriever), deadline, gone)
-        service.metrics.search_seconds.observe(time.perf_counter() - t0)
-        return hits
+        try:  # (timed out, abandoned or failed searches counted too: the slowest ones)
+            return await service.within(docs.submit(query, k, retriever), deadline, gone)
+        finally:
+            service.metrics.search_seconds.observe(time.perf_counter() - t0)
 
     @app.post("/v1/search", responses=errors, summary="The best chunks of the index for a query")
     async def search(body: SearchBody, request: Request) -> Response:

@@ -117,8 +117,9 @@ class Annotator:
 
     ``hits`` and ``misses`` count the texts served from the cache and the texts parsed.
     ``write_cache=False`` reads ``cache_file`` (where it exists) but never appends to it, and
-    ``max_texts`` bounds the texts kept in memory (the oldest go first): a model answering
-    people's questions must neither copy them into a training cache nor grow without bound.
+    ``max_chars`` bounds the characters of the texts kept in memory (the oldest go first; a
+    file is read up to it): a model answering people's questions must neither copy them into
+    a training cache nor grow without bound (an annotation's size follows its text's length).
     """
 
     def __init__(
@@ -127,12 +128,14 @@ class Annotator:
         cache_file: str | Path | None = None,
         batch_size: int = 64,
         write_cache: bool = True,
-        max_texts: int | None = None,
+        max_chars: int | None = None,
     ) -> None:
-        if max_texts is not None and max_texts < 1:
-            raise ValueError(f"max_texts must be at least 1, not {max_texts}")
+        if max_chars is not None and max_chars < 1:
+            raise ValueError(f"max_chars must be at least 1, not {max_chars}")
         self.model, self.batch_size = model, batch_size
-        self.write_cache, self.max_texts = write_cache, max_texts
+        self.write_cache, self.max_chars = write_cache, max_chars
+        self._chars: dict[str, int] = {}  # each kept text's length (with max_chars)
+        self._kept = 0
         self.cache_file = Path(cache_file) if cache_file is not None else None
         self.model_id = f"{model}=={_installed_version(model)}"
         self._nlp = None
@@ -172,20 +175,30 @@ class Annotator:
             docs = self.nlp.pipe(todo.values(), batch_size=self.batch_size)
             for key, doc in zip(todo, docs, strict=True):
                 annotation = annotation_from_doc(doc)
-                self._memory[key] = annotation
+                self._keep(key, annotation, len(todo[key]))
                 if self.cache_file is not None and self.write_cache:
                     line = {"key": key, "model": self.model_id, **annotation.to_dict()}
                     append_jsonl(self.cache_file, line)
-        found = [self._memory[key] for key in keys]
+        found = [self._memory[key] for key in keys]  # (nothing is dropped before this)
         self._forget_oldest()
         return found
 
+    def _keep(self, key: str, annotation: Annotation, chars: int) -> None:
+        self._memory[key] = annotation
+        if self.max_chars is not None:
+            self._kept += chars - self._chars.get(key, 0)
+            self._chars[key] = chars
+
     def _forget_oldest(self) -> None:
-        """Keep at most ``max_texts`` annotations in memory, dropping the first added."""
-        if self.max_texts is None:
+        """Keep at most ``max_chars`` characters of texts in memory, the first added going
+        first (the newest is kept whatever its length)."""
+        if self.max_chars is None:
             return
-        for key in list(self._memory)[: max(0, len(self._memory) - self.max_texts)]:
+        for key in list(self._memory):
+            if self._kept <= self.max_chars or len(self._memory) == 1:
+                break
             del self._memory[key]
+            self._kept -= self._chars.pop(key, 0)
 
     def _read_cache(self, path: Path) -> None:
         other, broken = 0, 0
@@ -196,7 +209,12 @@ class Annotator:
                     if record.get("model") != self.model_id:
                         other += 1
                         continue
-                    self._memory[record["key"]] = Annotation.from_dict(record)
+                    annotation = Annotation.from_dict(record)
+                    # (a text's length, about: where its last word or sentence ends)
+                    ends = [s[-1][1] for s in (annotation.words, annotation.sentences) if s]
+                    self._keep(record["key"], annotation, max(ends, default=0))
+                    if self.max_chars is not None and self._kept >= self.max_chars:
+                        break  # read up to the bound, no further
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                     broken += 1  # e.g. the last line of a run that was killed mid-write
         if other or broken:
@@ -206,7 +224,6 @@ class Annotator:
                 other,
                 broken,
             )
-        self._forget_oldest()
         log.info("%s: %d cached annotations", path, len(self._memory))
 
 
