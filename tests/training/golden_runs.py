@@ -34,16 +34,20 @@ CHECKPOINT_DIRS = ("best", "last", "final")
 
 
 def _without_clock(state: dict[str, Any]) -> dict[str, Any]:
-    """A train state without its wall time (recorded, never reproducible; a float >= 0) and
-    the digests of the training data and of the questions choosing best/, which train states
-    keep since after these were recorded (the resume tests check them; here only that they
-    are there)."""
+    """A train state without its wall time (recorded, never reproducible; a float >= 0),
+    the digests of the training data and of the questions choosing best/, its precision and
+    its starts, which train states keep since after these were recorded (the resume tests
+    check them; here only that they are there)."""
     seconds = state.pop("seconds")
     assert isinstance(seconds, float) and seconds >= 0, seconds
     windows, digest = state.pop("data_windows"), state.pop("data_fingerprint")
     assert isinstance(windows, int) and windows > 0 and len(digest) == 16, (windows, digest)
     choice = state.pop("choice_fingerprint")  # (the same; "" for tasks that keep none)
     assert isinstance(choice, str) and len(choice) in (0, 16), choice
+    # the precision it trained in and its starts, kept since (the same: checked by the
+    # resume tests; they name the commit and the machine, so they are not recorded here)
+    bf16, stints = state.pop("bf16"), state.pop("stints")
+    assert isinstance(bf16, bool) and [x["from_step"] for x in stints] == [0], (bf16, stints)
     return state
 
 

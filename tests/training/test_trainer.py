@@ -191,10 +191,32 @@ def test_resume_after_sigint_is_exact(tmp_path, stop_after):
     assert all(torch.equal(expected[k], resumed[k]) for k in expected)
     # the same steps and evaluations (none lost, none twice), with the same numbers
     assert untimed(read_log(tmp_path / "b")) == untimed(read_log(tmp_path / "a"))
-    for name in ("best", "last"):  # the same state but its wall time
+    for name in ("best", "last"):  # the same state but its wall time and its starts
         resumed_state, straight_state = state(tmp_path / "b", name), state(tmp_path / "a", name)
         assert resumed_state.pop("seconds") >= 0 and straight_state.pop("seconds") >= 0
+        resumed_stints, straight_stints = resumed_state.pop("stints"), straight_state.pop("stints")
         assert resumed_state == straight_state
+    assert [x["from_step"] for x in straight_stints] == [0]
+    assert [x["from_step"] for x in resumed_stints] == [0, stop_after]
+    assert all(x["bf16"] is False and x["device"] == "cpu" for x in resumed_stints)
+
+
+def test_resume_refuses_to_go_on_in_another_precision(tmp_path):
+    """train.bf16=auto follows the machine and its threads: a run that trained in bf16 and
+    would go on in fp32 (or the reverse) is refused, naming the setting that continues it."""
+    choices = dict(epochs=2, eval_every_steps=2, save_every_steps=2)
+    train_toy(tmp_path, ToyTask(interrupt_at=2), **choices)
+    saved = state(tmp_path)
+    assert saved["bf16"] is False  # recorded: it trained in fp32
+    record = tmp_path / "last" / "train_state.json"
+    record.write_text(json.dumps({**saved, "bf16": True}))  # as a run that trained in bf16
+    with pytest.raises(
+        ValueError, match=r"trained in bf16 and would go on in fp32.*train\.bf16=on"
+    ):
+        train_toy(tmp_path, resume=True, **choices)
+    record.write_text(json.dumps(saved))
+    train_toy(tmp_path, resume=True, **choices)  # in the precision it trained in: goes on
+    assert state(tmp_path)["finished"] and len(state(tmp_path)["stints"]) == 2
 
 
 def test_a_finished_run_resumes_to_nothing_and_a_fresh_one_is_refused(tmp_path):

@@ -18,7 +18,7 @@ import random
 import re
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,10 @@ RESUME_MAY_CHANGE = frozenset(
         "train.eval_batch_size",
         "decode.verifier",  # used only by the calibration fitted once training is over
         "decode.unanswerable_share",  # (the same)
+        # the setting, not the precision: what it resolves to must be what the run trained
+        # in (:func:`check_same_precision`), so "on" or "off" may stand for an "auto" that
+        # resolves otherwise on this machine or thread count
+        "train.bf16",
     }
 )
 
@@ -75,6 +79,10 @@ class TrainState:
     data_fingerprint: str = ""
     # the questions that choose best/ (:func:`check_same_choice`; "" before it was kept)
     choice_fingerprint: str = ""
+    # whether it trains in bf16 autocast (:func:`check_same_precision`; None before it was
+    # kept) and each start that trained it: step, commit, CPU, device, precision
+    bf16: bool | None = None
+    stints: list[dict[str, Any]] = field(default_factory=list)
 
 
 def save_checkpoint(
@@ -339,6 +347,40 @@ def check_same_choice(last_dir: Path, state: TrainState, digest: str) -> None:
             "to continue this run, or start afresh in another output directory"
         )
     state.choice_fingerprint = digest
+
+
+def check_same_precision(last_dir: Path, state: TrainState, bf16: bool, setting: str) -> None:
+    """Refuse to go on in another precision than the run trained in (``train.bf16=auto``
+    follows the machine and its thread count: a run stopped under one and resumed under
+    another would mix bf16 and fp32 steps), then record this start as one of its stints."""
+    if state.bf16 is not None and state.bf16 != bf16:
+        name = {True: "bf16", False: "fp32"}
+        was = "on" if state.bf16 else "off"
+        raise ValueError(
+            f"{last_dir}: cannot resume, it trained in {name[state.bf16]} and would go on in "
+            f"{name[bf16]} here (train.bf16={setting} resolves so on this machine and thread "
+            f"count); give train.bf16={was} to go on as it trained (on a machine that computes "
+            "bf16 natively for bf16), or train into a new output_dir"
+        )
+    state.bf16 = bf16
+
+
+def record_stint(state: TrainState, device: Any) -> None:
+    """Add this start to the state's stints (from its step; what ran it and where)."""
+    from structqa.provenance import git_info
+    from structqa.runtime import cpu_model
+
+    git = git_info()
+    state.stints.append(
+        {
+            "from_step": state.global_step,
+            "commit": git.get("commit"),
+            "dirty": git.get("dirty"),
+            "cpu": cpu_model(),
+            "device": str(device),
+            "bf16": state.bf16,
+        }
+    )
 
 
 def check_same_config(last_dir: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:

@@ -54,6 +54,8 @@ from structqa.training.checkpoint import (
     TrainState,
     check_same_choice,
     check_same_data,
+    check_same_precision,
+    record_stint,
     resume_from,
     safetensors_loader,
     save_checkpoint,
@@ -347,6 +349,8 @@ def fit(
     if state.finished:
         log.info("%s: run already finished", out)
         return None
+    check_same_precision(last_dir, state, env.bf16, s.bf16)
+    record_stint(state, device)
     model, optimizer = accelerator.prepare(model, optimizer)
     raw_model = accelerator.unwrap_model(model)
     log_path = out / "metrics.jsonl"
