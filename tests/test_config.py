@@ -157,6 +157,11 @@ def test_param_lr_exists_in_every_training_config():
         ("train.epochs=0", "train.epochs must be > 0"),
         ("train.warmup_ratio=1.5", "train.warmup_ratio must be in [0, 1]"),
         ("decode.max_answer_length=0", "decode.max_answer_length must be >= 1"),
+        (
+            "model.block=[sa, nna, ffn]",
+            "model.block ['sa', 'nna', 'ffn']: unknown sub-layer(s) ['nna']",
+        ),
+        ("model.block=[]", "model.block []: no sub-layers"),
     ],
 )
 def test_validate_rejects_values_before_anything_loads(override, needle):

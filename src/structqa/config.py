@@ -486,7 +486,27 @@ def validate(cfg: Config) -> Config:
         check_windows(d.max_seq_len, d.doc_stride, d.max_query_len)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    if cfg.model.block is not None:
+        check_block(cfg.model.block)
     return cfg
+
+
+def check_block(block: Sequence[str]) -> None:
+    """Refuse a ``model.block`` stacking the encoder cannot build, as ``structqa pretrain``
+    does, naming the unknown sub-layer: a typo fails when the config is read, not when the
+    model is built."""
+    from structqa.encoders import STACKINGS, parse_stacking
+
+    try:
+        parse_stacking(block)
+    except ValueError:
+        kinds = list(dict.fromkeys(k for stacking in STACKINGS.values() for k in stacking))
+        bad = [k for k in block if k not in kinds]
+        what = f"unknown sub-layer(s) {bad}" if bad else "no sub-layers"
+        raise ConfigError(
+            f"model.block {list(block)}: {what}; a stacking is a list of {', '.join(kinds)} "
+            "(e.g. [sa, naa, ffn]), or null for the encoder's own"
+        ) from None
 
 
 def config_changes(

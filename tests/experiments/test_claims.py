@@ -17,9 +17,12 @@ from tiny import tiny_finetune_base
 
 from structqa.commands.experiment import add_parser
 from structqa.config import ConfigError
+from structqa.experiments import runner
 from structqa.experiments.claims import claim_path, holder, try_claim
 from structqa.experiments.grid import experiment_from_dict
+from structqa.experiments.results import load_results
 from structqa.experiments.runner import run_experiment
+from structqa.experiments.spec import plan
 from structqa.experiments.store import Paths, run_status
 
 
@@ -99,6 +102,47 @@ def test_runner_skips_a_run_held_by_another_worker(tmp_path, tiny_checkpoint, sh
     locks = sorted((paths.runs / ".claims").glob("*.lock"))
     assert [p.name for p in locks] == ["seed=0.lock", "seed=1.lock"]
     assert all(p.read_text() == "" for p in locks)  # released: no holder recorded
+
+
+def test_a_worker_leaves_tables_with_every_result_on_disk(
+    tmp_path, tiny_checkpoint, shared_data, monkeypatch
+):
+    # two workers: this one trains the first run while another holds and finishes the second,
+    # whose result and tables land between this worker's reading the results and its writing
+    # the tables from them
+    exp = experiment_from_dict(
+        {
+            "name": "tiny",
+            "base": tiny_finetune_base(tiny_checkpoint, shared_data),
+            "grid": {"train.seed": [0, 1]},
+        },
+        source="configs/tiny.yaml",
+    )
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    first, second = exp.runs()
+    assert run_experiment(exp, paths, command="x", only=second.name, progress=False) == 0
+    other_result = paths.result(second).read_bytes()  # (what the other worker will write)
+    paths.result(second).unlink()
+    (paths.results / "table.md").unlink()
+    other = try_claim(paths.runs, second.name)
+    assert other is not None
+    real_refresh, calls = runner.refresh, []
+
+    def refresh_racing_the_other_worker(experiment, runs, results, results_dir, config):
+        if not calls:  # the other worker finishes its run and refreshes, from disk
+            paths.result(second).write_bytes(other_result)
+            on_disk = load_results(paths.results)
+            real_refresh(experiment, plan(experiment, on_disk), on_disk, results_dir, config)
+        calls.append(sorted(results))
+        real_refresh(experiment, runs, results, results_dir, config)  # this one's older view
+
+    monkeypatch.setattr(runner, "refresh", refresh_racing_the_other_worker)
+    try:
+        assert run_experiment(exp, paths, command="x", progress=False) == 0
+    finally:
+        other.release()
+    assert calls[0] == [first.name]  # the older view was written after the other's tables
+    assert "- runs: 2 of 2 finished" in (paths.results / "table.md").read_text()
 
 
 def test_workers_flag_runs_every_run_exactly_once(tmp_path, tiny_checkpoint, shared_data):

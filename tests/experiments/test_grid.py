@@ -132,6 +132,7 @@ def test_unknown_keys_are_errors_naming_the_closest_key(data, named):
             grid={"train.seed": [0]}, seeds_if_noisy={"std_above": 2, "seeds": [1], "metric": "f"}
         ),
         spec(validation={"fraction": 1.5}),
+        spec(variants=[{"name": "a", "model.block": ["sa", "nna", "ffn"]}]),  # a typo
     ],
 )
 def test_invalid_experiments_are_rejected(data):

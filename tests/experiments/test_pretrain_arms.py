@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -17,7 +18,7 @@ import yaml
 from tiny import tiny_finetune_base
 
 from structqa.config import ConfigError
-from structqa.experiments import arms, runner
+from structqa.experiments import arms, listing, runner
 from structqa.experiments.claims import try_claim
 from structqa.experiments.grid import experiment_from_dict, load_experiment
 from structqa.experiments.runner import run_experiment
@@ -391,3 +392,69 @@ def test_a_finished_arm_is_used_while_another_worker_holds_its_claim(
         assert arms.ensure_pretrained(exp, "tok", paths, Launch("x", {})) == final
     finally:
         busy.release()
+
+
+def test_dry_run_names_the_missing_corpus_of_an_arm_that_runs_start_from(
+    tmp_path, tiny_checkpoint, corpus, shared_data, capsys
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    gone = tmp_path / "corpus-whole"
+    exp.pretrain.arms["tok"]["data.corpus"] = str(gone)
+    exp.pretrain.arms["naa"]["data.corpus"] = str(gone)  # no run starts from it: not named
+    listing.print_plan(exp, Paths(tmp_path / "results", tmp_path / "runs"))
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"missing: data.corpus {gone} of pre-training arm(s) tok, which 2 run(s) to train "
+        "start from (first: variant=tok-a)"
+    ) in out, out
+    assert "`structqa corpus --out`" in out
+    assert out.count("missing:") == 1  # (the checkpoint the plain run starts from is there)
+
+
+def interrupt_pretraining_at_step(monkeypatch, step: int) -> None:
+    """SIGINT during training step ``step``: the loop finishes it, saves last/ and stops."""
+    real_forward, calls = pretrain_loop._forward, {"n": 0}
+
+    def forward_then_interrupt(model, raw_model, batch):
+        if model.training:  # training steps only, not held-out evaluation
+            calls["n"] += 1
+            if calls["n"] == step:
+                os.kill(os.getpid(), signal.SIGINT)
+        return real_forward(model, raw_model, batch)
+
+    monkeypatch.setattr(pretrain_loop, "_forward", forward_then_interrupt)
+
+
+@pytest.mark.parametrize(
+    ("killed", "resumed"),
+    [
+        # between the swap's renames: the checkpoint is at last.old, the next one at last.tmp
+        ("between-renames", True),
+        # while its first last/ was written: only a last.tmp cut short, nothing to resume
+        ("first-write", False),
+    ],
+)
+def test_an_arm_killed_during_a_checkpoint_swap_goes_on_when_the_grid_is_run_again(
+    tmp_path, tiny_checkpoint, corpus, shared_data, monkeypatch, killed, resumed
+):
+    exp = experiment(tiny_checkpoint, corpus, shared_data)
+    paths = Paths(tmp_path / "results", tmp_path / "runs")
+    real_forward = pretrain_loop._forward
+    interrupt_pretraining_at_step(monkeypatch, 2)
+    assert arms.ensure_pretrained(exp, "tok", paths, Launch("x", {})) is None
+    out = paths.pretrain_output("tok")
+    last, tmp = out / "last", out / "last.tmp"
+    assert json.loads((last / "train_state.json").read_text())["global_step"] == 2
+    if killed == "between-renames":
+        shutil.copytree(last, tmp)
+        last.rename(out / "last.old")
+    else:
+        last.rename(tmp)
+        (tmp / "resume.pt").unlink()
+    assert not last.exists()
+    monkeypatch.setattr(pretrain_loop, "_forward", real_forward)
+    seen = spy_on_pretraining(monkeypatch)
+    final = arms.ensure_pretrained(exp, "tok", paths, Launch("x", {}))
+    assert final is not None and seen == [("tok", resumed)]
+    assert json.loads(paths.pretrain_result("tok").read_text())["steps"] == 3
+    assert not tmp.exists() and not (out / "last.old").exists()

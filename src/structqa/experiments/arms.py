@@ -9,6 +9,7 @@ and accuracy, config, provenance and wall time.
 from __future__ import annotations
 
 import logging
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,12 @@ from structqa.experiments.store import (
 )
 from structqa.io import write_json
 from structqa.pretrain import loop as pretrain_loop
-from structqa.training.checkpoint import RESUME_MAY_CHANGE
+from structqa.training.checkpoint import RESUME_MAY_CHANGE, resumable
 
 log = logging.getLogger(__name__)
+
+# the checkpoint directories a fresh start will not overwrite, each written as a ``.tmp`` twin
+CHECKPOINT_DIRS = ("last", "best", "final")
 
 
 def ensure_pretrained(
@@ -78,6 +82,22 @@ def ensure_pretrained(
         return _pretrain_and_record(experiment, arm, paths, cfg, launch)
 
 
+def arm_resumable(out: Path) -> bool:
+    """Whether the arm's output directory ``out`` holds a checkpoint to go on from, after
+    repairing a checkpoint swap that a kill cut short between its renames (``last.old`` put
+    back as ``last/``, as a fine-tuning run's resume does). When it holds none, the ``.tmp``
+    directories of checkpoints whose writing a kill cut short are removed: they are not
+    checkpoints, and a fresh start would take them for another run's and refuse to begin."""
+    if resumable(out / "last"):
+        return True
+    for name in CHECKPOINT_DIRS:
+        partial = out / f"{name}.tmp"
+        if partial.is_dir():
+            log.warning("%s: removing %s, a checkpoint whose writing was cut short", out, partial)
+            shutil.rmtree(partial)
+    return False
+
+
 def _pretrain_and_record(
     experiment: Experiment,
     arm: str,
@@ -92,8 +112,8 @@ def _pretrain_and_record(
     final = out / "final"
     timing = read_json(out / TIME_FILE)
     if not arm_finished(final):
+        resume = arm_resumable(out)  # (first: it may put last/ back)
         before = read_json(out / "last" / "train_state.json")
-        resume = (out / "last").is_dir()
         log.info("pre-training arm %s (%s) into %s", arm, "resumed" if resume else "new", out)
         timing = timed_training(
             out, lambda: pretrain_loop.run(cfg, resume=resume, progress=launch.progress)

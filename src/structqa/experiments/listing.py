@@ -97,18 +97,23 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
 
 def missing_starts(experiment: Experiment, runs: list[Run], paths: Paths) -> list[str]:
     """The encoders and ``model.init`` checkpoints that runs still to train start from and
-    that are not there (a pre-training arm's is the runner's to make): said up front, where
-    the run would otherwise fail only when its turn comes, hours into the grid."""
+    that are not there (a pre-training arm's is the runner's to make), and the corpora of the
+    unfinished pre-training arms they fine-tune from: said up front, where the run would
+    otherwise fail only when its turn comes, hours into the grid."""
     from structqa.models.build import resolve_encoder_path
 
     wanted: dict[str, list[str]] = {}
+    arms: dict[str, list[str]] = {}  # unfinished arm -> the runs that start from it
     for run in runs:
         if resumable(paths.output(run) / "last"):  # it goes on from its own checkpoint
             continue
         model = experiment.config_for(run).model
         encoder = str(getattr(model, "encoder", "") or "")
         init = getattr(model, "init", None)  # (drop-train: the encoder is then not read)
-        if encoder and init is None and pretrain_arm(encoder) is None:
+        arm = pretrain_arm(encoder)
+        if arm is not None and init is None and pretrain_status(paths, arm) != "done":
+            arms.setdefault(arm, []).append(run.name)
+        if encoder and init is None and arm is None:
             try:
                 resolve_encoder_path(encoder)
             except (FileNotFoundError, OSError):
@@ -117,9 +122,34 @@ def missing_starts(experiment: Experiment, runs: list[Run], paths: Paths) -> lis
         for key, start in starts:
             if start and start != "reader" and not Path(str(start)).expanduser().is_dir():
                 wanted.setdefault(f"{key} {start}", []).append(run.name)
-    return [
+    lines = [
         f"{what}, which {len(names)} run(s) to train start from (first: {names[0]}); make it "
         "first (e.g. the `structqa pretrain` or `drop-train` command its config names), or "
         "fix the path"
         for what, names in wanted.items()
+    ]
+    return lines + missing_corpora(experiment, arms)
+
+
+def missing_corpora(experiment: Experiment, arms: dict[str, list[str]]) -> list[str]:
+    """The ``data.corpus`` of each of ``arms`` (arm -> the runs that start from it) that is
+    neither where it is given nor under the data directory, one line per corpus."""
+    from structqa.pretrain.data import resolve_corpus
+
+    if experiment.pretrain is None:  # (a grid refuses pretrain:ARM without it)
+        return []
+    wanted: dict[str, tuple[list[str], list[str]]] = {}  # corpus -> (arms, runs)
+    for arm, names in arms.items():
+        cfg = experiment.pretrain.config_for(arm)
+        try:
+            resolve_corpus(cfg)
+        except FileNotFoundError:
+            those_arms, those_runs = wanted.setdefault(cfg.data.corpus, ([], []))
+            those_arms.append(arm)
+            those_runs.extend(names)
+    return [
+        f"data.corpus {corpus} of pre-training arm(s) {', '.join(those_arms)}, which "
+        f"{len(names)} run(s) to train start from (first: {names[0]}); build it first with "
+        "`structqa corpus --out`, or fix the arm's data.corpus"
+        for corpus, (those_arms, names) in wanted.items()
     ]

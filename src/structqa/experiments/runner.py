@@ -18,7 +18,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from structqa.config import ConfigError
@@ -75,12 +75,45 @@ def run_experiment(
     worker (another ``structqa experiment`` on the same runs directory) is skipped. A run whose
     pre-training arm another worker is training is put off: once nothing else is left, the
     worker waits for that arm's claim and then fine-tunes from it (or, if its holder stopped
-    before finishing, resumes the arm itself)."""
+    before finishing, resumes the arm itself). However it leaves, the worker rewrites the
+    tables from every result on disk as its last act (:func:`_refresh_on_exit`)."""
     check_not_stale(experiment, paths, load_results(paths.results))
     if note := selection_note(experiment):
         log.warning("%s", note)
     loop.StopFlag.received = None  # (a signal an earlier call in this process handled)
     launch = Launch(command, {"git": git_info(), "machine": machine_info()}, data_dir, progress)
+    try:
+        code = _work_through(experiment, paths, launch, only, max_runs, data_dir)
+    except BaseException:
+        with suppress(Exception):  # (the error that stopped the worker is the one to see)
+            _refresh_on_exit(experiment, paths)
+        raise
+    _refresh_on_exit(experiment, paths)
+    return code
+
+
+def _refresh_on_exit(experiment: Experiment, paths: Paths) -> None:
+    """Rewrite the tables from every result on disk. A worker refreshes them after each
+    result it writes, from the results it read then: a result and tables another worker
+    wrote in the meantime could be overwritten by that older view, so every worker (started
+    by hand too, not only by ``--workers``) rewrites them once more from disk as it leaves."""
+    results = load_results(paths.results)
+    if results:
+        refresh(
+            experiment, plan(experiment, results), results, paths.results, config_file(experiment)
+        )
+
+
+def _work_through(
+    experiment: Experiment,
+    paths: Paths,
+    launch: Launch,
+    only: str | None,
+    max_runs: int | None,
+    data_dir: str | None,
+) -> int:
+    """:func:`run_experiment`'s queue: train, reuse or skip each unfinished run of the plan,
+    refreshing the tables after each result; its exit status."""
     yaml_name = config_file(experiment)
     finished = trained = 0  # trained: --max-runs counts runs trained, not results reused
     skipped: list[str] = []
@@ -169,8 +202,6 @@ def run_experiment(
         log.warning("interrupted; run the same command to continue")
         return EXIT_INTERRUPTED
     results = load_results(paths.results)
-    if results and not finished:  # (after a finished run the tables are fresh already)
-        refresh(experiment, plan(experiment, results), results, paths.results, yaml_name)
     if results:
         kept = keep_answers(experiment, plan(experiment, results), results, paths)
         if kept:
