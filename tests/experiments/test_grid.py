@@ -520,6 +520,13 @@ def test_result_json_has_config_provenance_and_metrics(tmp_path, tiny_checkpoint
     assert result["device"] in ("cpu", "cuda") and result["bf16"] is False
     assert result["wall_time_s"] > 0 and result["best_epoch"] >= 1
     assert {"exact_match", "f1"} <= set(result["metrics"])
+    # the local encoder it started from, by its weights (a path may be rebuilt), and its starts
+    from structqa.manifest import file_sha256
+
+    encoder = result["local_weights"]["model.encoder"]
+    assert encoder["weights_sha256"] == file_sha256(tiny_checkpoint / "model.safetensors")
+    assert [x["from_step"] for x in result["stints"]] == [0]
+    assert result["stints"][0]["commit"] == result["git"]["commit"]
     table = (paths.results / "table.md").read_text()
     assert "structqa experiment configs/tiny.yaml" in table and "(1 of 2)" in table
 

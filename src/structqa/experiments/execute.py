@@ -147,6 +147,10 @@ def execute_run(
         "config": config,
         **({"pretrain_arm": read_json(out / ARM_RECORD)} if started_from else {}),
         **({"init_from": start} if (start := read_json(out / INIT_RECORD)) else {}),
+        **({"local_weights": weights} if (weights := local_weights(cfg)) else {}),
+        # each start that trained it (step, commit, CPU, device, precision): a resumed run's
+        # provenance above is its last start's
+        "stints": state.get("stints", []),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_json(paths.result(run), result)
@@ -158,6 +162,25 @@ def execute_run(
         result["best_epoch"],
     )
     return True
+
+
+def local_weights(cfg: Any) -> dict[str, Any]:
+    """The SHA-256 of the weights each local directory the run started from holds
+    (``model.encoder``, and a DROP run's ``model.init``), keyed by the setting: a result names
+    a path, and a checkpoint rebuilt at the same path is another start (``model.init_from``
+    has its own record, ``init_from``)."""
+    from structqa.manifest import file_sha256, read_manifest
+
+    out: dict[str, Any] = {}
+    for key in ("encoder", "init"):
+        value = getattr(cfg.model, key, None)
+        weights = Path(value) / "model.safetensors" if isinstance(value, str) else None
+        if weights is None or not weights.is_file():
+            continue  # a hub name or a package's encoder, or no such setting
+        listed = (read_manifest(weights.parent) or {}).get(weights.name)
+        digest = listed.sha256 if listed is not None else file_sha256(weights)
+        out[f"model.{key}"] = {"path": value, "weights_sha256": digest}
+    return out
 
 
 def calibrate_on_validation(best: Path, cfg: Any) -> dict[str, Any]:
