@@ -261,3 +261,176 @@ def test_documents_mode_marks_the_answer_in_its_source(driver, documents_url, tm
         assert Path(best["source"]).name in shown
     driver.find_elements(By.CSS_SELECTOR, "#results button.result")[0].click()
     _screenshot(driver, tmp_path, "-documents")
+
+
+# fetch wrapped in the page: each POST to a path holding ``arguments[0]`` is recorded (its body's
+# UTF-8 size and its questions), counted while in flight, and the first one held ``arguments[1]`` ms
+RECORD_FETCH = """
+const [path, holdMs] = arguments;
+window.recorded = { bodies: [], live: 0, most: 0 };
+const real = window.fetch;
+window.fetch = async (url, opts) => {
+  if (!String(url).includes(path)) return real.call(window, url, opts);
+  const rec = window.recorded;
+  const body = JSON.parse(opts.body);
+  rec.bodies.push({ bytes: new Blob([opts.body]).size,
+                    questions: (Array.isArray(body) ? body : [body]).map((b) => b.question) });
+  rec.live += 1;
+  rec.most = Math.max(rec.most, rec.live);
+  try {
+    if (rec.bodies.length === 1) await new Promise((ok) => setTimeout(ok, holdMs));
+    return await real.call(window, url, opts);
+  } finally {
+    rec.live -= 1;
+  }
+};
+"""
+
+
+def _open_page(driver, url: str):
+    """The page, fresh, once /ready has named the model."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url + "/")
+    wait = WebDriverWait(driver, 60)
+    wait.until(lambda d: "head" in d.find_element(By.ID, "model-info").text)
+    return wait
+
+
+def _fill(driver, passage: str, questions: str) -> None:
+    """The passage and questions boxes, set at once (typing 2,000 characters takes long)."""
+    driver.execute_script(
+        "document.getElementById('passage').value = arguments[0];"
+        "document.getElementById('questions').value = arguments[1];",
+        passage,
+        questions,
+    )
+
+
+def _answered(driver, wait) -> None:
+    """Until the Ask in flight is in (the button enabled again, no request left)."""
+    wait.until(
+        lambda d: d.execute_script(
+            "return !document.getElementById('ask').disabled"
+            " && (!window.recorded || window.recorded.live === 0)"
+        )
+    )
+
+
+def _rows(driver) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#results > li")]
+
+
+def _shown(answer: dict) -> str:
+    return "No answer found" if answer["no_answer"] else answer["answer"]
+
+
+def test_a_refused_question_names_its_line_and_the_others_are_answered(driver, page_url, passage):
+    """A question longer than the model reads, among good ones: its row names its line in the
+    box, and the other questions are still answered (the whole list once failed, naming
+    "pair 1" by its index among the non-empty lines)."""
+    context, questions = passage
+    wait = _open_page(driver, page_url)
+    too_long = "why " * 600  # 2,400 characters, far more tokens than a question may have
+    _fill(driver, context, f"{questions[0]}\n\n{too_long}\n{questions[1]}")
+    driver.find_element("id", "ask").click()
+    _answered(driver, wait)
+    rows = _rows(driver)
+    assert len(rows) == 3, (rows, driver.find_element("id", "status").text)
+    assert "Question on line 3:" in rows[1] and "tokens" in rows[1]
+    assert "pair" not in rows[1] and "Expected" not in rows[1]
+    expected = _api(page_url, questions, context)
+    assert _shown(expected[0]) in rows[0] and _shown(expected[1]) in rows[2]
+    assert "1 question failed" in driver.find_element("id", "status").text
+
+
+def test_ctrl_enter_during_an_ask_sends_no_second_request_at_once(driver, page_url, passage):
+    """Ctrl+Enter does not go through the disabled button: pressed again while an Ask is in
+    flight (the questions changed), the page once sent a second request beside the first, and
+    the slower reply (the older questions') replaced the newer one."""
+    from selenium.webdriver.common.keys import Keys
+
+    context, questions = passage
+    wait = _open_page(driver, page_url)
+    driver.execute_script(RECORD_FETCH, "/v1/answer", 1500)
+    _fill(driver, context, questions[0])
+    box = driver.find_element("id", "questions")
+    box.send_keys(Keys.CONTROL, Keys.ENTER)
+    _fill(driver, context, questions[1])
+    box.send_keys(Keys.CONTROL, Keys.ENTER)
+    box.send_keys(Keys.CONTROL, Keys.ENTER)  # the same inputs again: nothing more to ask
+    wait.until(lambda d: d.execute_script("return window.recorded.bodies.length") >= 2)
+    _answered(driver, wait)
+    recorded = driver.execute_script("return window.recorded")
+    assert recorded["most"] == 1  # never two at once
+    assert [b["questions"] for b in recorded["bodies"]] == [[questions[0]], [questions[1]]]
+    rows = _rows(driver)
+    assert len(rows) == 1 and questions[1] in rows[0]  # the newest input's answer
+    assert _shown(_api(page_url, [questions[1]], context)[0]) in rows[0]
+
+
+def test_questions_are_sent_in_requests_under_the_body_limit(driver, page_url, passage):
+    """The passage is copied into every item of /v1/answer: the questions are split across
+    requests whose bodies fit the server's limit (here a small one the page is told), and
+    the answers come back in the order of the lines."""
+    context, questions = passage
+    asked = [questions[0], questions[1], f"{questions[0]} ", "Where is it?"]
+    item = len(json.dumps({"question": asked[0], "context": context, "top_k": 5}).encode())
+    limit = 2 * item + 50  # two items per request at most
+    wait = _open_page(driver, page_url)
+    driver.execute_script("state.ready.max_body_bytes = arguments[0];", limit)
+    driver.execute_script(RECORD_FETCH, "/v1/answer", 0)
+    _fill(driver, context, "\n".join(asked))
+    driver.find_element("id", "ask").click()
+    _answered(driver, wait)
+    bodies = driver.execute_script("return window.recorded.bodies")
+    assert len(bodies) >= 2 and all(b["bytes"] <= limit for b in bodies), bodies
+    assert [q for b in bodies for q in b["questions"]] == [q.strip() for q in asked]
+    rows = _rows(driver)
+    assert len(rows) == 4
+    for row, question in zip(rows, asked, strict=True):
+        assert question.strip() in row
+
+
+def test_the_mode_cannot_change_while_an_ask_runs(driver, documents_url, passage):
+    """Switching "Answer from" during an Ask once drew the passage's reply as documents'
+    (an error in red) or the other way round: the radios are disabled until it is in."""
+    from selenium.webdriver.common.by import By
+
+    context, questions = passage
+    wait = _open_page(driver, documents_url)
+    wait.until(lambda d: d.find_element(By.ID, "mode-row").is_displayed())
+    driver.execute_script(RECORD_FETCH, "/v1/answer", 1500)
+    _fill(driver, context, questions[0])
+    driver.find_element(By.ID, "ask").click()
+    documents = driver.find_element(By.ID, "mode-documents")
+    assert not documents.is_enabled()
+    driver.execute_script("arguments[0].click();", documents)  # (disabled: no effect)
+    _answered(driver, wait)
+    assert documents.is_enabled() and not documents.is_selected()
+    assert len(_rows(driver)) == 1
+    assert "error" not in driver.find_element(By.ID, "status").get_attribute("class")
+    assert driver.find_element(By.ID, "passage-view").text.split() == context.split()
+
+
+def test_documents_mode_a_refused_question_fails_in_its_own_row(driver, documents_url):
+    """Each question is its own /v1/ask: one the server refuses (over 2,000 characters) is said
+    in its row, naming its line, and the others are answered (one failure once discarded every
+    answer)."""
+    from selenium.webdriver.common.by import By
+
+    wait = _open_page(driver, documents_url)
+    wait.until(lambda d: d.find_element(By.ID, "mode-row").is_displayed())
+    driver.find_element(By.ID, "mode-documents").click()
+    good = "What sits on top of the Main Building at Notre Dame?"
+    _fill(driver, "", f"{good}\n\n{'why ' * 600}")
+    driver.find_element(By.ID, "ask").click()
+    _answered(driver, wait)
+    rows = _rows(driver)
+    assert len(rows) == 2, (rows, driver.find_element(By.ID, "status").text)
+    assert "Question on line 3:" in rows[1] and "2,000" in rows[1]
+    assert good in rows[0] and "Question on line" not in rows[0]
+    assert driver.find_elements(By.CSS_SELECTOR, "#results > li:first-child button.result")
