@@ -60,6 +60,8 @@ def test_health_ready_metrics(client):
     ready = client.get("/ready")
     assert ready.status_code == 200
     assert ready.json()["status"] == "ready" and ready.json()["api_key_required"] is False
+    # the limits the page splits a list of questions by
+    assert ready.json()["max_questions"] == 32 and ready.json()["max_body_bytes"] == 4 * 1024**2
     assert gc.get_freeze_count() > 0  # the warm-up froze the long-lived objects
     client.post("/v1/answer", json={"question": QUESTION, "context": CONTEXT})
     text = client.get("/metrics").text

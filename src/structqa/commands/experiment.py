@@ -76,7 +76,7 @@ def cmd_experiment(args: argparse.Namespace, extra: list[str] | None = None) -> 
     if args.pretrain_only and args.max_runs is not None:
         raise ConfigError("--pretrain-only fine-tunes nothing; it takes no --max-runs")
     if args.dry_run:
-        print_plan(experiment, paths, args.only)
+        print_plan(experiment, paths, args.only, args.data)
         return 0
     if args.bootstrap:
         from structqa.experiments.bootstrap import bootstrap_results

@@ -128,6 +128,8 @@ def _pretrain_and_record(
             return None  # interrupted: last/ holds the state
     state = read_json(final / "train_state.json")
     device, bf16 = device_and_bf16(cfg)
+    if isinstance(state.get("bf16"), bool):  # what it trained in, not what this machine would
+        bf16 = state["bf16"]
     write_json(
         paths.pretrain_result(arm),
         {

@@ -124,6 +124,8 @@ def execute_run(
     if split is not None and not isinstance(cfg, DropConfig):
         scores["calibration"] = calibrate_on_validation(out / "best", cfg)
     device, bf16 = device_and_bf16(cfg)
+    if isinstance(state.get("bf16"), bool):  # what it trained in, not what this machine would
+        bf16 = state["bf16"]
     result = {
         "experiment": experiment.name,
         "run": run.name,

@@ -16,7 +16,9 @@ from structqa.experiments.store import Paths, display_path, pretrain_status, rea
 from structqa.training.checkpoint import resumable
 
 
-def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) -> None:
+def print_plan(
+    experiment: Experiment, paths: Paths, only: str | None = None, data_dir: str | None = None
+) -> None:
     """The --dry-run listing: every planned run with its status (and scores when done)."""
     from rich.console import Console
     from rich.table import Table
@@ -89,13 +91,16 @@ def print_plan(experiment: Experiment, paths: Paths, only: str | None = None) ->
         )
     )
     console.print(f"outputs: {paths.runs}  results: {paths.results}")
-    for line in missing_starts(experiment, [r for r in runs if r.name not in results], paths):
+    todo = [r for r in runs if r.name not in results]
+    for line in missing_starts(experiment, todo, paths, data_dir):
         console.print(f"missing: {line}", markup=False)
     if note := selection_note(experiment):
         console.print(f"note: {note}", markup=False)
 
 
-def missing_starts(experiment: Experiment, runs: list[Run], paths: Paths) -> list[str]:
+def missing_starts(
+    experiment: Experiment, runs: list[Run], paths: Paths, data_dir: str | None = None
+) -> list[str]:
     """The encoders and ``model.init`` checkpoints that runs still to train start from and
     that are not there (a pre-training arm's is the runner's to make), and the corpora of the
     unfinished pre-training arms they fine-tune from: said up front, where the run would
@@ -128,12 +133,15 @@ def missing_starts(experiment: Experiment, runs: list[Run], paths: Paths) -> lis
         "fix the path"
         for what, names in wanted.items()
     ]
-    return lines + missing_corpora(experiment, arms)
+    return lines + missing_corpora(experiment, arms, data_dir)
 
 
-def missing_corpora(experiment: Experiment, arms: dict[str, list[str]]) -> list[str]:
+def missing_corpora(
+    experiment: Experiment, arms: dict[str, list[str]], data_dir: str | None = None
+) -> list[str]:
     """The ``data.corpus`` of each of ``arms`` (arm -> the runs that start from it) that is
-    neither where it is given nor under the data directory, one line per corpus."""
+    neither where it is given nor under the data directory (``data_dir``, the command's
+    ``--data``, as pre-training reads it; else the arm's own), one line per corpus."""
     from structqa.pretrain.data import resolve_corpus
 
     if experiment.pretrain is None:  # (a grid refuses pretrain:ARM without it)
@@ -141,9 +149,11 @@ def missing_corpora(experiment: Experiment, arms: dict[str, list[str]]) -> list[
     wanted: dict[str, tuple[list[str], list[str]]] = {}  # corpus -> (arms, runs)
     for arm, names in arms.items():
         cfg = experiment.pretrain.config_for(arm)
+        if data_dir:
+            cfg.data.dir = data_dir
         try:
             resolve_corpus(cfg)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             those_arms, those_runs = wanted.setdefault(cfg.data.corpus, ([], []))
             those_arms.append(arm)
             those_runs.extend(names)

@@ -441,6 +441,8 @@ def create_app(
             "explain": service.explain_kind,
             "api_key_required": settings.api_key is not None,
             "max_context_chars": settings.max_context_chars,
+            "max_questions": settings.max_questions,
+            "max_body_bytes": settings.max_body_bytes,
             "index": None if documents is None else documents.info,
         }
         return JSONResponse(body, status_code=200 if service.status == "ready" else 503)

@@ -155,6 +155,8 @@ class Readiness(BaseModel):
     )
     api_key_required: bool = False
     max_context_chars: int = 0
+    max_questions: int = Field(0, description="the most items one request may hold")
+    max_body_bytes: int = Field(0, description="the largest request body, in bytes")
     index: dict[str, Any] | None = Field(
         None, description="the document index served (--index): its folder, chunks, encoder"
     )

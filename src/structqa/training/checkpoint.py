@@ -55,10 +55,6 @@ RESUME_MAY_CHANGE = frozenset(
         "train.eval_batch_size",
         "decode.verifier",  # used only by the calibration fitted once training is over
         "decode.unanswerable_share",  # (the same)
-        # the setting, not the precision: what it resolves to must be what the run trained
-        # in (:func:`check_same_precision`), so "on" or "off" may stand for an "auto" that
-        # resolves otherwise on this machine or thread count
-        "train.bf16",
     }
 )
 
@@ -352,15 +348,16 @@ def check_same_choice(last_dir: Path, state: TrainState, digest: str) -> None:
 def check_same_precision(last_dir: Path, state: TrainState, bf16: bool, setting: str) -> None:
     """Refuse to go on in another precision than the run trained in (``train.bf16=auto``
     follows the machine and its thread count: a run stopped under one and resumed under
-    another would mix bf16 and fp32 steps), then record this start as one of its stints."""
+    another would mix bf16 and fp32 steps; the setting itself may not change on resume),
+    then record the precision."""
     if state.bf16 is not None and state.bf16 != bf16:
         name = {True: "bf16", False: "fp32"}
-        was = "on" if state.bf16 else "off"
         raise ValueError(
             f"{last_dir}: cannot resume, it trained in {name[state.bf16]} and would go on in "
             f"{name[bf16]} here (train.bf16={setting} resolves so on this machine and thread "
-            f"count); give train.bf16={was} to go on as it trained (on a machine that computes "
-            "bf16 natively for bf16), or train into a new output_dir"
+            "count); resume it where it resolves as it did (the machine it trained on, with "
+            "as many threads: an experiment's --workers or --threads as before), or train "
+            "into a new output_dir"
         )
     state.bf16 = bf16
 

@@ -11,6 +11,10 @@ const DEFAULT_MAX_QUESTIONS = 32;  // the server's --max-questions default (item
 const DOCS_MAX_QUESTIONS = 20;  // /v1/ask requests one click sends at once
 const EXPLAIN_MAX_CHARS = 20000;  // explain's own limit on the passage
 const NO_SERVER = "The server did not answer (is it running?)";
+// a reply later than this is given up (the server's own deadline, --request-timeout, is 30 s
+// by default): a connection that never answers must not keep the page busy for good
+const GIVE_UP_MS = 120000;
+const GAVE_UP = "The server did not answer within two minutes; ask again";
 const DECLINED = "declined by the reader in its chunk: the span's share of the n-best";
 
 const $ = (id) => document.getElementById(id);
@@ -32,10 +36,18 @@ function headers() {
 // the reply's JSON; else an Error with the server's message, its status and its fields
 async function post(path, body) {
   let resp;
+  const control = new AbortController();
+  const timer = setTimeout(() => control.abort(), GIVE_UP_MS);
   try {
-    resp = await fetch(path, { method: "POST", headers: headers(), body: typeof body === "string" ? body : JSON.stringify(body) });
+    resp = await fetch(path, {
+      method: "POST", headers: headers(), signal: control.signal,
+      body: typeof body === "string" ? body : JSON.stringify(body),
+    });
   } catch (e) {
-    throw new Error(NO_SERVER);  // (the browser's own words: "Failed to fetch")
+    // (the browser's own words: "Failed to fetch", or the abort's)
+    throw new Error(control.signal.aborted ? GAVE_UP : NO_SERVER);
+  } finally {
+    clearTimeout(timer);
   }
   let data = null;
   try { data = await resp.json(); } catch (e) { data = null; }
@@ -387,6 +399,14 @@ function documentResult(item, out) {
 async function askDocuments(items) {
   const body = (q) => ({ question: q, top_k_chunks: 10, answers: TOP_K });
   const settled = await Promise.allSettled(items.map((it) => post("/v1/ask", body(it.question))));
+  // every question refused alike, none for itself (a wrong key, the server down or busy):
+  // said once, as passage mode says it, not once a row
+  const refusals = settled.filter((s) => s.status === "rejected").map((s) => s.reason);
+  const own = (r) => r.fields && r.fields.some((f) => f.field === "question");
+  if (refusals.length === settled.length && !refusals.some(own)
+      && new Set(refusals.map((r) => r.message)).size === 1) {
+    throw refusals[0];
+  }
   return settled.map((s, k) => {
     if (s.status === "fulfilled") return documentResult(items[k], s.value);
     const field = s.reason.fields && s.reason.fields.find((f) => f.field === "question");
