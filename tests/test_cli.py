@@ -501,6 +501,9 @@ def test_the_quickstarts_next_train_command_reads_every_question_from_its_reader
     cfg = load_config(None, words[2:])
     assert cfg.data.train_size == "all" and "YOUR_TRAIN.json" in str(cfg.data.train)
     assert cfg.model.init_from == str(best) and cfg.model.head == "dyrex"
+    # the reader's line sets this run's own held-out F1 beside the reader's
+    reader = next(x for x in next_commands(best, 45.25) if "reader build" in x)
+    assert "against this reader's 45.2;" in reader or "against this reader's 45.3;" in reader
 
 
 def test_a_setting_given_with_a_space_says_to_use_equals(capsys) -> None:
