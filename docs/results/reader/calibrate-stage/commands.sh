@@ -78,3 +78,18 @@ cp "$READER0/stages/heldout.json" "$OUT/start-0/stage-heldout.json"
 cp "$READER0/MODEL_CARD.md" "$OUT/start-0/"
 for n in squad2-torch squad2-onnx-int8; do cp "$READER0/heldout/reader/$n/metrics.json" "$OUT/start-0/$n.metrics.json"; done
 gzip -c "$READER0/heldout/reader/squad2-torch/predictions.json" > "$OUT/start-0/squad2-torch.predictions.json.gz"
+
+# start 3, the same recipe at seed 3 (2026-11-30, the same Xeon with AMX, bf16 training;
+# stopped twice and resumed by running it again), then its files copied here
+READER3=${READER3:-/work/reader-seed3}
+nice -n 19 structqa reader build --seed 3 --out "$READER3" --no-progress
+mkdir -p "$OUT/start-3"
+cp "$READER3/stages/calibrate.json" "$OUT/start-3/stage-calibrate.json"
+cp "$READER3/stages/heldout.json" "$OUT/start-3/stage-heldout.json"
+cp "$READER3/MODEL_CARD.md" "$OUT/start-3/"
+for n in squad2-torch squad2-onnx-int8; do cp "$READER3/heldout/reader/$n/metrics.json" "$OUT/start-3/$n.metrics.json"; done
+for n in squad1-torch squad2-torch; do
+  cp "$READER3/heldout/reader/$n/reliability.json" "$OUT/start-3/$n.reliability.json"
+  cp "$READER3/heldout/reader/$n/reliability.png" "$OUT/start-3/$n.reliability.png"
+done
+gzip -c "$READER3/heldout/reader/squad2-torch/predictions.json" > "$OUT/start-3/squad2-torch.predictions.json.gz"
