@@ -133,6 +133,13 @@ def seal_file(directory: str | Path, name: str) -> Path:
     return target
 
 
+def listed_sha256(directory: str | Path, name: str) -> str:
+    """The SHA-256 of ``directory/name`` as its manifest lists it (not hashed again), else
+    hashed now: what a record names a checkpoint's weights by."""
+    record = (read_manifest(directory) or {}).get(name)
+    return record.sha256 if record is not None else file_sha256(Path(directory) / name)
+
+
 def read_manifest(directory: str | Path) -> dict[str, FileRecord] | None:
     """The records of ``directory``'s manifest, None when it has none."""
     path = Path(directory) / MANIFEST

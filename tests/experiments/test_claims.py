@@ -77,8 +77,9 @@ def test_a_killed_holder_leaves_no_stale_claim(tmp_path):
     claim.release()
 
 
-def test_runner_skips_a_run_held_by_another_worker(tmp_path, tiny_checkpoint, shared_data):
-    exp = experiment_from_dict(
+def _two_seeds(tiny_checkpoint, shared_data):
+    """A tiny grid of two runs (seeds 0 and 1)."""
+    return experiment_from_dict(
         {
             "name": "tiny",
             "base": tiny_finetune_base(tiny_checkpoint, shared_data),
@@ -86,6 +87,10 @@ def test_runner_skips_a_run_held_by_another_worker(tmp_path, tiny_checkpoint, sh
         },
         source="configs/tiny.yaml",
     )
+
+
+def test_runner_skips_a_run_held_by_another_worker(tmp_path, tiny_checkpoint, shared_data):
+    exp = _two_seeds(tiny_checkpoint, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")
     first, second = exp.runs()
     busy = try_claim(paths.runs, first.name)
@@ -110,14 +115,7 @@ def test_a_worker_leaves_tables_with_every_result_on_disk(
     # two workers: this one trains the first run while another holds and finishes the second,
     # whose result and tables land between this worker's reading the results and its writing
     # the tables from them
-    exp = experiment_from_dict(
-        {
-            "name": "tiny",
-            "base": tiny_finetune_base(tiny_checkpoint, shared_data),
-            "grid": {"train.seed": [0, 1]},
-        },
-        source="configs/tiny.yaml",
-    )
+    exp = _two_seeds(tiny_checkpoint, shared_data)
     paths = Paths(tmp_path / "results", tmp_path / "runs")
     first, second = exp.runs()
     assert run_experiment(exp, paths, command="x", only=second.name, progress=False) == 0

@@ -171,16 +171,14 @@ def local_weights(cfg: Any) -> dict[str, Any]:
     (``model.encoder``, and a DROP run's ``model.init``), keyed by the setting: a result names
     a path, and a checkpoint rebuilt at the same path is another start (``model.init_from``
     has its own record, ``init_from``)."""
-    from structqa.manifest import file_sha256, read_manifest
+    from structqa.manifest import listed_sha256
 
     out: dict[str, Any] = {}
     for key in ("encoder", "init"):
         value = getattr(cfg.model, key, None)
-        weights = Path(value) / "model.safetensors" if isinstance(value, str) else None
-        if weights is None or not weights.is_file():
+        if not isinstance(value, str) or not (Path(value) / "model.safetensors").is_file():
             continue  # a hub name or a package's encoder, or no such setting
-        listed = (read_manifest(weights.parent) or {}).get(weights.name)
-        digest = listed.sha256 if listed is not None else file_sha256(weights)
+        digest = listed_sha256(value, "model.safetensors")
         out[f"model.{key}"] = {"path": value, "weights_sha256": digest}
     return out
 

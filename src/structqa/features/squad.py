@@ -144,6 +144,12 @@ def _truncate_questions(
     return out, cut_at
 
 
+def refuse_long_question(question: str, tokenizer, max_query_len: int) -> None:
+    """:class:`QuestionTooLong` where ``question`` has more than ``max_query_len`` tokens,
+    counted as :func:`featurize` counts them (a user's question is refused, never cut)."""
+    _truncate_questions([question.lstrip()], tokenizer, max_query_len, cut=False)
+
+
 def cut_questions(examples: Sequence[Example], tokenizer, max_query_len: int) -> list[Example]:
     """``examples`` with every question longer than ``max_query_len`` tokens cut to it, and
     warned about by id: a file's questions asked of many passages (``evaluate-ask``), each

@@ -28,7 +28,7 @@ from structqa.encoders.bert import BertEncoder
 from structqa.features.squad import TOKEN_TAGS
 from structqa.heads import build_head
 from structqa.io import UnreadableFile, read_json, read_safetensors
-from structqa.manifest import MANIFEST, file_sha256, read_manifest, verify_manifest
+from structqa.manifest import MANIFEST, listed_sha256, verify_manifest
 from structqa.models.extractive import ExtractiveQAModel
 from structqa.paths import READER_CARD, find_reader, no_reader_message, reader_checkpoint_of
 from structqa.provenance import INIT_RECORD
@@ -200,13 +200,10 @@ def describe_start(value: str) -> dict[str, Any]:
     built on the machine and a result must say which one it started from; and, where that
     checkpoint was itself started from another, that one's record (``started_from``)."""
     checkpoint = resolve_init_from(value)
-    weights = checkpoint / "model.safetensors"
-    listed = read_manifest(checkpoint) or {}
-    record = listed.get(weights.name)
     start: dict[str, Any] = {
         "given": value,
         "checkpoint": str(checkpoint),
-        "weights_sha256": record.sha256 if record is not None else file_sha256(weights),
+        "weights_sha256": listed_sha256(checkpoint, "model.safetensors"),
     }
     card_file = checkpoint.parent.parent / READER_CARD
     if card_file.is_file():

@@ -31,9 +31,9 @@ from structqa.cpu import release_openmp_threads
 from structqa.data.records import Example
 from structqa.decoding import SpanCollector
 from structqa.features.batching import collate
-from structqa.features.squad import Feature
+from structqa.features.squad import Feature, refuse_long_question
 from structqa.heads.base import HeadOutput
-from structqa.prediction.predictor import Predictor, QuestionTooLong
+from structqa.prediction.predictor import Predictor
 from structqa.runtime import autocast
 
 log = logging.getLogger(__name__)
@@ -72,10 +72,7 @@ class Featurizer:
         """:class:`QuestionTooLong` where ``question`` is longer than the model reads
         (``data.max_query_len`` tokens, counted as :meth:`featurize` counts them, which
         would refuse it): run on a pool thread before a search for it."""
-        limit = self.predictor.features.max_query_len
-        ids = self._tokenizer()(question.lstrip(), add_special_tokens=False)["input_ids"]
-        if len(ids) > limit:
-            raise QuestionTooLong(0, len(ids), limit)
+        refuse_long_question(question, self._tokenizer(), self.predictor.features.max_query_len)
 
     def submit_check(self, question: str) -> Future:
         return self._pool.submit(self.check_question, question)

@@ -25,7 +25,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from structqa.io import read_json, write_json
-from structqa.manifest import MANIFEST, file_sha256, read_manifest, seal_file, verify_manifest
+from structqa.manifest import (
+    MANIFEST,
+    file_sha256,
+    listed_sha256,
+    seal_file,
+    verify_manifest,
+)
 from structqa.models.build import not_a_checkpoint
 from structqa.training.checkpoint import seal_checkpoint
 
@@ -137,10 +143,10 @@ def average_weights(members: Sequence[Path]) -> dict[str, torch.Tensor]:
 
 def _member_record(path: Path, config: dict[str, Any]) -> dict[str, Any]:
     metrics = path / "metrics.json"
-    sealed = read_manifest(path)  # verified by check_members: no need to hash the weights again
     return {
         "path": str(path),
-        "weights_sha256": sealed[WEIGHTS].sha256 if sealed else file_sha256(path / WEIGHTS),
+        # (verified by check_members: the manifest's digest, not the weights hashed again)
+        "weights_sha256": listed_sha256(path, WEIGHTS),
         "seed": config.get("train", {}).get("seed"),
         "init_seed": config.get("train", {}).get("init_seed"),
         "metrics": read_json(metrics) if metrics.is_file() else None,
