@@ -2,9 +2,10 @@
 the same command run again goes on from where it stopped.
 
 1. **data**: the training questions (:mod:`structqa.reader.data`);
-2. **train**: the recipe (:data:`RECIPE`) on them, ``best/`` chosen on a 5 % validation slice
-   (by passage), then calibrated there: answer probabilities, the no-answer threshold and the
-   answerability verifier (the training run resumes from its last checkpoint). With
+2. **train**: the recipe (:data:`RECIPE`) on them, ``best/`` chosen on the validation slice
+   (whole articles held out of training, ``data/slice.v2.json``), then calibrated there:
+   answer probabilities, the no-answer threshold and the answerability verifier (the
+   training run resumes from its last checkpoint). With
    ``members`` K > 1 (default 2), K runs from one start (``train.init_seed``) and K batch orders
    (``train.seed`` S..S+K-1), each recorded as it finishes (``members/mI``), then their greedy
    soup on the slice (:func:`greedy_soup`) as ``run/best``, calibrated there;
@@ -40,7 +41,13 @@ from structqa.config import Config, load_config, validate
 from structqa.io import read_json, recover_dir, write_json
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.provenance import git_info
-from structqa.reader.data import HELDOUT_SQUAD1, HELDOUT_SQUAD2, POOL_FILE, TRAIN_FILE
+from structqa.reader.data import (
+    HELDOUT_SQUAD1,
+    HELDOUT_SQUAD2,
+    POOL_FILE,
+    SLICE_FILE,
+    TRAIN_FILE,
+)
 from structqa.reader.members import RUN, member_dir, soup_members
 from structqa.runtime import cpu_kind, default_device, use_bf16
 from structqa.training.progress import format_duration
@@ -59,8 +66,6 @@ RECIPE: tuple[str, ...] = (
     "model.head=independent",
     "model.block=[sa,sa,ffn]",
     "model.null_head=span",
-    "data.validation=0.05",
-    "data.validation_seed=1234",
     "data.train_size=all",
     "data.dedupe_ids=true",
     "train.lr=1e-4",
@@ -72,6 +77,10 @@ RECIPE: tuple[str, ...] = (
     "train.save_every_steps=200",
     "decode.verifier=auto",
 )
+
+#: where the data has no article to hold out (a SQuAD 2.0 training split of one article): a
+#: validation slice of passages, as the recipe chose on before articles were held out
+PASSAGE_SLICE: tuple[str, ...] = ("data.validation=0.05", "data.validation_seed=1234")
 
 #: the plain baseline: configs/combos/full-pool.yaml's Independent recipe (whole pool, no
 #: validation slice, scored after the last epoch)
@@ -222,16 +231,21 @@ def seconds_per_step(cfg: Config, repeats: int = 6) -> tuple[float, int]:
     return sorted(times[1:])[len(times[1:]) // 2], length
 
 
-def estimate_seconds(questions: int, cfg: Config, step: float) -> float:
+def estimate_seconds(
+    questions: int, cfg: Config, step: float, validation_questions: int = 0
+) -> float:
     """Training time left of ``questions`` under ``cfg`` at ``step`` seconds per step, plus a
-    validation pass per epoch (a forward pass is about a third of a step); a run stopped part
-    way (its ``last/``) counts only the share of its steps still to take."""
+    validation pass per epoch over a fraction of them or ``validation_questions`` (a forward
+    pass is about a third of a step); a run stopped part way (its ``last/``) counts only the
+    share of its steps still to take."""
     windows = questions * WINDOWS_PER_QUESTION
     steps = cfg.train.max_steps or math.ceil(windows / cfg.train.batch_size) * cfg.train.epochs
-    validation = 0.0
     fraction = cfg.data.validation
     if fraction is not None and str(fraction).replace(".", "", 1).isdigit():
-        validation = windows * float(fraction) / cfg.train.batch_size * step / 3 * cfg.train.epochs
+        validation_windows = windows * float(fraction)
+    else:
+        validation_windows = validation_questions * WINDOWS_PER_QUESTION
+    validation = validation_windows / cfg.train.batch_size * step / 3 * cfg.train.epochs
     taken = int((_last_state(cfg) or {}).get("global_step", 0))
     left = max(0.0, 1.0 - taken / steps) if steps else 1.0
     return (steps * step + validation) * left
@@ -383,6 +397,12 @@ def _check_options(opts: BuildOptions) -> None:
     def shown(value: Any) -> str:
         return (" ".join(value) or "none") if isinstance(value, list) else str(value)
 
+    if was.get("recipe") != now["recipe"]:  # (a folder from before the recipe was recorded)
+        raise ValueError(
+            f"{opts.out} holds a reader built with another recipe ("
+            + ("its validation slice of passages" if "recipe" not in was else "see its build.json")
+            + "): build into another --out; its stages cannot go on with this version's"
+        )
     for key, flag in {"seed": "--seed", "members": "--members", "settings": "settings"}.items():
         if key in was and was[key] != now[key]:
             raise ValueError(
@@ -392,7 +412,12 @@ def _check_options(opts: BuildOptions) -> None:
 
 
 def _options(opts: BuildOptions) -> dict[str, Any]:
-    return {"seed": opts.seed, "members": opts.members, "settings": list(opts.overrides)}
+    return {
+        "seed": opts.seed,
+        "members": opts.members,
+        "settings": list(opts.overrides),
+        "recipe": list(RECIPE),
+    }
 
 
 def _record_options(opts: BuildOptions) -> None:
@@ -441,7 +466,11 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
 
     data = _run_stage(opts, "data", data_stage)
     say(f"data: {data['summary']}")
-    cfg = train_config(opts, RECIPE, data_out / TRAIN_FILE, "run")
+    # chosen and calibrated on the articles held out (a passage slice where there were none)
+    slice_file = data_out / SLICE_FILE
+    held_out = int(data["counts"].get("slice_questions") or 0)
+    validation = (f"data.validation={slice_file.resolve()}",) if held_out else PASSAGE_SLICE
+    cfg = train_config(opts, RECIPE, data_out / TRAIN_FILE, "run", validation)
     # the baseline is scored once on the SQuAD 1.1 held-out split after its last epoch, as the
     # full-pool runs were (no choice is made on it)
     squad1 = resolve_data_file(HELDOUT_SQUAD1, data_dir).resolve()
@@ -456,7 +485,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
                 RECIPE,
                 data_out / TRAIN_FILE,
                 member_dir(i),
-                (f"train.init_seed={opts.seed}",),
+                (*validation, f"train.init_seed={opts.seed}"),
                 seed=opts.seed + i,
             )
             for i in range(opts.members)
@@ -466,7 +495,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
     left = [m for m in member_cfgs if not _trained(m)]
     if done(opts.out, "train") is None and left:
         step, length = seconds_per_step(cfg)
-        total = sum(estimate_seconds(data["counts"]["total"], m, step) for m in left)
+        total = sum(estimate_seconds(data["counts"]["total"], m, step, held_out) for m in left)
         if opts.baseline and done(opts.out, "baseline") is None:
             total += estimate_seconds(data["counts"]["pool"], base_cfg, step)
         device = default_device()
@@ -544,7 +573,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
 
         _run_stage(opts, "baseline", baseline_stage)
     records = {stage: done(opts.out, stage) for stage in STAGES}
-    recipe = [*RECIPE, *opts.overrides]
+    recipe = [*RECIPE, *validation, *opts.overrides]
     card = write_card(
         opts.out, opts.command, recipe, records, cfg, base_cfg if opts.baseline else None
     )
