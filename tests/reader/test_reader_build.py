@@ -48,14 +48,14 @@ def small_data(shared_data: Path, tmp_path_factory) -> Path:
     squad2_held = json.loads((shared_data / HELDOUT_SQUAD2).read_text())
     squad2_train = json.loads((shared_data / SQUAD2_TRAIN).read_text())
     held2 = _squad2_cut(squad2_held, 1, 2)
-    train2 = _squad2_cut(squad2_train, 1, 3)
+    train2 = _squad2_cut(squad2_train, 2, 3)  # one article is held out as the slice
     held2_keys = {passage_key(p["context"]) for a in held2["data"] for p in a["paragraphs"]}
     train2_keys = {passage_key(p["context"]) for a in train2["data"] for p in a["paragraphs"]}
     pool_lines = _mrqa_lines(shared_data / POOL)
     records = pool_lines[1:]
     keep = records[:8]
     keep += [r for r in records if passage_key(json.loads(r)["context"]) in held2_keys][:1]
-    keep += [r for r in records if passage_key(json.loads(r)["context"]) in train2_keys][:1]
+    keep += [r for r in records if passage_key(json.loads(r)["context"]) in train2_keys][:2]
     _write_mrqa(out / POOL, pool_lines[0], keep)
     held1 = _mrqa_lines(shared_data / HELDOUT_SQUAD1)
     _write_mrqa(out / HELDOUT_SQUAD1, held1[0], held1[1:4])
@@ -90,6 +90,32 @@ def test_the_training_data_leaves_out_both_held_out_splits(small_data: Path, tmp
     ]
     assert len(set(added)) == len(added) and not pool_keys & set(added)
     assert sum(ex.is_impossible for ex in train) == counts.squad2_unanswerable + counts.rewrites
+    # the validation slice: whole articles of SQuAD 2.0's training split, none trained on
+    sliced = read_extractive(tmp_path / "slice.v2.json").examples
+    squad2 = read_extractive(small_data / SQUAD2_TRAIN).examples
+    held_titles = set(counts.slice_articles)
+    assert len(held_titles) == 1 and {ex.title for ex in squad2} > held_titles
+    slice_passages = {passage_key(ex.context) for ex in sliced}
+    article_passages = {passage_key(ex.context) for ex in squad2 if ex.title in held_titles}
+    assert slice_passages == article_passages
+    assert not slice_passages & {passage_key(ex.context) for ex in train}  # rewrites too
+    assert len(sliced) == counts.slice_questions and 0 < counts.slice_unanswerable < len(sliced)
+    assert counts.pool_in_slice == sum(ex.id in pool_ids for ex in sliced)
+
+
+def test_a_quarter_of_the_articles_is_held_out_and_none_of_a_single_one() -> None:
+    from structqa.data.records import Example
+    from structqa.reader.data import slice_articles
+
+    def articles(n: int) -> list[Example]:
+        return [Example(f"q{i}", "Who?", f"Text {i}.", title=f"A{i}") for i in range(n)]
+
+    assert slice_articles(articles(1)) == []
+    assert len(slice_articles(articles(2))) == 1
+    nine = slice_articles(articles(9))
+    assert len(nine) == 2 and nine == slice_articles(list(reversed(articles(9))))
+    others = {tuple(slice_articles(articles(9), seed=s)) for s in (7, 8, 9)}
+    assert others - {tuple(nine)}  # the seed orders the articles
 
 
 def _build_args(out: Path, data: Path, encoder: Path) -> list[str]:
@@ -104,7 +130,6 @@ def _build_args(out: Path, data: Path, encoder: Path) -> list[str]:
         f"--model.encoder={encoder}",
         "--data.max_seq_len=128",
         "--data.doc_stride=48",
-        "--data.validation=0.3",
         "--train.max_steps=3",
         "--train.batch_size=4",
         "--train.bf16=off",
@@ -151,6 +176,11 @@ def test_build_stops_resumes_and_is_found(
     assert read_extractive(out / "run" / "validation.v2.json").examples
     assert (out / "run" / "best" / "onnx" / "model.int8.onnx").is_file()
     card = json.loads((out / "card.json").read_text())
+    # chosen and calibrated on the held-out articles, as the card's recipe says
+    slice_setting = f"data.validation={(out / 'data' / 'slice.v2.json').resolve()}"
+    run_cfg = json.loads((out / "run" / "best" / "structqa_config.json").read_text())
+    assert run_cfg["data"]["validation"] == slice_setting.split("=", 1)[1]
+    assert slice_setting in card["recipe"]
     assert card["data"]["counts"]["pool"] > 0 and card["baseline"]["squad1/torch"]["f1"] >= 0
     # the baseline has no slice to fit a threshold on: tuned on the file, as its row says
     assert card["baseline"]["squad2/torch"]["null_threshold_source"] == "this file"
@@ -366,3 +396,18 @@ def test_a_skipped_calibrate_stage_leaves_the_runs_calibration_on_the_card(tmp_p
     assert card["calibration"] == calibration
     shown = (tmp_path / "MODEL_CARD.md").read_text()
     assert "(the slice's 4 questions are not of both kinds)" in shown
+
+
+def test_a_folder_built_with_another_recipe_is_refused(tmp_path: Path) -> None:
+    from structqa.reader.build import BuildOptions, _check_options, _options
+
+    opts = BuildOptions(out=tmp_path)
+    recorded = {k: v for k, v in _options(opts).items() if k != "recipe"}
+    (tmp_path / "build.json").write_text(json.dumps(recorded))  # before the recipe was kept
+    with pytest.raises(ValueError, match="validation slice of passages.*another --out"):
+        _check_options(opts)
+    (tmp_path / "build.json").write_text(json.dumps({**recorded, "recipe": ["model.head=x"]}))
+    with pytest.raises(ValueError, match="another recipe"):
+        _check_options(opts)
+    (tmp_path / "build.json").write_text(json.dumps(_options(opts)))
+    _check_options(opts)  # the same recipe goes on
