@@ -100,7 +100,14 @@ def test_the_training_data_leaves_out_both_held_out_splits(small_data: Path, tmp
     assert slice_passages == article_passages
     assert not slice_passages & {passage_key(ex.context) for ex in train}  # rewrites too
     assert len(sliced) == counts.slice_questions and 0 < counts.slice_unanswerable < len(sliced)
-    assert counts.pool_in_slice == sum(ex.id in pool_ids for ex in sliced)
+    assert counts.pool_in_slice == sum(ex.id in pool_ids for ex in sliced) > 0
+    # the summary's parts add up to the training file
+    trained_pool = counts.pool - counts.pool_in_slice
+    assert counts.summary().startswith(
+        f"{counts.total} questions: {trained_pool} of the SQuAD 1.1 pool's {counts.pool} "
+    )
+    parts = trained_pool + counts.squad2_answerable + counts.squad2_unanswerable
+    assert parts + counts.rewrites == len(train)
 
 
 def test_a_quarter_of_the_articles_is_held_out_and_none_of_a_single_one() -> None:
@@ -177,10 +184,9 @@ def test_build_stops_resumes_and_is_found(
     assert (out / "run" / "best" / "onnx" / "model.int8.onnx").is_file()
     card = json.loads((out / "card.json").read_text())
     # chosen and calibrated on the held-out articles, as the card's recipe says
-    slice_setting = f"data.validation={(out / 'data' / 'slice.v2.json').resolve()}"
     run_cfg = json.loads((out / "run" / "best" / "structqa_config.json").read_text())
-    assert run_cfg["data"]["validation"] == slice_setting.split("=", 1)[1]
-    assert slice_setting in card["recipe"]
+    assert run_cfg["data"]["validation"] == str((out / "data" / "slice.v2.json").resolve())
+    assert "data.validation=data/slice.v2.json" in card["recipe"]  # named in the folder
     assert card["data"]["counts"]["pool"] > 0 and card["baseline"]["squad1/torch"]["f1"] >= 0
     # the baseline has no slice to fit a threshold on: tuned on the file, as its row says
     assert card["baseline"]["squad2/torch"]["null_threshold_source"] == "this file"
@@ -335,6 +341,20 @@ def test_the_estimate_counts_only_the_steps_a_stopped_run_has_left(tmp_path: Pat
     assert estimate_seconds(1000, cfg, 2.0) == pytest.approx(120.0)
     (last / "train_state.json").write_text(json.dumps({"global_step": 100, "finished": True}))
     assert estimate_seconds(1000, cfg, 2.0) == 0.0
+    # a validation file of 120 questions: a forward pass (a third of a step) per epoch
+    fresh = load_config(None, [f"train.output_dir={tmp_path / 'other'}", "train.max_steps=100"])
+    passes = 120 * 1.05 / fresh.train.batch_size * 2.0 / 3 * fresh.train.epochs
+    fresh.data.validation = str(tmp_path / "slice.v2.json")
+    assert estimate_seconds(1000, fresh, 2.0, 120) == pytest.approx(200.0 + passes)
+
+
+def test_the_reader_is_chosen_on_the_held_out_articles_else_on_passages(tmp_path: Path):
+    from structqa.reader.build import PASSAGE_SLICE, validation_settings
+
+    assert validation_settings(tmp_path, 750) == (
+        f"data.validation={(tmp_path / 'slice.v2.json').resolve()}",
+    )
+    assert validation_settings(tmp_path, 0) == PASSAGE_SLICE  # a single SQuAD 2.0 article
 
 
 def test_the_build_time_counts_training_over_every_start() -> None:

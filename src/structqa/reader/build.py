@@ -3,7 +3,8 @@ the same command run again goes on from where it stopped.
 
 1. **data**: the training questions (:mod:`structqa.reader.data`);
 2. **train**: the recipe (:data:`RECIPE`) on them, ``best/`` chosen on the validation slice
-   (whole articles held out of training, ``data/slice.v2.json``), then calibrated there:
+   (whole articles held out of training, ``data/slice.v2.json``; 5 % of the passages where
+   the data has a single SQuAD 2.0 article), then calibrated there:
    answer probabilities, the no-answer threshold and the answerability verifier (the
    training run resumes from its last checkpoint). With
    ``members`` K > 1 (default 2), K runs from one start (``train.init_seed``) and K batch orders
@@ -17,7 +18,8 @@ the same command run again goes on from where it stopped.
 5. **heldout**: SQuAD 1.1 held-out EM/F1 with answers forced and SQuAD 2.0 held-out
    F1/HasAns/AUC/ECE, for the checkpoint and its int8 graph;
 6. **baseline** (``--baseline``): the plain recipe (:data:`BASELINE`: Independent head, the whole
-   pool, no additions) on exactly the SQuAD 1.1 questions the reader starts from, scored the same;
+   pool, no additions) on the SQuAD 1.1 questions the reader starts from and its slice's (which
+   the baseline, chosen on nothing, trains on), scored the same;
 7. **card**: ``card.json`` and ``MODEL_CARD.md`` (data, recipe, commit, scores, CPU, times).
 
 A stage's record is ``stages/NAME.json``; a stage with a record is not run again.
@@ -54,7 +56,9 @@ from structqa.training.progress import format_duration
 
 log = logging.getLogger(__name__)
 
-#: the reader's recipe, as ``structqa train`` settings. The head: Independent scored above
+#: the reader's recipe, as ``structqa train`` settings, chosen on the former slice of 5 % of the
+#: passages (the validation scores below; the slice is now whole held-out articles, set by
+#: :func:`validation_settings`). The head: Independent scored above
 #: DyREx on the validation slice of the same pool with the same rewrites (79.79 vs 78.87 F1,
 #: docs/results/squad2-reader); the optimiser: the full-pool recipe (docs/results/combos-full)
 #: with 3 epochs, not 2: on this build's validation slice 77.29 against 76.21 F1, higher on
@@ -81,6 +85,15 @@ RECIPE: tuple[str, ...] = (
 #: where the data has no article to hold out (a SQuAD 2.0 training split of one article): a
 #: validation slice of passages, as the recipe chose on before articles were held out
 PASSAGE_SLICE: tuple[str, ...] = ("data.validation=0.05", "data.validation_seed=1234")
+
+
+def validation_settings(data_out: Path, held_out: int) -> tuple[str, ...]:
+    """The settings that choose and calibrate the reader: the slice of held-out articles the
+    data stage wrote (``held_out`` questions), else :data:`PASSAGE_SLICE`."""
+    if held_out:
+        return (f"data.validation={(data_out / SLICE_FILE).resolve()}",)
+    return PASSAGE_SLICE
+
 
 #: the plain baseline: configs/combos/full-pool.yaml's Independent recipe (whole pool, no
 #: validation slice, scored after the last epoch)
@@ -401,7 +414,8 @@ def _check_options(opts: BuildOptions) -> None:
         raise ValueError(
             f"{opts.out} holds a reader built with another recipe ("
             + ("its validation slice of passages" if "recipe" not in was else "see its build.json")
-            + "): build into another --out; its stages cannot go on with this version's"
+            + "), whose stages cannot go on with this version's: move or delete that folder "
+            "to build here, or build into another --out and point $STRUCTQA_READER at it"
         )
     for key, flag in {"seed": "--seed", "members": "--members", "settings": "settings"}.items():
         if key in was and was[key] != now[key]:
@@ -466,10 +480,14 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
 
     data = _run_stage(opts, "data", data_stage)
     say(f"data: {data['summary']}")
-    # chosen and calibrated on the articles held out (a passage slice where there were none)
-    slice_file = data_out / SLICE_FILE
     held_out = int(data["counts"].get("slice_questions") or 0)
-    validation = (f"data.validation={slice_file.resolve()}",) if held_out else PASSAGE_SLICE
+    validation = validation_settings(data_out, held_out)
+    if held_out and any(o.startswith("data.validation=") for o in opts.overrides):
+        log.warning(
+            "reader build: data.validation is set, so the reader is chosen there; the %d "
+            "questions of the held-out articles stay out of its training all the same",
+            held_out,
+        )
     cfg = train_config(opts, RECIPE, data_out / TRAIN_FILE, "run", validation)
     # the baseline is scored once on the SQuAD 1.1 held-out split after its last epoch, as the
     # full-pool runs were (no choice is made on it)
@@ -573,7 +591,9 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
 
         _run_stage(opts, "baseline", baseline_stage)
     records = {stage: done(opts.out, stage) for stage in STAGES}
-    recipe = [*RECIPE, *validation, *opts.overrides]
+    # the slice named within the build's folder (its absolute path is in card.json's config)
+    shown = [v.replace(str(opts.out.resolve()) + os.sep, "") for v in validation]
+    recipe = [*RECIPE, *shown, *opts.overrides]
     card = write_card(
         opts.out, opts.command, recipe, records, cfg, base_cfg if opts.baseline else None
     )

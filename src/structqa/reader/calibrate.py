@@ -3,8 +3,9 @@ no-answer threshold, the answerability verifier and the answer probabilities, fi
 validation slice's **human-written** questions, **weighted to the share of unanswerable
 questions that SQuAD 2.0's own questions have**.
 
-Why not the whole slice, as a ``structqa train`` run calibrates: the slice carries the
-training file's unanswerable rewrites (``ID-neg-RULE``, :mod:`structqa.training.negatives`),
+Why not the whole slice, as a ``structqa train`` run calibrates: a slice of passages (the
+former recipe's, or ``data.validation=FRACTION``) carries the training file's unanswerable
+rewrites (``ID-neg-RULE``, :mod:`structqa.training.negatives`),
 which the reader rejects far more easily than questions people wrote, and once they are left
 out the slice is about a fifth unanswerable (most of its answerable questions come from the
 SQuAD 1.1 pool), while SQuAD 2.0's own questions are about half. A threshold fitted on either
@@ -12,6 +13,8 @@ abstains too little on the unanswerable questions people ask (docs/results/reade
 threshold left held-out SQuAD 2.0 F1 4-5 points under the file's own best threshold). Both
 facts come from the training data alone: the rewrites are marked by their ids, and the share
 is counted on SQuAD 2.0's training split (:func:`structqa.reader.data.squad2_unanswerable_share`).
+The recipe's slice of held-out articles (:mod:`structqa.reader.data`) has no rewrite, and is
+weighted to the same share.
 """
 
 from __future__ import annotations

@@ -61,9 +61,11 @@ def _calibrated_on(record: dict[str, Any] | None) -> str:
     if record.get("skipped") or record.get("fallback"):
         return f" ({record.get('skipped') or record['fallback']})"
     source = record.get("share_from", "SQuAD 2.0's training split")
+    left_out = record.get("rewrites_left_out") or 0
+    rewrites = f"; its {left_out} rewrites left out" if left_out else ""
     return (
         f"'s {record['questions']} human-written questions ({record['unanswerable']} "
-        f"unanswerable; its {record['rewrites_left_out']} rewrites left out), weighted to "
+        f"unanswerable{rewrites}), weighted to "
         f"an unanswerable share of {100 * record['unanswerable_share']:.1f} % "
         f"({source})"
     )

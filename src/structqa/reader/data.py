@@ -15,10 +15,11 @@
   made of none of them. The reader is chosen and calibrated there. A slice of passages drawn
   from every article (the former recipe) shares its articles with training, and a reader
   answers there more surely than on articles it never read: the threshold fitted on it
-  abstained too often on the held-out split's new articles (docs/results/reader).
+  abstained too rarely on the held-out split's new articles (docs/results/reader).
 
-The pool alone (``squad1-pool.json``) is what the plain baseline trains on: the same
-questions, without the additions.
+The pool alone (``squad1-pool.json``, the slice's pool questions included: the baseline has no
+slice to hold them for) is what the plain baseline trains on: the reader's SQuAD 1.1
+questions and the slice's, without the additions.
 """
 
 from __future__ import annotations
@@ -89,8 +90,10 @@ class ReaderData:
 
     def summary(self) -> str:
         return (
-            f"{self.total} questions: {self.pool} of the SQuAD 1.1 pool "
-            f"({self.pool_dropped_heldout} dropped on held-out passages), "
+            f"{self.total} questions: {self.pool - self.pool_in_slice} of the SQuAD 1.1 "
+            f"pool's {self.pool} ({self.pool_dropped_heldout} dropped on held-out passages"
+            + (f", {self.pool_in_slice} in the slice" if self.pool_in_slice else "")
+            + "), "
             f"{self.squad2_answerable} answerable and {self.squad2_unanswerable} unanswerable "
             f"of the SQuAD 2.0 training split ({self.squad2_dropped_heldout} on held-out "
             f"passages and {self.squad2_repeated} repeating a question already there dropped), "
