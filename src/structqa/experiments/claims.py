@@ -11,6 +11,10 @@ opening at that moment would let two workers hold "the" lock at once).
 
 ``flock`` works between processes of one machine and on most local and cluster filesystems;
 where ``fcntl`` does not exist (Windows) claims always succeed, i.e. one worker per grid.
+
+The tables of a results directory have a lock of their own, :func:`tables_lock`, which a
+worker waits for (rather than skipping): each refresh reads the results and writes the tables
+under it, so a worker's older view cannot land on disk after another's newer one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import json
 import os
 import re
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,8 @@ except ImportError:  # pragma: no cover - not on Linux/macOS
     fcntl = None  # type: ignore[assignment]
 
 CLAIMS_DIR = ".claims"
+#: in a results directory, beside table.md: the lock of :func:`tables_lock`
+TABLES_LOCK = ".tables.lock"
 
 
 class RunBusy(Exception):
@@ -120,3 +128,24 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextmanager
+def tables_lock(results_dir: Path) -> Iterator[None]:
+    """Hold the exclusive lock on ``results_dir``'s tables, waiting while another process holds
+    it. Read the results and write the tables from them inside, as one step. Not reentrant:
+    a second hold in the same process (another descriptor) would wait for the first forever.
+
+    By hand with ``flock``, as the claims above: the lock ``filelock`` would give is this one
+    (a blocking flock on a lock file), and filelock is not among structqa's dependencies (only
+    installed along with torch), which these few lines do not justify adding."""
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    results_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(results_dir / TABLES_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # (the kernel drops it if this process dies)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor drops the flock

@@ -34,6 +34,7 @@ from structqa.experiments.store import (
     tested_once,
     timed_training,
 )
+from structqa.experiments.weights import local_weights
 from structqa.io import write_json
 from structqa.ncbert import loop as drop_loop
 from structqa.ncbert.config import DropConfig
@@ -164,23 +165,6 @@ def execute_run(
         result["best_epoch"],
     )
     return True
-
-
-def local_weights(cfg: Any) -> dict[str, Any]:
-    """The SHA-256 of the weights each local directory the run started from holds
-    (``model.encoder``, and a DROP run's ``model.init``), keyed by the setting: a result names
-    a path, and a checkpoint rebuilt at the same path is another start (``model.init_from``
-    has its own record, ``init_from``)."""
-    from structqa.manifest import listed_sha256
-
-    out: dict[str, Any] = {}
-    for key in ("encoder", "init"):
-        value = getattr(cfg.model, key, None)
-        if not isinstance(value, str) or not (Path(value) / "model.safetensors").is_file():
-            continue  # a hub name or a package's encoder, or no such setting
-        digest = listed_sha256(value, "model.safetensors")
-        out[f"model.{key}"] = {"path": value, "weights_sha256": digest}
-    return out
 
 
 def calibrate_on_validation(best: Path, cfg: Any) -> dict[str, Any]:

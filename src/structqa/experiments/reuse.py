@@ -3,7 +3,8 @@
 A run whose full config (all but the runner's paths and derived values) equals a finished
 run's in one of those results directories, trained on the same kind of device in the same
 number format as a run here would be (``train.bf16: auto`` resolves per machine), takes that
-result, marked ``reused_from``, instead of training again.
+result, marked ``reused_from``, instead of training again. A local encoder's (or
+``model.init``'s) weights count, not its path, where the result recorded their digest.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from structqa.experiments.results import metric_value
 from structqa.experiments.spec import Experiment, Run, flatten
 from structqa.experiments.stale import NOT_COMPARED, VALUE_WHEN_MISSING
 from structqa.experiments.store import Paths, device_and_bf16, display_path, read_json
+from structqa.experiments.weights import local_weights, same_weights
 from structqa.io import write_json
 from structqa.ncbert.config import DropConfig
 
@@ -34,6 +36,10 @@ def _comparable(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[
     return {k: flat.get(k, v) for k, v in defaults.items() if k not in NOT_COMPARED} | {
         k: v for k, v in flat.items() if k not in NOT_COMPARED
     }
+
+
+def _without(flat: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in flat.items() if k not in keys}
 
 
 def reuse_candidates(experiment: Experiment) -> list[tuple[Path, dict[str, Any]]]:
@@ -54,14 +60,27 @@ def find_reusable(
     """The first finished result in ``experiment.reuse``'s directories (or in ``candidates``,
     read from them beforehand) trained with exactly ``cfg`` (the run's resolved config), on
     the device kind and in the number format a run of it here would use (where the result
-    records them), as (its file, its content); else None."""
+    records them), as (its file, its content); else None. A local encoder (or ``model.init``)
+    counts as the same where its weights' digest is the one the result recorded, wherever it
+    lies (:mod:`~structqa.experiments.weights`); without a recorded digest, by its path."""
     if not experiment.reuse:
         return None
     defaults = flatten(json.loads(json.dumps(type(cfg)().to_dict())))
     want = _comparable(cfg.to_dict(), defaults)
+    weights_now = local_weights(cfg)
     here = device_and_bf16(cfg)
     for path, result in reuse_candidates(experiment) if candidates is None else candidates:
-        if _comparable(result["config"], defaults) != want:
+        by_weights = same_weights(result, weights_now)
+        theirs = _comparable(result["config"], defaults)
+        if _without(theirs, by_weights) != _without(want, by_weights):
+            continue
+        if not all(by_weights.values()):
+            changed = ", ".join(k for k, same in by_weights.items() if not same)
+            log.info(
+                "%s: the same config, but other weights in %s; trained here, not taken over",
+                display_path(path),
+                changed,
+            )
             continue
         there = (result.get("device"), result.get("bf16"))
         if None not in there and there != here:  # one table, one number format and device

@@ -24,7 +24,7 @@ from typing import Any
 from structqa.config import ConfigError
 from structqa.experiments.aggregate import refresh
 from structqa.experiments.arms import ensure_pretrained
-from structqa.experiments.claims import RunBusy, held_by, try_claim
+from structqa.experiments.claims import RunBusy, held_by, tables_lock, try_claim
 from structqa.experiments.execute import execute_run
 from structqa.experiments.results import load_results
 from structqa.experiments.reuse import find_reusable, reuse_result
@@ -93,15 +93,27 @@ def run_experiment(
 
 
 def _refresh_on_exit(experiment: Experiment, paths: Paths) -> None:
-    """Rewrite the tables from every result on disk. A worker refreshes them after each
-    result it writes, from the results it read then: a result and tables another worker
-    wrote in the meantime could be overwritten by that older view, so every worker (started
-    by hand too, not only by ``--workers``) rewrites them once more from disk as it leaves."""
-    results = load_results(paths.results)
-    if results:
-        refresh(
-            experiment, plan(experiment, results), results, paths.results, config_file(experiment)
-        )
+    """Rewrite the tables from every result on disk as the worker leaves (started by hand too,
+    not only by ``--workers``): the last word on them is then always a complete view."""
+    _refresh_from_disk(experiment, paths)
+
+
+def _refresh_from_disk(experiment: Experiment, paths: Paths) -> None:
+    """Rewrite the tables from every result on disk (if there is any), reading the results and
+    writing the tables under the tables' lock: two workers refreshing at once then write one
+    after the other, the later from a view that includes everything the earlier saw."""
+    if not (paths.results / "runs").is_dir():
+        return
+    with tables_lock(paths.results):
+        results = load_results(paths.results)
+        if results:
+            refresh(
+                experiment,
+                plan(experiment, results),
+                results,
+                paths.results,
+                config_file(experiment),
+            )
 
 
 def _work_through(
@@ -114,7 +126,6 @@ def _work_through(
 ) -> int:
     """:func:`run_experiment`'s queue: train, reuse or skip each unfinished run of the plan,
     refreshing the tables after each result; its exit status."""
-    yaml_name = config_file(experiment)
     finished = trained = 0  # trained: --max-runs counts runs trained, not results reused
     skipped: list[str] = []
     tried: set[str] = set()
@@ -161,14 +172,7 @@ def _work_through(
                     if source is not None:
                         reuse_result(experiment, run, paths, *source)
                         finished += 1
-                        results = load_results(paths.results)
-                        refresh(
-                            experiment,
-                            plan(experiment, results),
-                            results,
-                            paths.results,
-                            yaml_name,
-                        )
+                        _refresh_from_disk(experiment, paths)
                         continue
                     left = len(todo)
                     log.info(
@@ -190,8 +194,7 @@ def _work_through(
                     return EXIT_INTERRUPTED
                 finished += 1
                 trained += 1
-                results = load_results(paths.results)
-                refresh(experiment, plan(experiment, results), results, paths.results, yaml_name)
+                _refresh_from_disk(experiment, paths)
                 if loop.StopFlag.received is not None:
                     # the signal came during the run's last step or final evaluation: the run
                     # finished and its result is saved, but the grid stops here as asked
@@ -218,13 +221,15 @@ def _work_through(
 
 def refresh_tables(experiment: Experiment, paths: Paths) -> None:
     """``--refresh``: rewrite the tables from every result in ``paths.results`` (which must
-    still stand for the YAML's recipe), and keep the answers of runs that lack them there."""
-    results = load_results(paths.results)
-    if not results:
+    still stand for the YAML's recipe), and keep the answers of runs that lack them there.
+    Read and written under the tables' lock, as a worker's refresh is."""
+    if not load_results(paths.results):  # (checked first: the lock would create the folder)
         raise ConfigError(f"--refresh: no results in {paths.results} to tabulate")
-    check_not_stale(experiment, paths, results)
-    runs = plan(experiment, results)
-    refresh(experiment, runs, results, paths.results, config_file(experiment))
+    with tables_lock(paths.results):
+        results = load_results(paths.results)
+        check_not_stale(experiment, paths, results)
+        runs = plan(experiment, results)
+        refresh(experiment, runs, results, paths.results, config_file(experiment))
     log.info("rewrote the tables in %s from %d result(s)", paths.results, len(results))
     kept = keep_answers(experiment, runs, results, paths)
     if kept:
@@ -305,11 +310,7 @@ def pretrain_arms(
     except KeyboardInterrupt:
         log.warning("interrupted; run the same command to continue")
         return EXIT_INTERRUPTED
-    results = load_results(paths.results)
-    if results:  # table.md lists the arms' status
-        refresh(
-            experiment, plan(experiment, results), results, paths.results, config_file(experiment)
-        )
+    _refresh_from_disk(experiment, paths)  # table.md lists the arms' status
     log.info(
         "%d pre-training arm(s) ready: %s", done, ", ".join(a for a in arms if a not in skipped)
     )
@@ -343,11 +344,7 @@ def run_workers(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    results = load_results(paths.results)
-    if results:
-        refresh(
-            experiment, plan(experiment, results), results, paths.results, config_file(experiment)
-        )
+    _refresh_from_disk(experiment, paths)
     log.info("workers finished with status %s", ", ".join(map(str, codes)))
     if EXIT_INTERRUPTED in codes:
         return EXIT_INTERRUPTED

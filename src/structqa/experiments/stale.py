@@ -13,6 +13,7 @@ from structqa.config import VERIFIER_AUTO, ConfigError, config_changes
 from structqa.experiments.results import LAST_PREFIX
 from structqa.experiments.spec import RUNNER_KEYS, Experiment, Run, flatten, plan, pretrain_arm
 from structqa.experiments.store import Paths, config_file, read_json
+from structqa.experiments.weights import local_weights, same_weights, weights_change
 from structqa.training.checkpoint import RESUME_MAY_CHANGE
 
 # not compared: the runner's paths, and values the trainer derives from compared ones
@@ -68,11 +69,15 @@ def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> l
     YAML now gives ``run`` (settings that the result's version of structqa did not have, runner
     paths and derived values are not compared; nor is the encoder
     of a run fine-tuned from a pre-training arm, a path the runner sets: the arm's own recipe
-    is compared by :func:`stale_arms`). Empty when the result still stands for the recipe."""
+    is compared by :func:`stale_arms`). A local encoder (or ``model.init``) is compared by the
+    digest of its weights where the result recorded one (:mod:`~structqa.experiments.weights`),
+    else by its path. Empty when the result still stands for the recipe."""
     if "config" not in result:
         return []
     cfg = experiment.config_for(run)
-    skip: set[str] = set()
+    weights_now = local_weights(cfg)
+    by_weights = same_weights(result, weights_now)
+    skip: set[str] = set(by_weights)
     if pretrain_arm(str(getattr(cfg.model, "encoder", ""))) is not None:
         skip.add("model.encoder")
     if experiment.validation is not None:  # the runner's split files stand in for these
@@ -96,9 +101,13 @@ def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> l
             for k, was, is_now in SAME_WHEN_ALL_ANSWERABLE
             if recorded.get(k) == was and now.get(k) == is_now
         }
-    return sorted(
-        k for k in recorded.keys() & now.keys() if k not in skip and recorded[k] != now[k]
-    )
+    changed = [k for k in recorded.keys() & now.keys() if k not in skip and recorded[k] != now[k]]
+    changed += [
+        weights_change(k, result, weights_now)
+        for k, same in by_weights.items()
+        if not same and k not in NOT_COMPARED and k in now
+    ]
+    return sorted(changed)
 
 
 def stale_partial(experiment: Experiment, paths: Paths, run: Run) -> list[str]:
