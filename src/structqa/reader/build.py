@@ -56,15 +56,14 @@ from structqa.training.progress import format_duration
 
 log = logging.getLogger(__name__)
 
-#: the reader's recipe, as ``structqa train`` settings, chosen on the former slice of 5 % of the
-#: passages (the validation scores below; the slice is now whole held-out articles, set by
-#: :func:`validation_settings`). The head: Independent scored above
-#: DyREx on the validation slice of the same pool with the same rewrites (79.79 vs 78.87 F1,
-#: docs/results/squad2-reader); the optimiser: the full-pool recipe (docs/results/combos-full)
-#: with 3 epochs, not 2: on this build's validation slice 77.29 against 76.21 F1, higher on
-#: each of 3 seeds (docs/results/reader-screen-gpu); an identity SA sub-layer in every encoder
-#: layer: on the same slice 79.02 against 77.94 F1 (seed 0, docs/results/reader-screen-cpu-sa;
-#: it reads about 1.5x slower)
+#: the reader's recipe, as ``structqa train`` settings (chosen on the former slice, 5 % of the
+#: passages; now whole held-out articles: :func:`validation_settings`). The head: Independent scored
+#: above DyREx on the validation slice of the same pool with the same rewrites (79.79 vs 78.87 F1,
+#: docs/results/squad2-reader); the optimiser: the full-pool recipe (docs/results/combos-full) with
+#: 3 epochs, not 2: on that slice 77.29 against 76.21 F1, higher on each of 3
+#: seeds (docs/results/reader-screen-gpu); an identity SA sub-layer in every encoder layer: on the
+#: same slice 79.02 against 77.94 F1 (seed 0, docs/results/reader-screen-cpu-sa; it reads about 1.5x
+#: slower)
 RECIPE: tuple[str, ...] = (
     "model.encoder=default",
     "model.head=independent",
@@ -82,8 +81,7 @@ RECIPE: tuple[str, ...] = (
     "decode.verifier=auto",
 )
 
-#: where the data has no article to hold out (a SQuAD 2.0 training split of one article): a
-#: validation slice of passages, as the recipe chose on before articles were held out
+#: the slice where no article can be held out (a SQuAD 2.0 training split of one article)
 PASSAGE_SLICE: tuple[str, ...] = ("data.validation=0.05", "data.validation_seed=1234")
 
 
