@@ -431,3 +431,16 @@ def test_a_folder_built_with_another_recipe_is_refused(tmp_path: Path) -> None:
         _check_options(opts)
     (tmp_path / "build.json").write_text(json.dumps(_options(opts)))
     _check_options(opts)  # the same recipe goes on
+
+
+def test_the_data_summary_is_told_from_the_counts_in_this_versions_words() -> None:
+    from structqa.reader.data import ReaderData, data_summary
+
+    counts = ReaderData(pool=10, pool_in_slice=3, rewrites=2, slice_articles=["A"])
+    counts.slice_questions = 5
+    record = {"counts": counts.to_json(), "summary": "10 questions: 10 of the SQuAD 1.1 pool"}
+    assert data_summary(record) == counts.summary()
+    assert data_summary(record).startswith("9 questions: 7 of the SQuAD 1.1 pool's 10 ")
+    older = {"counts": {"pool": 10, "total": 10}, "summary": "as it was written"}
+    assert data_summary(older) == "as it was written"  # before articles were held out
+    assert data_summary(None) == "not built"

@@ -49,6 +49,7 @@ from structqa.reader.data import (
     POOL_FILE,
     SLICE_FILE,
     TRAIN_FILE,
+    data_summary,
 )
 from structqa.reader.members import RUN, member_dir, soup_members
 from structqa.runtime import cpu_kind, default_device, use_bf16
@@ -477,7 +478,7 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
         return {"counts": counts.to_json(), "summary": counts.summary(), "dir": str(data_dir)}
 
     data = _run_stage(opts, "data", data_stage)
-    say(f"data: {data['summary']}")
+    say(f"data: {data_summary(data)}")
     held_out = int(data["counts"].get("slice_questions") or 0)
     validation = validation_settings(data_out, held_out)
     if held_out and any(o.startswith("data.validation=") for o in opts.overrides):

@@ -10,6 +10,7 @@ from structqa.config import Config
 from structqa.io import write_json, write_text
 from structqa.paths import READER_CARD
 from structqa.provenance import git_info, machine_info
+from structqa.reader.data import data_summary
 from structqa.runtime import cpu_kind
 
 #: held-out metrics shown on the card, per file
@@ -159,7 +160,7 @@ def write_card(
         "",
         f"Built by `{command}`.",
         "",
-        f"- data: {(records['data'] or {}).get('summary', 'not built')}",
+        f"- data: {data_summary(records['data'])}",
         f"- recipe: `{' '.join(card['recipe'])}`",
         *_soup_lines(card["soup"]),
         f"- checkpoint: `{card['checkpoint']}`; int8 graph: `{card['int8']}`",

@@ -28,7 +28,7 @@ import hashlib
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,22 @@ class ReaderData:
                 else "; no article to hold out as the validation slice"
             )
         )
+
+
+def data_summary(record: dict[str, Any] | None) -> str:
+    """The data stage's summary, told again from its counts (a record written by an earlier
+    version's wording says the same in this one's); a record from before articles were held
+    out, as recorded."""
+    if not record:
+        return "not built"
+    counts = record.get("counts") or {}
+    if "slice_articles" not in counts:
+        return str(record.get("summary", "not built"))
+    names = {f.name for f in fields(ReaderData)}
+    try:
+        return ReaderData(**{k: v for k, v in counts.items() if k in names}).summary()
+    except (TypeError, ValueError):
+        return str(record.get("summary", "not built"))
 
 
 def squad2_unanswerable_share(data_dir: Path) -> float:
