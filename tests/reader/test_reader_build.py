@@ -349,7 +349,7 @@ def test_the_estimate_counts_only_the_steps_a_stopped_run_has_left(tmp_path: Pat
 
 
 def test_the_reader_is_chosen_on_the_held_out_articles_else_on_passages(tmp_path: Path):
-    from structqa.reader.build import PASSAGE_SLICE, validation_settings
+    from structqa.reader.data import PASSAGE_SLICE, validation_settings
 
     assert validation_settings(tmp_path, 750) == (
         f"data.validation={(tmp_path / 'slice.v2.json').resolve()}",

@@ -47,9 +47,9 @@ from structqa.reader.data import (
     HELDOUT_SQUAD1,
     HELDOUT_SQUAD2,
     POOL_FILE,
-    SLICE_FILE,
     TRAIN_FILE,
     data_summary,
+    validation_settings,
 )
 from structqa.reader.members import RUN, member_dir, soup_members
 from structqa.runtime import cpu_kind, default_device, use_bf16
@@ -81,17 +81,6 @@ RECIPE: tuple[str, ...] = (
     "train.save_every_steps=200",
     "decode.verifier=auto",
 )
-
-#: the slice where no article can be held out (a SQuAD 2.0 training split of one article)
-PASSAGE_SLICE: tuple[str, ...] = ("data.validation=0.05", "data.validation_seed=1234")
-
-
-def validation_settings(data_out: Path, held_out: int) -> tuple[str, ...]:
-    """The settings that choose and calibrate the reader: the slice of held-out articles the
-    data stage wrote (``held_out`` questions), else :data:`PASSAGE_SLICE`."""
-    if held_out:
-        return (f"data.validation={(data_out / SLICE_FILE).resolve()}",)
-    return PASSAGE_SLICE
 
 
 #: the plain baseline: configs/combos/full-pool.yaml's Independent recipe (whole pool, no

@@ -52,6 +52,9 @@ TRAIN_FILE = "train.v2.json"
 POOL_FILE = "squad1-pool.json"
 SLICE_FILE = "slice.v2.json"
 
+#: the slice where no article can be held out (a SQuAD 2.0 training split of one article)
+PASSAGE_SLICE: tuple[str, ...] = ("data.validation=0.05", "data.validation_seed=1234")
+
 #: the seed that orders SQuAD 2.0's training articles for the slice (the same at every
 #: ``--seed``: each start is chosen and calibrated on the same questions)
 SLICE_SEED = 1234
@@ -217,3 +220,11 @@ def assemble(
         write_squad_json(out_dir / name, examples)
     log.info("reader data: %s", counts.summary())
     return counts
+
+
+def validation_settings(data_out: Path, held_out: int) -> tuple[str, ...]:
+    """The settings that choose and calibrate the reader: the slice of held-out articles the
+    data stage wrote (``held_out`` questions), else :data:`PASSAGE_SLICE`."""
+    if held_out:
+        return (f"data.validation={(data_out / SLICE_FILE).resolve()}",)
+    return PASSAGE_SLICE
