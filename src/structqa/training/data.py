@@ -166,6 +166,7 @@ def split_training_file(cfg: Config) -> tuple[list[Example], list[Example] | Non
             f"split off {source}"
         )
         log.info("validation: %s; %d questions left to train on", where, len(train))
+        _not_lopsided(val, train, fraction, source, d.validation)
         _scorable(cfg, val, source, f"data.validation={d.validation}")
         return list(train), _first(cfg, val), where
     if d.validation is None:
@@ -175,6 +176,32 @@ def split_training_file(cfg: Config) -> tuple[list[Example], list[Example] | Non
     _nonempty(val, path, "data.validation")
     _scorable(cfg, val, path, "data.validation")
     return pool, _first(cfg, val), str(path)
+
+
+def _not_lopsided(
+    val: Sequence[Example], train: Sequence[Example], fraction: float, source: Path, given: str
+) -> None:
+    """Refuse a validation share that took more questions than it left to train on, and more
+    than twice its fraction: passages go whole to one side, and a file of a few long documents
+    can put most of its questions in the first passage drawn. A file of fewer than
+    :data:`LOPSIDED_MIN` questions (a smoke test) is warned of, not refused."""
+    total = len(val) + len(train)
+    if not (len(val) > len(train) and len(val) > 2 * fraction * total):
+        return
+    text = (
+        f"{source}: data.validation={given} took {len(val)} of its {total} questions (whole "
+        f"passages go to one side, and those drawn hold most of them), leaving {len(train)} "
+        "to train on: give a validation file of your own (--data.validation=FILE), another "
+        "--data.validation_seed, or a file with its questions spread over more passages"
+    )
+    if total < LOPSIDED_MIN:
+        log.warning("%s", text)
+        return
+    raise ValueError(text)
+
+
+#: below this many questions a lopsided validation share is warned of, not refused
+LOPSIDED_MIN = 20
 
 
 def load_validation_examples(cfg: Config) -> tuple[list[Example], bool]:
@@ -271,6 +298,15 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
     only parsed here (a malformed record fails before training; questions about passages the
     run trains on are warned of), unless ``data.validation`` is none: then it chooses best/."""
     pool, train, val, selection = drawn_training(cfg)
+    if len(train) < len(pool) and not cfg.data.answerable_only:
+        log.warning(
+            "data.train_size %s: training on %d of the %d questions left to train on (drawn "
+            "by train.seed %d); --data.train_size=all trains on every one",
+            cfg.data.train_size,
+            len(train),
+            len(pool),
+            cfg.train.seed,
+        )
     trained = {passage_key(ex.context) for ex in train}
     if val is None:  # the test file chooses best/: scored as the test file is scored
         val, v2 = load_eval_examples(cfg)
