@@ -363,6 +363,28 @@ def test_predict_argument_errors_are_one_line(tiny_trained_run, shared_data, cap
         assert needle in err and "Traceback" not in err, extra
 
 
+def test_predict_reads_its_file_before_loading_the_model(tmp_path, capsys):
+    """The file was read after the model loaded (and perhaps its int8 export was written): a
+    malformed file failed only then. No model is here: the file's error comes first."""
+    bad = tmp_path / "mine.jsonl"
+    bad.write_text(json.dumps({"id": "q1", "question": "Who?", "context": 7}) + "\n")
+    nowhere = str(tmp_path / "no-checkpoint")
+    assert main(["predict", nowhere, "--file", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: record 'q1 (line 1)', field 'context': expected string" in err
+    assert "Traceback" not in err
+    # the checkpoint's saved data.dedupe_ids is read without the model: a repeat is renamed
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "structqa_config.json").write_text(json.dumps({"data": {"dedupe_ids": True}}))
+    twice = tmp_path / "twice.jsonl"
+    record = {"id": "q1", "question": "Who?", "context": "Ann won."}
+    twice.write_text((json.dumps(record) + "\n") * 2)
+    assert main(["predict", str(saved), "--file", str(twice)]) == 2
+    err = capsys.readouterr().err
+    assert "duplicate question id" not in err and str(twice) not in err
+
+
 def test_predict_file_keeps_null_odds_per_predictions_file(tiny_trained_run, shared_data, tmp_path):
     best = str(tiny_trained_run / "best")
     for name in ("a.json", "b.json", "predictions.json"):

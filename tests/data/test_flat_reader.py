@@ -79,7 +79,7 @@ def test_a_wrong_start_is_repaired_or_kept_for_scoring(tmp_path: Path) -> None:
         (record("a1", ["honey"], ["10"]), "a1 (line 2)", "answers.answer_start[0]"),
         ({**record("a1", ["honey"], [10]), "answers": ["honey"]}, "a1 (line 2)", "answers"),
         ({k: v for k, v in record("a1", [], []).items() if k != "question"}, "a1", "question"),
-        ({k: v for k, v in record("a1", [], []).items() if k != "id"}, "line 2", "id"),
+        ({**record("a1", [], []), "id": ""}, "line 2", "id"),  # (a missing id is line-N)
     ],
 )
 def test_a_bad_record_is_named_by_file_record_and_field(

@@ -187,8 +187,9 @@ def test_missing_question_names_file_id_and_field(tmp_path: Path) -> None:
     assert "missing required field" in message
 
 
-def test_missing_answer_start_names_the_answer(tmp_path: Path) -> None:
-    path = write_squad(tmp_path, [qa("q7", answers=[{"text": "The cat"}])])
+def test_a_mistyped_answer_start_names_the_answer(tmp_path: Path) -> None:
+    """(A missing one is found in the context: test_own_labelled_files.)"""
+    path = write_squad(tmp_path, [qa("q7", answers=[{"text": "The cat", "answer_start": "0"}])])
     with pytest.raises(DataError) as err:
         read_squad(path)
     assert (err.value.record, err.value.field_name) == ("q7", "answers[0].answer_start")

@@ -159,6 +159,6 @@ def test_a_byte_that_is_not_utf8_is_named_on_its_own_line(tmp_path: Path) -> Non
     for name, data in (("dev.jsonl", bad), ("dev.jsonl.gz", gzip.compress(bad))):
         path = tmp_path / name
         path.write_bytes(data)
-        with pytest.raises(DataError, match=r"record 'line 251'.*utf-8") as err:
+        with pytest.raises(DataError, match=r"record 'line 251'.*save the file as UTF-8") as err:
             read_mrqa(path)
         assert err.value.field_name == "(file)"

@@ -28,6 +28,19 @@ def null_odds_path(predictions: Path) -> Path:
     return predictions.with_name(f"{predictions.stem}.null_odds.json")
 
 
+def _trained_dedupe_ids(checkpoint: str) -> bool:
+    """The checkpoint's ``data.dedupe_ids``, read from its saved config without loading the
+    model (False where there is none to read: loading it then says what is wrong)."""
+    from structqa.paths import reader_checkpoint_of
+
+    config = reader_checkpoint_of(checkpoint) / "structqa_config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8")).get("data")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(data, dict) and data.get("dedupe_ids") is True
+
+
 def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
     if args.file and (args.question is not None or args.context is not None):
         raise ValueError("give either --file DATA or --question and --context, not both")
@@ -38,15 +51,20 @@ def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:
                 raise ValueError("give --question and --context, or --file DATA")
             if not value.strip():
                 raise ValueError(f"--{name} is empty")
+    from structqa.data.readers import read_questions
+
+    ds, dedupe = None, args.dedupe_ids
+    if args.file:  # read (and checked) before any model work: a bad file fails at once
+        # repeated ids renamed as the checkpoint's training renamed them, or as asked
+        dedupe = dedupe or _trained_dedupe_ids(args.checkpoint)
+        ds = read_questions(args.file, dedupe_ids=dedupe)
     predictor = answering_predictor(args)
-    if args.file:
-        from structqa.data.readers import read_questions
+    if ds is not None:
         from structqa.io import write_json
         from structqa.training.progress import tracked
 
-        # repeated ids renamed as the checkpoint's training renamed them, or as asked
-        dedupe = args.dedupe_ids or bool(getattr(predictor.config.data, "dedupe_ids", False))
-        ds = read_questions(args.file, dedupe_ids=dedupe)
+        if not dedupe and getattr(predictor.config.data, "dedupe_ids", False):
+            ds = read_questions(args.file, dedupe_ids=True)  # (as the loaded config says)
         mode = "lines" if args.no_progress else "bar"
         with tracked(mode, "answering", "windows") as progress:
             preds = predictor.predict_examples(ds.examples, progress=progress)

@@ -5,7 +5,9 @@ SQuAD and SQuAD 2.0 (``Dataset.to_json``)::
      "answers": {"text": ["..."], "answer_start": [12]}}
 
 one record a line (``.jsonl``, optionally ``.gz``), or a JSON list of such records. An empty
-``answers.text`` is an unanswerable question (the file is then read as SQuAD 2.0).
+``answers.text`` is an unanswerable question (the file is then read as SQuAD 2.0). A record
+without ``id`` is named by where it is: ``line-N`` (its line), ``record-N`` (its place in a
+list, from 1).
 """
 
 from __future__ import annotations
@@ -31,13 +33,29 @@ from structqa.data.squad import (
     starts_with,
 )
 
-#: The keys that tell a flat record from an MRQA context line (which has "qas").
+#: The keys of a flat record, a question over its context (an MRQA context line has "qas").
 FLAT_KEYS = ("context", "question", "answers")
+
+#: The records a file of one record a line (or a JSON list of them) may hold, for an error
+#: that finds others.
+RECORD_SHAPES = (
+    'a flat SQuAD record {"id": "q1", "question": "...", "context": "...", "answers": '
+    '{"text": ["..."], "answer_start": [12]}} (answer_start: the answer\'s character offset in '
+    "the context; text and answer_start [] for an unanswerable question; id optional), or an "
+    'MRQA context line {"context": "...", "qas": [{"id": "q1", "question": "...", "answers": '
+    '["..."], "detected_answers": [{"text": "...", "char_spans": [[12, 14]]}]}]}; a table '
+    "(.csv or .tsv with question, context and answer columns) needs no offsets"
+)
 
 
 def is_flat_record(value: Any) -> bool:
-    """Whether ``value`` looks like one flat SQuAD record (not an MRQA context or header)."""
-    return isinstance(value, dict) and all(k in value for k in FLAT_KEYS) and "qas" not in value
+    """Whether ``value`` is a question over its context, as flat SQuAD records are (with or
+    without ``answers``; not an MRQA context, which has ``qas``, nor its header)."""
+    return (
+        isinstance(value, dict)
+        and {"question", "context"} <= value.keys()
+        and not {"qas", "header"} & value.keys()
+    )
 
 
 def read_flat(
@@ -61,7 +79,7 @@ def read_flat_list(
     """Flat SQuAD records already parsed from ``path`` (a JSON list) into examples."""
     name = str(path)
     check_type(doc, list, path=name, record="(top level)", field_name="(records)")
-    records = ((f"record {i}", r) for i, r in enumerate(doc))
+    records = ((f"record {i}", r) for i, r in enumerate(doc, start=1))
     read = partial(_read_record, answers_optional=answers_optional)
     return read_records(records, name, dedupe_ids, read)
 
@@ -84,7 +102,15 @@ def _read_record(
 ) -> Example | None:
     name = report.path
     check_type(record, dict, path=name, record=where, field_name="(record)")
-    qid = get_field(record, "id", (str, int), path=name, record=where)
+    _check_keys(record, where, name, answers_optional)
+    # a record without id is named by where it is, as a table's row is (row-N)
+    qid = check_type(
+        record.get("id", where.replace(" ", "-")),
+        (str, int),
+        path=name,
+        record=where,
+        field_name="id",
+    )
     qid = str(qid) if isinstance(qid, int) else qid
     if not qid:
         raise DataError(name, where, "id", "empty question id")
@@ -99,7 +125,15 @@ def _read_record(
         return None
     if answers_optional and "answers" not in record:  # a question alone, to be answered
         return Example(qid, question, context, title=title)
-    answers = get_field(record, "answers", dict, path=name, record=rec)
+    answers = record["answers"]
+    if not isinstance(answers, dict):
+        raise DataError(
+            name,
+            rec,
+            "answers",
+            f"expected an object of lists, got {type(answers).__name__}; a record is read as "
+            f"{RECORD_SHAPES}",
+        )
     texts = get_field(answers, "text", list, path=name, record=rec, field_name="answers.text")
     starts = get_field(
         answers, "answer_start", list, path=name, record=rec, field_name="answers.answer_start"
@@ -123,3 +157,20 @@ def _read_record(
     return make_example(
         report, qid, question, context, located, texts, is_impossible=not texts, title=title
     )
+
+
+def _check_keys(record: dict[str, Any], where: str, name: str, answers_optional: bool) -> None:
+    """Every required key the record lacks, named at once with the records that are read."""
+    required = FLAT_KEYS[:2] if answers_optional else FLAT_KEYS
+    missing = [k for k in required if k not in record]
+    if missing:
+        qid = record.get("id")
+        rec = f"{qid} ({where})" if isinstance(qid, (str, int)) and qid != "" else where
+        keys = ", ".join(map(str, record)) or "none"
+        raise DataError(
+            name,
+            rec,
+            ", ".join(missing),
+            f"missing required field(s) {', '.join(missing)} (the record's keys: {keys}); "
+            f"a record is read as {RECORD_SHAPES}",
+        )

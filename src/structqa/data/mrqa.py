@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from structqa.data.flat import RECORD_SHAPES
 from structqa.data.hygiene import has_readable_text
 from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
 from structqa.data.squad import (
@@ -74,6 +75,10 @@ def _read_context(
     where = f"line {lineno}"
     context = get_field(record, "context", str, path=name, record=where)
     check_clean_text(context, path=name, record=where, field_name="context")
+    if "qas" not in record:  # e.g. a flat record read as MRQA: say what is read
+        raise DataError(
+            name, where, "qas", f"missing required field; a record is read as {RECORD_SHAPES}"
+        )
     qas = get_field(record, "qas", list, path=name, record=where)
     examples: list[Example] = []
     for k, qa in enumerate(qas):

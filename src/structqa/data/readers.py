@@ -49,8 +49,9 @@ def get_reader(name: str) -> Reader:
 
 def detect_format(path: str | Path) -> str:
     """Guess a file's format: ``.csv``/``.tsv`` is a question-answer table, ``.jsonl[.gz]`` is
-    MRQA unless its first record is a flat SQuAD record (Hugging Face's SQuAD lines); JSON is
-    told apart by its keys."""
+    MRQA unless its first record is a question with its context and no ``qas`` (flat SQuAD
+    records, as Hugging Face writes SQuAD, whose reader names what such a record lacks); JSON
+    is told apart by its keys."""
     path = Path(path)
     if is_table(path):
         return "table"
@@ -146,7 +147,7 @@ def read_questions(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
     """Questions to answer (``structqa predict --file``): any file :func:`read_extractive`
     reads, or the same questions without answers: a CSV/TSV table with ``question`` and
     ``context`` columns (``id`` and ``title`` optional), or flat records without ``answers``
-    (JSON lines, or a JSON list, of ``{"id", "question", "context"[, "title"]}``)."""
+    (JSON lines, or a JSON list, of ``{"question", "context"[, "id", "title"]}``)."""
     path = Path(path)
     if is_table(path):
         return read_table(path, dedupe_ids=dedupe_ids, answers_optional=True)
@@ -155,8 +156,6 @@ def read_questions(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
     except ValueError:
         if not _first_record_is_a_question(path):
             raise
-        kind = "flat"
-    if kind == "mrqa" and _first_record_is_a_question(path):
         kind = "flat"
     if kind == "flat":
         return read_flat(path, dedupe_ids=dedupe_ids, answers_optional=True)
@@ -168,10 +167,5 @@ def _first_record_is_a_question(path: Path) -> bool:
     MRQA header or context with its ``qas``)."""
     for _, line in file_lines(path, mended=[]):
         if line.strip():
-            first = _json_or_none(line)
-            return (
-                isinstance(first, dict)
-                and {"question", "context"} <= first.keys()
-                and not {"qas", "header"} & first.keys()
-            )
+            return is_flat_record(_json_or_none(line))
     return False

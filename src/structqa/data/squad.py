@@ -12,6 +12,7 @@ import codecs
 import gzip
 import json
 import logging
+import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -48,6 +49,8 @@ def load_json(path: Path) -> Any:
         with open_text(path) as handle:
             text = handle.read()
     except UNREADABLE as err:
+        if isinstance(err, UnicodeDecodeError):
+            raise DataError(str(path), *decode_failure(path, err)) from None
         raise DataError(str(path), "(file)", "(encoding)", unreadable(err)) from None
     return parse_json(text, str(path), None)
 
@@ -57,6 +60,37 @@ def unreadable(err: BaseException, what: str = "file") -> str:
     if isinstance(err, EOFError):
         return f"unreadable {what}: compressed data cut short ({err}); copy the file again"
     return f"unreadable {what}: {err}"
+
+
+_LINE_BREAK = re.compile(rb"\r\n?|\n")
+
+
+def not_utf8(byte: int, offset: int, hint: str = "") -> str:
+    """The problem text of a byte that is not UTF-8, ``offset`` bytes into its line; ``hint``:
+    how the user's tool saves UTF-8, e.g. " (a spreadsheet's 'CSV UTF-8')"."""
+    return (
+        f"byte {byte:#04x} at offset {offset} of the line is not UTF-8; save the file as "
+        f"UTF-8{hint}"
+    )
+
+
+def decode_failure(path: Path, err: BaseException, hint: str = "") -> tuple[str, str, str]:
+    """(record, field, problem) of a file that cannot be read: the line of the first byte
+    that is not UTF-8 (a text reader decodes in blocks, so its own position says little);
+    ``hint``: see :func:`not_utf8`."""
+    if not isinstance(err, UnicodeDecodeError):
+        return "(file)", "(file)", unreadable(err, "data")
+    with open_bytes(path) as handle:
+        raw = handle.read().removeprefix(codecs.BOM_UTF8)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        line, line_start = 1, 0
+        for end in _LINE_BREAK.finditer(raw, 0, bad.start):  # a lone \r ends a line too
+            line, line_start = line + 1, end.end()
+        problem = not_utf8(raw[bad.start], bad.start - line_start, hint)
+        return f"line {line}", "(encoding)", problem
+    return "(file)", "(encoding)", unreadable(err, "data")
 
 
 def parse_json(text: str, path: str, lineno: int | None) -> Any:
@@ -104,9 +138,8 @@ def file_lines(path: Path, mended: list[int] | None = None) -> Iterator[tuple[in
                         line = piece.decode("utf-8")
                     except UnicodeDecodeError as err:
                         if mended is None:
-                            raise DataError(
-                                name, f"line {lineno}", "(file)", unreadable(err, "data")
-                            ) from None
+                            problem = not_utf8(piece[err.start], err.start)
+                            raise DataError(name, f"line {lineno}", "(file)", problem) from None
                         line = piece.decode("utf-8", errors="replace")
                         mended.append(lineno)
                     yield lineno, line
@@ -355,6 +388,51 @@ def located_answer(
     return Answer(text=text.strip(), start=found + lead)
 
 
+def first_occurrence(
+    report: ReadReport, context: str, qid: str, field: str, text: str
+) -> Answer | None:
+    """The gold answer ``text`` (``field`` of question ``qid``) where the file gives no start:
+    its first occurrence in ``context`` as a whole word (not "10" inside "2010"), else its
+    first occurrence inside a word, noted; a second whole-word occurrence is noted as
+    ambiguous; None, noted, when it does not occur (kept for scoring, not located)."""
+    anywhere = [m.start() for m in re.finditer(re.escape(text), context)]
+    if not anywhere:
+        note_warning(
+            report,
+            "answer_not_in_context",
+            f"question {qid!r}: {field} {text!r} does not occur in the context (text kept "
+            "for scoring, not located)",
+        )
+        return None
+    words = [i for i in anywhere if _whole_word(context, i, i + len(text))]
+    if not words:
+        note_warning(
+            report,
+            "answer_inside_word",
+            f"question {qid!r}: {field} {text!r} occurs only inside longer words; the first, "
+            f"at {anywhere[0]}, is taken (give answer_start to choose)",
+        )
+        return Answer(text=text, start=anywhere[0])
+    if len(words) > 1:
+        note_warning(
+            report,
+            "answer_start_ambiguous",
+            f"question {qid!r}: {field} {text!r} occurs {len(words)} times and no "
+            f"answer_start is given; the first, at {words[0]}, is taken",
+        )
+    return Answer(text=text, start=words[0])
+
+
+def _whole_word(context: str, start: int, end: int) -> bool:
+    """Whether ``context[start:end]`` does not continue a word on either side."""
+    before = context[start - 1] if start > 0 else " "
+    after = context[end] if end < len(context) else " "
+    inner_first, inner_last = context[start], context[end - 1]
+    return not (before.isalnum() and inner_first.isalnum()) and not (
+        after.isalnum() and inner_last.isalnum()
+    )
+
+
 _KNOWN_VERSIONS = ("1.0", "1.1", "2.0")
 
 
@@ -389,7 +467,9 @@ def read_squad(path: str | Path, *, dedupe_ids: bool = False) -> Dataset:
     v2.0 unanswerable questions get ``is_impossible=True`` and no answers; their
     ``plausible_answers`` are not gold and are ignored. A file without a ``version`` key
     (as hand-made files often are) is read all the same: its questions decide (any
-    ``is_impossible`` makes it v2.0). ``dedupe_ids``: see :class:`QuestionIds`.
+    ``is_impossible`` makes it v2.0). An answer without ``answer_start`` is taken at its
+    first occurrence in the context, as a table's is (:func:`first_occurrence`; counted in the
+    report). ``dedupe_ids``: see :class:`QuestionIds`.
     """
     path = Path(path)
     name = str(path)
@@ -478,11 +558,23 @@ def _read_question(
     for m, answer in enumerate(answers):
         field = f"answers[{m}]"
         text = answer_text(answer, field, name, qid)
-        start = get_field(
-            answer, "answer_start", int, path=name, record=qid, field_name=f"{field}.answer_start"
-        )
         gold_texts.append(text)
-        found = located_answer(report, context, qid, field, text, start)
+        start = answer.get("answer_start")
+        if start is not None:
+            field_name = f"{field}.answer_start"
+            check_type(start, int, path=name, record=qid, field_name=field_name)
+            found = located_answer(report, context, qid, field, text, start)
+        elif not text.strip():
+            found = located_answer(report, context, qid, field, text, -1)  # (noted: empty)
+        else:  # as a hand-made file gives it: found as a table's answer is (or noted)
+            found = first_occurrence(report, context, qid, field, text.strip())
+            if found is not None:
+                note_warning(
+                    report,
+                    "answer_start_missing",
+                    f"question {qid!r}: {field} has no answer_start; its first occurrence, at "
+                    f"{found.start}, is taken",
+                )
         if found is not None:
             located.append(found)
     return make_example(

@@ -18,24 +18,22 @@ the checks and the read report are the same as for every other reader here.
 from __future__ import annotations
 
 import csv
-import gzip
 import logging
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from structqa.data.records import Answer, DataError, Dataset, Example, ReadReport
+from structqa.data.records import DataError, Dataset, Example, ReadReport
 from structqa.data.squad import (
     UNREADABLE,
     QuestionIds,
     check_clean_text,
+    decode_failure,
+    first_occurrence,
     located_answer,
     make_example,
-    note_warning,
     open_text,
     read_records,
     skip_unreadable,
-    unreadable,
 )
 
 #: File name endings read as tables (before an optional ``.gz``).
@@ -43,6 +41,8 @@ TABLE_SUFFIXES = (".csv", ".tsv")
 _ANSWER_COLUMNS = ("answer", "answer_text")
 _DELIMITERS = (",", ";", "\t")
 _KNOWN_COLUMNS = ("id", "title", "context", "question", "answer_start", *_ANSWER_COLUMNS)
+# how a spreadsheet saves a table as UTF-8, named when a file is not
+_SAVE_AS = " (a spreadsheet's 'CSV UTF-8')"
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def _header_delimiter(path: Path, answers_optional: bool = False) -> str:
         with open_text(path, newline="") as handle:
             header = handle.readline()
     except UNREADABLE as err:
-        raise DataError(str(path), *_decode_failure(path, err)) from None
+        raise DataError(str(path), *decode_failure(path, err, _SAVE_AS)) from None
     if not header.strip():
         raise DataError(str(path), "line 1", "(header)", "the file is empty or starts blank")
     first = "\t" if str(path).lower().removesuffix(".gz").endswith(".tsv") else ","
@@ -145,28 +145,7 @@ def _rows(path: Path, answers_optional: bool = False) -> Iterator[tuple[str, dic
         )
         raise DataError(name, f"line {line + 1}", "(row)", f"not valid CSV: {err}{hint}") from None
     except UNREADABLE as err:
-        raise DataError(name, *_decode_failure(path, err)) from None
-
-
-def _decode_failure(path: Path, err: BaseException) -> tuple[str, str, str]:
-    """(record, field, problem) of a file that cannot be read: the line of the first byte
-    that is not UTF-8 (a text reader decodes in blocks, so its own position says little)."""
-    if not isinstance(err, UnicodeDecodeError):
-        return "(file)", "(file)", unreadable(err, "data")
-    opener = gzip.open if path.suffix.lower() == ".gz" else open
-    with opener(path, "rb") as handle:
-        raw = handle.read()
-    try:
-        raw.decode("utf-8-sig")
-    except UnicodeDecodeError as bad:
-        line = raw.count(b"\n", 0, bad.start) + 1
-        return (
-            f"line {line}",
-            "(encoding)",
-            f"byte {raw[bad.start]:#04x} is not UTF-8; save the file as UTF-8 (a "
-            "spreadsheet's 'CSV UTF-8')",
-        )
-    return "(file)", "(encoding)", unreadable(err, "data")
+        raise DataError(name, *decode_failure(path, err, _SAVE_AS)) from None
 
 
 def _read_row(
@@ -202,7 +181,7 @@ def _read_row(
     if start is not None:
         found = located_answer(report, context, qid, column, text, start)
     else:
-        found = _first_occurrence(report, context, qid, column, text)
+        found = first_occurrence(report, context, qid, column, text)
     return make_example(
         report, qid, question, context, [] if found is None else [found], [text], title=title
     )
@@ -225,47 +204,3 @@ def _start(cell: str, name: str, rec: str) -> int | None:
             "context, or leave the cell empty to use its first occurrence",
         )
     return int(value)
-
-
-def _first_occurrence(
-    report: ReadReport, context: str, qid: str, column: str, text: str
-) -> Answer | None:
-    """The answer where the table gives no start: its first occurrence as a whole word (not
-    "10" inside "2010"), else its first occurrence inside a word, noted; a second whole-word
-    occurrence is noted as ambiguous."""
-    anywhere = [m.start() for m in re.finditer(re.escape(text), context)]
-    if not anywhere:
-        note_warning(
-            report,
-            "answer_not_in_context",
-            f"question {qid!r}: {column} {text!r} does not occur in the context (text kept "
-            "for scoring, not located)",
-        )
-        return None
-    words = [i for i in anywhere if _whole_word(context, i, i + len(text))]
-    if not words:
-        note_warning(
-            report,
-            "answer_inside_word",
-            f"question {qid!r}: {column} {text!r} occurs only inside longer words; the first, "
-            f"at {anywhere[0]}, is taken (give answer_start to choose)",
-        )
-        return Answer(text=text, start=anywhere[0])
-    if len(words) > 1:
-        note_warning(
-            report,
-            "answer_start_ambiguous",
-            f"question {qid!r}: {column} {text!r} occurs {len(words)} times and no "
-            f"answer_start is given; the first, at {words[0]}, is taken",
-        )
-    return Answer(text=text, start=words[0])
-
-
-def _whole_word(context: str, start: int, end: int) -> bool:
-    """Whether ``context[start:end]`` does not continue a word on either side."""
-    before = context[start - 1] if start > 0 else " "
-    after = context[end] if end < len(context) else " "
-    inner_first, inner_last = context[start], context[end - 1]
-    return not (before.isalnum() and inner_first.isalnum()) and not (
-        after.isalnum() and inner_last.isalnum()
-    )
