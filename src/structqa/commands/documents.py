@@ -66,12 +66,25 @@ def cmd_index(args: argparse.Namespace, extra: list[str]) -> int:  # noqa: ARG00
         DocumentIndex(args.out, store=args.store, create=True) as index,
         tracked(_mode(args.no_progress), "embedding", "chunks") as progress,
     ):
-        report = index.update(args.paths, progress=progress, exclude=[args.out])
+        report = index.update(args.paths, progress=progress, exclude=[args.out], prune=args.prune)
     print(report.summary(details=False))  # each skipped file once, below, on stderr
     for path, why in report.read.skipped:
         print(f"structqa index: warning: skipped {path}: {why}", file=sys.stderr)
     for path, what in report.read.notes:
         print(f"structqa index: note: {path}: {what}", file=sys.stderr)
+    for path, why in report.removed:
+        print(f"structqa index: note: removed {path} from the index: {why}", file=sys.stderr)
+    if report.kept:
+        folders = sorted({str(Path(p).parent) for p in report.kept})
+        shown = ", ".join(folders[:3]) + (
+            f" and {len(folders) - 3} more" if len(folders) > 3 else ""
+        )
+        print(
+            f"structqa index: note: kept {len(report.kept)} file(s) indexed earlier under "
+            f"{shown}, not under the PATHs given: give those folders too to update them, or "
+            "--prune to drop them from the index",
+            file=sys.stderr,
+        )
     if not report.chunks:
         print(
             f"structqa index: error: {args.out} holds no documents: nothing under "
@@ -354,13 +367,14 @@ corpus.jsonl[.gz] under PATH (folders recursively; hidden files and folders are 
 folder behind a symbolic link outside PATH is read once, a link within PATH or to a folder above
 it not followed), cuts them into sentence-bounded chunks and indexes them for BM25 and dense
 search; --out is a new or empty folder, or an index to update. Run again on a changed folder:
-new and changed files are indexed, and files no longer under the PATHs given (deleted, or under
-a PATH not given this time) dropped, so give every folder each time (structqa index A B --out
-INDEX). A file moved or renamed, or the same folder typed from elsewhere, is recognised by its
-content and not embedded again; sources show the paths as last typed. Files that cannot be read
-(or whose name is not UTF-8) are skipped, each named with the reason; an emptied file's chunks
-are dropped. A run stopped while it embeds (Ctrl-C) leaves the index as it was; one stopped
-while it writes (or any stopped run of a Qdrant index) is redone in full by the next one.
+new and changed files are indexed and deleted ones dropped (each named); files indexed earlier
+under a PATH not given this time are kept as indexed (said in a note), so a new folder can be
+added alone (structqa index NEW --out INDEX); --prune drops them, leaving the index to the
+PATHs given. A file moved or renamed, or the same folder typed from elsewhere, is recognised by
+its content and not embedded again; sources show the paths as last typed. Files that cannot be
+read (or whose name is not UTF-8) are skipped, each named with the reason; an emptied file's
+chunks are dropped. A run commits its work every few minutes: stopped (Ctrl-C, a crash), the
+same command run again goes on from there, embedding again only the files it was writing.
 """
 
 
@@ -446,6 +460,12 @@ def add_parser(sub) -> None:
         "--store",
         help="where the embeddings live: faiss (files in the index, the default), qdrant "
         "(Qdrant embedded, files in the index), or qdrant:URL (a Qdrant server or cluster)",
+    )
+    ix.add_argument(
+        "--prune",
+        action="store_true",
+        help="drop the files indexed earlier that are not under the PATHs given (by default "
+        "they are kept as indexed; deleted files are dropped either way)",
     )
     add_no_progress_argument(ix)
     ix.set_defaults(func=cmd_index)

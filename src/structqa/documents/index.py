@@ -10,12 +10,14 @@ validation set), or the weight `structqa fit-fusion` fitted on an index's labell
 The folder holds ``chunks.sqlite`` (files with their content hash, documents, chunks with
 their text, page and character offsets), the chunks' unit vectors keyed by chunk id (in
 ``dense.faiss``, an exact inner-product index, by default; or a Qdrant collection:
-:mod:`structqa.documents.vectors`) and ``bm25/``; by default no server. Re-indexing a changed
-folder embeds only the chunks of new and changed files (by content hash) and drops those of
-deleted files; BM25 is rebuilt from the chunk texts (seconds for 100k chunks). An update stopped
-while it embeds leaves a faiss index as it was (the database and the faiss file change on disk
-only at its end); one stopped while it writes its stores, or any stopped update of a Qdrant
-index (which takes each write at once), is redone from nothing by the next one (``updating``).
+:mod:`structqa.documents.vectors`) and ``bm25/``; by default no server. Re-indexing embeds only
+the chunks of new and changed files (by content hash) and drops those of deleted files; files
+indexed earlier under paths not given this time are kept unless ``prune``; BM25 is rebuilt from
+the chunk texts (seconds for 100k chunks). An update makes its work durable every few minutes
+(a checkpoint: the vectors saved, then the database committed), so a stopped one (Ctrl-C, a
+crash) loses only what it did since; ``updating`` names the chunks whose vectors may disagree
+with the database (written before the vectors change), and the next update removes them and
+embeds their files again, then goes on from the last checkpoint.
 
 The dense encoder is the sentence encoder as shipped (all-MiniLM-L6-v2, mean pooling, 256
 tokens), never a reader fine-tuned for spans: fine-tuning changes what its pooled states mean.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import time
 import uuid
@@ -38,6 +41,16 @@ import numpy as np
 from structqa.data.hygiene import has_readable_text
 from structqa.documents import lexical
 from structqa.documents.folders import files_under
+from structqa.documents.index_files import (
+    IndexReport,
+    encoder_dimension,
+    encoder_name,
+    id_spans,
+    kept_note,
+    moved_from,
+    not_given,
+    unreadable_note,
+)
 from structqa.documents.index_folder import (
     INDEX_FILE,
     UPDATING_FILE,
@@ -47,12 +60,10 @@ from structqa.documents.index_folder import (
     require_index,
 )
 from structqa.documents.ingest import (
-    Chunk,
     ReadReport,
     chunk_document,
     not_read_here,
     read_all,
-    reader_kind,
 )
 from structqa.documents.mixing import FUSION_POOL, pooled
 from structqa.documents.vectors import COLLECTION, VectorStore, open_store
@@ -71,7 +82,12 @@ CHUNK_TOKENS = ENCODER_TOKENS - 2  # [CLS] and [SEP]
 #: update, so that fixes to the readers reach it. 2: chunks without a character a model reads
 #: are left out
 READERS_VERSION = 2
+_READERS = str(READERS_VERSION)
 EMBED_BATCH = 512  # chunks embedded between progress updates
+# an update's checkpoints: at least this many seconds apart, and at least CHECKPOINT_COST times
+# as long as the last one took (saving a large faiss index takes a while)
+CHECKPOINT_SECONDS = 120.0
+CHECKPOINT_COST = 10
 # chunk ids are never reused (autoincrement): a server still searching the version opened
 # before an update finds an old id missing, never another file's chunk under it
 _SCHEMA = """
@@ -98,26 +114,6 @@ class Hit:
     page: int | None
     text: str
     score: float
-
-
-@dataclass
-class IndexReport:
-    read: ReadReport
-    added_files: int = 0
-    unchanged_files: int = 0
-    removed_files: int = 0
-    moved_files: int = 0  # the same content under a new path: kept, not embedded again
-    chunks: int = 0
-    seconds: float = 0.0
-
-    def summary(self, details: bool = True) -> str:
-        return (
-            f"{self.read.summary(details)}\n{self.added_files} files indexed (new or changed), "
-            f"{self.unchanged_files} unchanged, "
-            + (f"{self.moved_files} moved (kept as indexed), " if self.moved_files else "")
-            + f"{self.removed_files} removed (no longer under the paths given); "
-            f"{self.chunks} chunks in the index ({self.seconds:.1f} s)"
-        )
 
 
 def _encoder():
@@ -204,7 +200,7 @@ class DocumentIndex:
         wanted = self.recorded.get("dimension")
         if wanted is None:
             return
-        got = _dimension(encoder)
+        got = encoder_dimension(encoder)
         if got != wanted:
             raise ValueError(
                 f"{self.directory}: its vectors have {wanted} dimensions "
@@ -215,7 +211,7 @@ class DocumentIndex:
     @property
     def dense(self) -> VectorStore:
         if self._dense is None:
-            dim = None if self.recorded else _dimension(self.encoder)
+            dim = None if self.recorded else encoder_dimension(self.encoder)
             self._dense = open_store(self.directory, self.store_spec, dim, self.collection)
         return self._dense
 
@@ -257,16 +253,20 @@ class DocumentIndex:
         paths: Sequence[str | Path],
         progress: Callable[[int, int], None] | None = None,
         exclude: Sequence[str | Path] = (),
+        prune: bool = False,
+        checkpoint_seconds: float | None = None,
     ) -> IndexReport:
         """Index the files under ``paths`` (``exclude``: folders left out): new and changed
-        ones (by content hash) are chunked and embedded, those no longer under ``paths``
-        dropped; files that cannot be read, folders that cannot be listed and links to
-        nothing are skipped and reported (what was indexed from them is kept), the rest
-        indexed. ``progress(chunks embedded, chunks to embed)``. Stopped (Ctrl-C, an
-        error), the database's uncommitted changes are rolled back at once: an index object
-        kept after the stop does not hold its write lock."""
+        ones (by content hash) are chunked and embedded, deleted ones dropped, and those
+        still on disk outside ``paths`` kept as indexed (``report.kept``) unless ``prune``;
+        files that cannot be read, folders that cannot be listed and links to nothing are
+        skipped and reported (what was indexed from them is kept). ``progress(chunks
+        embedded, chunks to embed)``. Checkpoints every ``checkpoint_seconds`` (default
+        :data:`CHECKPOINT_SECONDS`; 0: after every file): the next update goes on from the
+        last. Stopped (Ctrl-C, an error), the database's uncommitted changes are rolled back
+        at once: an index object kept after the stop does not hold its write lock."""
         try:
-            return self._update(paths, progress, exclude)
+            return self._update(paths, progress, exclude, prune, checkpoint_seconds)
         except BaseException:
             self.db.rollback()
             # the vectors and BM25 in memory took part of the update: read them from disk
@@ -282,42 +282,36 @@ class DocumentIndex:
         paths: Sequence[str | Path],
         progress: Callable[[int, int], None] | None,
         exclude: Sequence[str | Path],
+        prune: bool,
+        checkpoint_seconds: float | None,
     ) -> IndexReport:
         t0 = time.perf_counter()
+        every = CHECKPOINT_SECONDS if checkpoint_seconds is None else checkpoint_seconds
         walk_skipped: list[tuple[str, str]] = []
         files = files_under(paths, exclude, walk_skipped)
         kept = [Path(p) for p, _ in walk_skipped]  # what was indexed from them stays
         report = IndexReport(ReadReport())
         dense = self.dense
-        updating = self.directory / UPDATING_FILE
-        if updating.is_file():
-            log.warning(
-                "%s: the last update stopped before it finished; indexing every file afresh",
-                self.directory,
-            )
-            self.db.execute("delete from chunks")
-            self.db.execute("delete from files")
-            dense.reset()
-        # a Qdrant store takes each write at once, so the stores can part from the start; the
-        # faiss file and the database change on disk only at the end (a stop while embedding
-        # leaves both as they were: nothing to redo; a first build is marked throughout)
-        apart_from_start = self.store_spec != "faiss" or not self.recorded
-        if apart_from_start:
-            write_text(updating, "an update is writing this index\n")
+        self._resume(dense)
+        # a Qdrant store takes each write at once, so ``updating`` names the chunks before
+        # each write; faiss's file changes only at a checkpoint (a first build is marked
+        # throughout: a folder it left is known as a new index's)
+        immediate = self.store_spec != "faiss"
+        if immediate or not self.recorded:
+            self._mark(set())
         known = dict(self.db.execute("select path, sha256 from files"))
-        present = {str(f) for f in files}
-        gone: dict[str, list[str]] = {}  # content hash -> the paths no longer given
-        for path, digest in sorted(known.items()):
-            if path not in present and not any(Path(path).is_relative_to(k) for k in kept):
-                gone.setdefault(digest, []).append(path)
-        todo = []
-        stale = self.recorded.get("readers", 1) < READERS_VERSION and bool(known)
-        if stale:
+        if self._stale(known):
             log.warning(
                 "%s: made by older document readers; every file is read, chunked and embedded "
                 "again (this once)",
                 self.directory,
             )
+            # (marked in the database, so that an update stopped part way goes on from there)
+            self.db.execute("update files set sha256 = 'stale ' || sha256")
+            self.db.execute("insert or replace into meta values ('reread', ?)", (_READERS,))
+            known = dict(self.db.execute("select path, sha256 from files"))
+        gone, report.kept = not_given(known, files, kept, paths, prune)
+        todo = []
         for f in files:
             if (why := not_read_here(f)) is not None:  # (a film is not hashed to be skipped)
                 report.read.skipped.append((str(f), why))
@@ -327,18 +321,18 @@ class DocumentIndex:
             except OSError as err:
                 report.read.skipped.append((str(f), f"cannot be read ({err})"))
                 continue
-            if known.get(str(f)) == digest and not stale:
+            if known.get(str(f)) == digest:
                 report.unchanged_files += 1
-            elif (
-                not stale and str(f) not in known and (was := _moved_from(gone.get(digest, []), f))
-            ):
+            elif str(f) not in known and (was := moved_from(gone.get(digest, []), f)):
                 self._move(was, str(f))  # moved, or typed from elsewhere: the same reader
                 report.moved_files += 1
             else:
                 todo.append((f, digest))
+        dropped: list[int] = []
         for path in sorted(p for paths in gone.values() for p in paths):
-            self._drop(path, dense)
-            report.removed_files += 1
+            dropped += self._drop(path)
+            there = "not under the paths given" if os.path.exists(path) else "no longer on disk"
+            report.removed.append((path, there))
         count, digests = self._count_tokens, {str(f): digest for f, digest in todo}
         chunked = []  # (file, its chunk rows): every new file read and cut first ...
         for path, docs in read_all([f for f, _ in todo], report.read):
@@ -353,19 +347,28 @@ class DocumentIndex:
                     else:
                         unreadable.append(c)
             if unreadable:
-                report.read.notes.append((str(path), _unreadable_note(unreadable)))
+                report.read.notes.append((str(path), unreadable_note(unreadable)))
             chunked.append((path, rows))
         for path in report.read.empty:  # a file emptied is a change: its chunks go
-            self._drop(path, dense)
+            dropped += self._drop(path)
             self.db.execute("insert or replace into files values (?, ?)", (path, digests[path]))
         report.read.skipped = [  # a changed file that no longer reads keeps its old text
-            (f, f"{why}{_kept(f in known, f in report.read.empty)}")
+            (f, f"{why}{kept_note(f in known, f in report.read.empty)}")
             for f, why in report.read.skipped
         ] + walk_skipped
+        touched = set(dropped)  # the chunks whose vectors change before the next checkpoint
+        if immediate:
+            self._mark(touched)
+        dense.remove(dropped)
         total, done = sum(len(rows) for _, rows in chunked), 0
+        last, cost = time.perf_counter(), 0.0
         for path, rows in chunked:  # ... then embedded, with progress over the chunks
-            self._drop(str(path), dense)
+            old = self._drop(str(path))
             ids = self._insert(rows)
+            touched.update(old, ids)
+            if immediate:
+                self._mark(touched)
+            dense.remove(old)
             for start in range(0, len(rows), EMBED_BATCH):
                 part = rows[start : start + EMBED_BATCH]
                 vectors = self.encoder([r[-1] for r in part]).astype(np.float32)
@@ -376,16 +379,18 @@ class DocumentIndex:
             known_now = (str(path), digests[str(path)])
             self.db.execute("insert or replace into files values (?, ?)", known_now)
             report.added_files += 1
-        if not apart_from_start:
-            write_text(updating, "an update is writing this index\n")
-        self.db.commit()
-        dense.save()
+            now = time.perf_counter()
+            if now - last >= (max(every, CHECKPOINT_COST * cost) if every else 0):
+                self._checkpoint(dense, touched)
+                last = time.perf_counter()
+                cost = last - now
+        self._checkpoint(dense, touched)
         self._build_bm25()
         report.chunks = len(self)
         report.seconds = time.perf_counter() - t0
         meta = {
-            "encoder": _encoder_name(self.encoder),
-            "dimension": _dimension(self.encoder),
+            "encoder": encoder_name(self.encoder),
+            "dimension": encoder_dimension(self.encoder),
             "readers": READERS_VERSION,
             "store": self.store_spec,
             "collection": self.collection if self.store_spec != "faiss" else None,
@@ -395,8 +400,71 @@ class DocumentIndex:
         }
         write_text(self.directory / INDEX_FILE, json.dumps(meta, indent=2))
         self.recorded = meta
-        updating.unlink()  # every store written: the index is whole again
+        (self.directory / UPDATING_FILE).unlink()  # every store written: the index is whole
         return report
+
+    def _stale(self, known: dict[str, str]) -> bool:
+        """Whether the files indexed were read by older readers (and not yet marked so by an
+        update that stopped part way)."""
+        made = self.recorded.get("readers", 1) if self.recorded else READERS_VERSION
+        row = self.db.execute("select value from meta where key = 'reread'").fetchone()
+        return bool(known) and made < READERS_VERSION and (row is None or row[0] != _READERS)
+
+    def _mark(self, touched: set[int]) -> None:
+        """Write ``updating`` (before the vectors change on disk): an update is writing the
+        index, and the vectors of the chunks ``touched`` may disagree with the database."""
+        record = {"uncertain": id_spans(touched), "about": "an update is writing this index"}
+        write_text(self.directory / UPDATING_FILE, json.dumps(record) + "\n")
+
+    def _checkpoint(self, dense: VectorStore, touched: set[int]) -> None:
+        """Make the update's work so far durable: the chunks ``touched`` named, the vectors
+        saved, the database committed, then the names cleared (a stop between the two leaves
+        them named for the next update)."""
+        self._mark(touched)
+        dense.save()
+        self.db.commit()
+        self._mark(set())
+        touched.clear()
+
+    def _resume(self, dense: VectorStore) -> None:
+        """After an update that stopped (``updating`` is there): the chunks it named are
+        removed from both stores, with their files' other chunks, so that their files are
+        embedded again; a mark written before updates could go on has every file indexed
+        afresh."""
+        updating = self.directory / UPDATING_FILE
+        if not updating.is_file():
+            return
+        try:
+            named = json.loads(updating.read_text(encoding="utf-8"))["uncertain"]
+            uncertain = [i for lo, hi in named for i in range(lo, hi + 1)]
+        except (ValueError, KeyError, TypeError):
+            log.warning(
+                "%s: the last update stopped before it finished; indexing every file afresh",
+                self.directory,
+            )
+            uncertain = [r[0] for r in self.db.execute("select id from chunks")]
+            self.db.execute("delete from chunks")
+            self.db.execute("delete from files")
+            dense.reset()
+        else:
+            log.warning(
+                "%s: the last update stopped before it finished; going on from its last "
+                "checkpoint%s",
+                self.directory,
+                f" (the files of {len(uncertain)} chunks it was writing again)"
+                if uncertain
+                else "",
+            )
+            if not uncertain:
+                return
+            self.db.execute("create temp table if not exists named (id integer primary key)")
+            self.db.executemany("insert or ignore into named values (?)", [(i,) for i in uncertain])
+            query = "select distinct path from chunks where id in (select id from named)"
+            paths = [r[0] for r in self.db.execute(query).fetchall()]
+            self.db.execute("delete from named")
+            uncertain += [i for path in paths for i in self._drop(path)]
+            dense.remove(uncertain)
+        self._checkpoint(dense, set(uncertain))
 
     def _count_tokens(self, texts: Sequence[str]) -> list[int]:
         ids = self.encoder.tokenizer(list(texts), add_special_tokens=False, verbose=False)[
@@ -432,11 +500,12 @@ class DocumentIndex:
         self.db.execute("update chunks set path = ? where path = ?", (new, old))
         self.db.execute("update files set path = ? where path = ?", (new, old))
 
-    def _drop(self, path: str, dense) -> None:
+    def _drop(self, path: str) -> list[int]:
+        """Remove ``path`` from the database; its chunk ids, whose vectors the caller removes."""
         ids = [r[0] for r in self.db.execute("select id from chunks where path = ?", (path,))]
-        dense.remove(ids)
         self.db.execute("delete from chunks where path = ?", (path,))
         self.db.execute("delete from files where path = ?", (path,))
+        return ids
 
     def _build_bm25(self) -> None:
         rows = self.db.execute("select id, text from chunks order by id").fetchall()
@@ -516,44 +585,3 @@ class DocumentIndex:
                 self.db.execute(f"select id, doc_id from chunks where id in ({marks})", part)
             )
         return out
-
-
-def _kept(known: bool, empty: bool) -> str:
-    """What an update did with what it indexed earlier of a file it skipped."""
-    if not known:
-        return ""
-    return (
-        "; its chunks indexed earlier are dropped"
-        if empty
-        else "; the version indexed earlier is kept"
-    )
-
-
-def _moved_from(candidates: list[str], new: Path) -> str | None:
-    """The first of ``candidates`` (paths no longer given, with ``new``'s content) that the
-    same reader read (a.txt renamed a.html must be read again), taken from the list."""
-    for i, old in enumerate(candidates):
-        if reader_kind(old) == reader_kind(new):
-            return candidates.pop(i)
-    return None
-
-
-def _dimension(encoder: Any) -> int:
-    """The size of the encoder's vectors (one text embedded)."""
-    return int(encoder(["dimension"]).shape[1])
-
-
-def _encoder_name(encoder: Any) -> str:
-    """The encoder's folder (by default the shipped all-MiniLM-L6-v2's), else its type."""
-    path = getattr(encoder, "path", None)
-    return str(path) if path else type(encoder).__name__
-
-
-def _unreadable_note(chunks: Sequence[Chunk]) -> str:
-    where = sorted({c.page for c in chunks if c.page is not None})
-    pages = f" (page {', '.join(map(str, where[:10]))}{' ...' if len(where) > 10 else ''})"
-    return (
-        f"{len(chunks)} chunk(s) without a character a model reads left out{pages if where else ''}"
-        ": a PDF's glyphs with no Unicode text, or only symbols; save such pages as text to "
-        "index them"
-    )

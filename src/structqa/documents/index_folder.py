@@ -14,10 +14,11 @@ from typing import Any
 #: documents, also where the index was built inside the folder it indexes
 INDEX_FILE = "index.json"
 INDEX_KEYS = frozenset(("encoder", "chunk_tokens", "chunks", "files"))
-# present while an update writes its stores (a Qdrant index's: from its start; a faiss
-# index's: from its database commit on): the database and the vectors are two stores, so an
-# update stopped between their writes (Ctrl-C, a crash) leaves them apart; the next update
-# finds this file and indexes every file afresh, and a search warns until then
+# present while an update writes its stores, naming the chunks whose vectors may disagree
+# with the database (the database and the vectors are two stores, made durable together at
+# each checkpoint): the next update removes those chunks' files from both and indexes them
+# again (a file without that list, from an older version: every file afresh), and a search
+# warns until then
 UPDATING_FILE = "updating"
 # what a first build writes in its folder before index.json (one stopped leaves them): a
 # folder holding them alone is a new index's
