@@ -67,7 +67,10 @@ def small_data(shared_data: Path, tmp_path_factory) -> Path:
 def test_the_training_data_leaves_out_both_held_out_splits(small_data: Path, tmp_path: Path):
     from structqa.text.annotate import Annotator
 
-    counts = assemble(small_data, tmp_path, Annotator().annotate, seed=0)
+    plain = tmp_path / "passages"
+    by_passage = assemble(small_data, plain, Annotator().annotate, seed=0)  # the default
+    assert not by_passage.slice_articles and not (plain / "slice.v2.json").exists()
+    counts = assemble(small_data, tmp_path, Annotator().annotate, seed=0, hold_out_articles=True)
     train = read_extractive(tmp_path / "train.v2.json").examples
     pool = read_extractive(tmp_path / "squad1-pool.json").examples
     held = {
@@ -98,6 +101,10 @@ def test_the_training_data_leaves_out_both_held_out_splits(small_data: Path, tmp
     slice_passages = {passage_key(ex.context) for ex in sliced}
     article_passages = {passage_key(ex.context) for ex in squad2 if ex.title in held_titles}
     assert slice_passages == article_passages
+    # by default (a slice of passages, drawn by the run) every article trains
+    plain_train = read_extractive(plain / "train.v2.json").examples
+    assert slice_passages <= {passage_key(ex.context) for ex in plain_train}
+    assert len(plain_train) == by_passage.total > counts.total
     assert not slice_passages & {passage_key(ex.context) for ex in train}  # rewrites too
     assert len(sliced) == counts.slice_questions and 0 < counts.slice_unanswerable < len(sliced)
     assert counts.pool_in_slice == sum(ex.id in pool_ids for ex in sliced) > 0
@@ -142,6 +149,7 @@ def _build_args(out: Path, data: Path, encoder: Path) -> list[str]:
         "--train.bf16=off",
         "--train.save_every_steps=1",
         "--decode.verifier=lexical",
+        "--slice=articles",
     ]
 
 
@@ -418,19 +426,20 @@ def test_a_skipped_calibrate_stage_leaves_the_runs_calibration_on_the_card(tmp_p
     assert "(the slice's 4 questions are not of both kinds)" in shown
 
 
-def test_a_folder_built_with_another_recipe_is_refused(tmp_path: Path) -> None:
+def test_a_folder_built_with_another_recipe_or_slice_is_refused(tmp_path: Path) -> None:
     from structqa.reader.build import BuildOptions, _check_options, _options
 
-    opts = BuildOptions(out=tmp_path)
-    recorded = {k: v for k, v in _options(opts).items() if k != "recipe"}
+    opts = BuildOptions(out=tmp_path)  # the default slice: passages
+    recorded = {k: v for k, v in _options(opts).items() if k not in ("recipe", "slice")}
     (tmp_path / "build.json").write_text(json.dumps(recorded))  # before the recipe was kept
-    with pytest.raises(ValueError, match="validation slice of passages.*another --out"):
-        _check_options(opts)
+    _check_options(opts)  # the same recipe, a slice of passages: goes on
+    with pytest.raises(ValueError, match="built with --slice passages, not articles"):
+        _check_options(BuildOptions(out=tmp_path, slice="articles"))
     (tmp_path / "build.json").write_text(json.dumps({**recorded, "recipe": ["model.head=x"]}))
-    with pytest.raises(ValueError, match="another recipe"):
+    with pytest.raises(ValueError, match="another recipe.*another --out"):
         _check_options(opts)
     (tmp_path / "build.json").write_text(json.dumps(_options(opts)))
-    _check_options(opts)  # the same recipe goes on
+    _check_options(opts)
 
 
 def test_the_data_summary_is_told_from_the_counts_in_this_versions_words() -> None:

@@ -3,8 +3,8 @@ the same command run again goes on from where it stopped.
 
 1. **data**: the training questions (:mod:`structqa.reader.data`);
 2. **train**: the recipe (:data:`RECIPE`) on them, ``best/`` chosen on the validation slice
-   (whole articles held out of training, ``data/slice.v2.json``; 5 % of the passages where
-   the data has a single SQuAD 2.0 article), then calibrated there:
+   (5 % of the passages; with ``--slice articles``, whole articles held out of training,
+   ``data/slice.v2.json``), then calibrated there:
    answer probabilities, the no-answer threshold and the answerability verifier (the
    training run resumes from its last checkpoint). With
    ``members`` K > 1 (default 2), K runs from one start (``train.init_seed``) and K batch orders
@@ -57,13 +57,13 @@ from structqa.training.progress import format_duration
 
 log = logging.getLogger(__name__)
 
-#: the reader's recipe, as ``structqa train`` settings (chosen on the former slice, 5 % of the
-#: passages; now whole held-out articles: :func:`validation_settings`). The head: Independent scored
-#: above DyREx on the validation slice of the same pool with the same rewrites (79.79 vs 78.87 F1,
-#: docs/results/squad2-reader); the optimiser: the full-pool recipe (docs/results/combos-full) with
-#: 3 epochs, not 2: on that slice 77.29 against 76.21 F1, higher on each of 3
-#: seeds (docs/results/reader-screen-gpu); an identity SA sub-layer in every encoder layer: on the
-#: same slice 79.02 against 77.94 F1 (seed 0, docs/results/reader-screen-cpu-sa; it reads about 1.5x
+#: the reader's recipe, as ``structqa train`` settings, with its slice (:func:`validation_settings`:
+#: 5 % of the passages, or whole held-out articles with ``--slice articles``). The head: Independent
+#: scored above DyREx on the validation slice of the same pool with the same rewrites (79.79 vs
+#: 78.87 F1, docs/results/squad2-reader); the optimiser: the full-pool recipe (docs/results/combos-
+#: full) with 3 epochs, not 2: on that slice 77.29 against 76.21 F1, higher on each of 3 seeds
+#: (docs/results/reader-screen-gpu); an identity SA sub-layer in every encoder layer: on the same
+#: slice 79.02 against 77.94 F1 (seed 0, docs/results/reader-screen-cpu-sa; it reads about 1.5x
 #: slower)
 RECIPE: tuple[str, ...] = (
     "model.encoder=default",
@@ -119,6 +119,7 @@ class BuildOptions:
     command: str = "structqa reader build"
     heldout_size: int | None = None
     members: int = 2
+    slice: str = "passages"  # or "articles": see structqa.reader.data
 
 
 class Stopped(Exception):
@@ -398,14 +399,17 @@ def _check_options(opts: BuildOptions) -> None:
     def shown(value: Any) -> str:
         return (" ".join(value) or "none") if isinstance(value, list) else str(value)
 
-    if was.get("recipe") != now["recipe"]:  # (a folder from before the recipe was recorded)
+    # a folder recorded before the slice was: passages (before the recipe was recorded too),
+    # else articles (the recipe's default for a while)
+    was.setdefault("slice", "articles" if "recipe" in was else "passages")
+    if "recipe" in was and was["recipe"] != now["recipe"]:
         raise ValueError(
-            f"{opts.out} holds a reader built with another recipe ("
-            + ("its validation slice of passages" if "recipe" not in was else "see its build.json")
-            + "), whose stages cannot go on with this version's: move or delete that folder "
-            "to build here, or build into another --out and point $STRUCTQA_READER at it"
+            f"{opts.out} holds a reader built with another recipe (see its build.json), whose "
+            "stages cannot go on with this version's: move or delete that folder to build "
+            "here, or build into another --out and point $STRUCTQA_READER at it"
         )
-    for key, flag in {"seed": "--seed", "members": "--members", "settings": "settings"}.items():
+    flags = {"seed": "--seed", "members": "--members", "slice": "--slice", "settings": "settings"}
+    for key, flag in flags.items():
         if key in was and was[key] != now[key]:
             raise ValueError(
                 f"{opts.out} holds a reader built with {flag} {shown(was[key])}, not "
@@ -419,6 +423,7 @@ def _options(opts: BuildOptions) -> dict[str, Any]:
         "members": opts.members,
         "settings": list(opts.overrides),
         "recipe": list(RECIPE),
+        "slice": opts.slice,
     }
 
 
@@ -463,7 +468,8 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
     data_out = opts.out / "data"
 
     def data_stage() -> dict[str, Any]:
-        counts = assemble(data_dir, data_out, Annotator().annotate, seed=opts.seed)
+        articles = opts.slice == "articles"
+        counts = assemble(data_dir, data_out, Annotator().annotate, opts.seed, articles)
         return {"counts": counts.to_json(), "summary": counts.summary(), "dir": str(data_dir)}
 
     data = _run_stage(opts, "data", data_stage)
