@@ -66,12 +66,12 @@ def test_a_run_drawing_fewer_questions_than_the_file_holds_says_so(
     common += ["data.doc_stride=32", "data.validation=0.25"]
     cfg = load_config(None, [*common, "data.train_size=10"])
     _, tokenizer = build_model(cfg)
-    with caplog.at_level(logging.WARNING, logger="structqa.training.data"):
+    with caplog.at_level(logging.INFO, logger="structqa.training.data"):
         prepare_data(cfg, tokenizer)
     assert "training on 10 of the 24 questions" in caplog.text
     assert "--data.train_size=all" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="structqa.training.data"):
+    with caplog.at_level(logging.INFO, logger="structqa.training.data"):
         prepare_data(load_config(None, [*common, "data.train_size=all"]), tokenizer)
     assert "training on" not in caplog.text
 

@@ -298,8 +298,8 @@ def prepare_data(cfg: Config, tokenizer) -> TrainData:
     only parsed here (a malformed record fails before training; questions about passages the
     run trains on are warned of), unless ``data.validation`` is none: then it chooses best/."""
     pool, train, val, selection = drawn_training(cfg)
-    if len(train) < len(pool) and not cfg.data.answerable_only:
-        log.warning(
+    if len(train) < len(pool) and not cfg.data.answerable_only:  # (the quickstart's 512 too)
+        log.info(
             "data.train_size %s: training on %d of the %d questions left to train on (drawn "
             "by train.seed %d); --data.train_size=all trains on every one",
             cfg.data.train_size,
