@@ -56,6 +56,15 @@ def test_a_run_finished_but_not_recorded_goes_into_the_soup(
     assert "built with --seed 0, not 1" in capsys.readouterr().err
     assert main([*args, "--model.block=null"]) == 2
     assert "built with settings " in capsys.readouterr().err
+    # the other slice: refused by build.json, and by the data stage's record without it
+    passages = [a for a in args if a != "--slice=articles"]
+    assert main(passages) == 2
+    assert "built with --slice articles, not passages" in capsys.readouterr().err
+    kept = (out / "build.json").read_text()
+    (out / "build.json").unlink()
+    assert main(passages) == 2
+    assert "training data made for --slice articles" in capsys.readouterr().err
+    (out / "build.json").write_text(kept)
 
     assert main(args) == 0  # member 1's record made from its saved best/, then the soup
     saved = json.loads((out / "members" / "m1" / "best" / "metrics.json").read_text())
@@ -110,5 +119,5 @@ def test_a_checkpoint_half_swapped_is_found_again(tmp_path: Path) -> None:
     (run / "last.old").mkdir(parents=True)
     (run / "last.old" / "train_state.json").write_text(json.dumps({"global_step": 7}))
     cfg = load_config(None, [f"train.output_dir={run}"])
-    assert build_module._last_state(cfg) == {"global_step": 7}
+    assert build_module.last_state(cfg) == {"global_step": 7}
     assert (run / "last" / "train_state.json").is_file()

@@ -77,6 +77,9 @@ def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> l
     cfg = experiment.config_for(run)
     weights_now = local_weights(cfg)
     by_weights = same_weights(result, weights_now)
+    if pretrain_arm(str(getattr(cfg.model, "encoder", ""))) is not None:
+        by_weights.pop("model.encoder", None)  # (the arm's own recipe is compared instead)
+        weights_now = {k: v for k, v in weights_now.items() if k != "model.encoder"}
     skip: set[str] = set(by_weights)
     if pretrain_arm(str(getattr(cfg.model, "encoder", ""))) is not None:
         skip.add("model.encoder")

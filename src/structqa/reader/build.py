@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -37,10 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from structqa.config import Config, load_config, validate
-from structqa.io import read_json, recover_dir, write_json
+from structqa.io import read_json, write_json
 from structqa.paths import resolve_data_dir, resolve_data_file
 from structqa.provenance import git_info
 from structqa.reader.data import (
@@ -52,7 +49,8 @@ from structqa.reader.data import (
     validation_settings,
 )
 from structqa.reader.members import RUN, member_dir, soup_members
-from structqa.runtime import cpu_kind, default_device, use_bf16
+from structqa.reader.timing import estimate_seconds, last_state, seconds_per_step
+from structqa.runtime import cpu_kind, default_device
 from structqa.training.progress import format_duration
 
 log = logging.getLogger(__name__)
@@ -103,9 +101,6 @@ BASELINE: tuple[str, ...] = (
 VALIDATION_FILE = "validation.v2.json"
 
 STAGES = ("data", "train", "calibrate", "export", "heldout", "baseline", "card")
-
-#: windows per question (SQuAD passages rarely need a second window at 384 tokens)
-WINDOWS_PER_QUESTION = 1.05
 
 
 @dataclass
@@ -187,84 +182,9 @@ def train_config(
     return validate(load_config(None, overrides))  # a bad setting stops before any work
 
 
-def typical_length(cfg: Config, tokenizer: Any, sample: int = 256) -> int:
-    """The mean window length of ``cfg``'s training file (question + passage tokens, cut to
-    data.max_seq_len) over ``sample`` questions drawn evenly: batches group windows of like
-    length, so a step costs about what a batch of this length costs."""
-    from structqa.data.readers import read_extractive
-
-    examples = read_extractive(cfg.data.train).examples
-    picked = examples[:: max(1, len(examples) // sample)]
-    lengths = [
-        min(cfg.data.max_seq_len, len(tokenizer(ex.question, ex.context)["input_ids"]))
-        for ex in picked
-    ]
-    return max(16, round(sum(lengths) / max(1, len(lengths))))
-
-
-def seconds_per_step(cfg: Config, repeats: int = 6) -> tuple[float, int]:
-    """One optimisation step of ``cfg``'s model on a batch of windows of the training file's
-    typical length, timed here (forward, backward, the precision training will use): the
-    median of ``repeats`` after a warm-up step (6: a median of three was once 30 % above the
-    run's own rate, four medians of six within 10 % of it); and that length."""
-    from structqa.models.build import build_model
-
-    model, tokenizer = build_model(cfg)
-    length = typical_length(cfg, tokenizer)
-    device = default_device()
-    model.to(device).train()
-    n = cfg.train.batch_size
-    ids = torch.randint(5, min(len(tokenizer), 2000), (n, length), device=device)
-    mask = torch.ones_like(ids)
-    types = torch.zeros_like(ids)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    bf16 = use_bf16(cfg.train.bf16, device)
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            hidden = model.encoder(ids, mask, types).last_hidden_state
-        hidden.float().square().mean().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return sorted(times[1:])[len(times[1:]) // 2], length
-
-
-def estimate_seconds(
-    questions: int, cfg: Config, step: float, validation_questions: int = 0
-) -> float:
-    """Training time left of ``questions`` under ``cfg`` at ``step`` seconds per step, plus a
-    validation pass per epoch over a fraction of them or ``validation_questions`` (a forward
-    pass is about a third of a step); a run stopped part way (its ``last/``) counts only the
-    share of its steps still to take."""
-    windows = questions * WINDOWS_PER_QUESTION
-    steps = cfg.train.max_steps or math.ceil(windows / cfg.train.batch_size) * cfg.train.epochs
-    fraction = cfg.data.validation
-    if fraction is not None and str(fraction).replace(".", "", 1).isdigit():
-        validation_windows = windows * float(fraction)
-    else:
-        validation_windows = validation_questions * WINDOWS_PER_QUESTION
-    validation = validation_windows / cfg.train.batch_size * step / 3 * cfg.train.epochs
-    taken = int((_last_state(cfg) or {}).get("global_step", 0))
-    left = max(0.0, 1.0 - taken / steps) if steps else 1.0
-    return (steps * step + validation) * left
-
-
-def _last_state(cfg: Config) -> dict[str, Any] | None:
-    """The train state the run in cfg's output directory last saved (``last/``, recovered
-    first from a stop in the middle of its swap), or None."""
-    last = Path(cfg.train.output_dir) / "last"
-    recover_dir(last)
-    state = last / "train_state.json"
-    return json.loads(state.read_text()) if state.is_file() else None
-
-
 def _trained(cfg: Config) -> bool:
     """Whether the run in cfg's output directory finished its training (its record may not)."""
-    return bool((_last_state(cfg) or {}).get("finished"))
+    return bool((last_state(cfg) or {}).get("finished"))
 
 
 def _train(cfg: Config, progress: bool) -> dict[str, Any]:
@@ -291,7 +211,7 @@ def _train(cfg: Config, progress: bool) -> dict[str, Any]:
         "checkpoint": str(output / "best"),
         # the run's training time over every start (a stopped and resumed run, or one an
         # earlier command trained), which the stage's own seconds do not see
-        "training_seconds": (_last_state(cfg) or {}).get("seconds"),
+        "training_seconds": (last_state(cfg) or {}).get("seconds"),
         # best/'s validation scores: this start's evaluation, else (the run finished, or its
         # best epoch came, before this start) the scores saved with best/
         "validation": dict(result.metrics) if result is not None else _saved_metrics(output),
@@ -411,9 +331,14 @@ def _check_options(opts: BuildOptions) -> None:
     flags = {"seed": "--seed", "members": "--members", "slice": "--slice", "settings": "settings"}
     for key, flag in flags.items():
         if key in was and was[key] != now[key]:
+            again = (
+                f"give --slice {was[key]} to go on with it"
+                if key == "slice"
+                else "run the same command as before"
+            )
             raise ValueError(
                 f"{opts.out} holds a reader built with {flag} {shown(was[key])}, not "
-                f"{shown(now[key])}: build into another --out, or run the same command as before"
+                f"{shown(now[key])}: build into another --out, or {again}"
             )
 
 
@@ -470,9 +395,21 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
     def data_stage() -> dict[str, Any]:
         articles = opts.slice == "articles"
         counts = assemble(data_dir, data_out, Annotator().annotate, opts.seed, articles)
-        return {"counts": counts.to_json(), "summary": counts.summary(), "dir": str(data_dir)}
+        return {
+            "counts": counts.to_json(),
+            "summary": counts.summary(),
+            "dir": str(data_dir),
+            "slice": opts.slice,
+        }
 
     data = _run_stage(opts, "data", data_stage)
+    # the data stage wrote the training file for one slice (a record without it: passages)
+    made_for = data.get("slice", "passages")
+    if made_for != opts.slice:
+        raise ValueError(
+            f"{opts.out} holds training data made for --slice {made_for}, not {opts.slice}: "
+            f"give --slice {made_for} to go on with it, or build into another --out"
+        )
     say(f"data: {data_summary(data)}")
     held_out = int(data["counts"].get("slice_questions") or 0)
     validation = validation_settings(data_out, held_out)
@@ -587,7 +524,8 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
     records = {stage: done(opts.out, stage) for stage in STAGES}
     # the slice named within the build's folder (its absolute path is in card.json's config)
     shown = [v.replace(str(opts.out.resolve()) + os.sep, "") for v in validation]
-    recipe = [*RECIPE, *shown, *opts.overrides]
+    at = RECIPE.index("model.null_head=span") + 1  # where the recipe always named its slice
+    recipe = [*RECIPE[:at], *shown, *RECIPE[at:], *opts.overrides]
     card = write_card(
         opts.out, opts.command, recipe, records, cfg, base_cfg if opts.baseline else None
     )

@@ -97,7 +97,8 @@ class ReaderData:
     def summary(self) -> str:
         return (
             f"{self.total} questions: {self.pool - self.pool_in_slice} of the SQuAD 1.1 "
-            f"pool's {self.pool} ({self.pool_dropped_heldout} dropped on held-out passages"
+            + (f"pool's {self.pool}" if self.pool_in_slice else "pool")
+            + f" ({self.pool_dropped_heldout} dropped on held-out passages"
             + (f", {self.pool_in_slice} in the slice" if self.pool_in_slice else "")
             + "), "
             f"{self.squad2_answerable} answerable and {self.squad2_unanswerable} unanswerable "

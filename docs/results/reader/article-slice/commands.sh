@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The commands behind "Chosen and calibrated on held-out articles" (2026-11-30; the 2-core Intel
+# The commands behind "Chosen and calibrated on held-out articles" (2026-11-30/12-01; the 2-core Intel
 # Xeon with AVX512-BF16 and AMX, torch 2.13.0+cpu, bf16 training) from the repository root.
 set -euo pipefail
 OUT=docs/results/reader/article-slice
