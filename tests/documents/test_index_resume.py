@@ -204,3 +204,26 @@ def test_a_stopped_update_of_a_qdrant_index_goes_on_from_its_last_checkpoint(
             "a river in Egypt": "nile.txt",
         },
     )
+
+
+def test_a_relative_path_indexed_from_another_directory_is_found_and_kept(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    more = tmp_path / "more"
+    more.mkdir()
+    (more / "sahara.txt").write_text(SAHARA, encoding="utf-8")
+    out = tmp_path / "index"
+    monkeypatch.chdir(tmp_path)
+    assert main(["index", "docs", "--out", str(out), "--no-progress"]) == 0  # relative paths
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # where "docs/bees.txt" is not
+    capsys.readouterr()
+    assert main(["index", str(more), "--out", str(out), "--no-progress"]) == 0
+    said = capsys.readouterr()
+    assert "2 kept" in said.out and "removed" not in said.err
+    with DocumentIndex.open(out) as index:
+        assert index.documents() == {"docs/bees.txt", "docs/etna.txt", f"{more}/sahara.txt"}
+    (small / "etna.txt").unlink()  # deleted: found missing from where it was typed
+    assert main(["index", str(more), "--out", str(out), "--no-progress"]) == 0
+    assert "removed docs/etna.txt from the index: no longer on disk" in capsys.readouterr().err

@@ -92,6 +92,7 @@ CHECKPOINT_COST = 10
 # before an update finds an old id missing, never another file's chunk under it
 _SCHEMA = """
 create table if not exists files (path text primary key, sha256 text not null);
+create table if not exists origins (path text primary key, cwd text not null);
 create table if not exists chunks (
     id integer primary key autoincrement, path text not null, doc_id text not null,
     title text not null, start integer not null, end integer not null, page integer,
@@ -293,9 +294,8 @@ class DocumentIndex:
         report = IndexReport(ReadReport())
         dense = self.dense
         self._resume(dense)
-        # a Qdrant store takes each write at once, so ``updating`` names the chunks before
-        # each write; faiss's file changes only at a checkpoint (a first build is marked
-        # throughout: a folder it left is known as a new index's)
+        # Qdrant takes each write at once: ``updating`` names the chunks before each; faiss's
+        # file changes at checkpoints only (a first build, marked throughout, is a new index)
         immediate = self.store_spec != "faiss"
         if immediate or not self.recorded:
             self._mark(set())
@@ -310,7 +310,8 @@ class DocumentIndex:
             self.db.execute("update files set sha256 = 'stale ' || sha256")
             self.db.execute("insert or replace into meta values ('reread', ?)", (_READERS,))
             known = dict(self.db.execute("select path, sha256 from files"))
-        gone, report.kept = not_given(known, files, kept, paths, prune)
+        origins = dict(self.db.execute("select path, cwd from origins"))
+        gone, report.kept = not_given(known, files, kept, paths, prune, origins)
         todo = []
         for f in files:
             if (why := not_read_here(f)) is not None:  # (a film is not hashed to be skipped)
@@ -331,7 +332,8 @@ class DocumentIndex:
         dropped: list[int] = []
         for path in sorted(p for paths in gone.values() for p in paths):
             dropped += self._drop(path)
-            there = "not under the paths given" if os.path.exists(path) else "no longer on disk"
+            on_disk = os.path.exists(os.path.join(origins.get(path, ""), path))
+            there = "not under the paths given" if on_disk else "no longer on disk"
             report.removed.append((path, there))
         count, digests = self._count_tokens, {str(f): digest for f, digest in todo}
         chunked = []  # (file, its chunk rows): every new file read and cut first ...
@@ -352,6 +354,7 @@ class DocumentIndex:
         for path in report.read.empty:  # a file emptied is a change: its chunks go
             dropped += self._drop(path)
             self.db.execute("insert or replace into files values (?, ?)", (path, digests[path]))
+            self._origin(path)
         report.read.skipped = [  # a changed file that no longer reads keeps its old text
             (f, f"{why}{kept_note(f in known, f in report.read.empty)}")
             for f, why in report.read.skipped
@@ -378,6 +381,7 @@ class DocumentIndex:
                     progress(done, total)
             known_now = (str(path), digests[str(path)])
             self.db.execute("insert or replace into files values (?, ?)", known_now)
+            self._origin(str(path))
             report.added_files += 1
             now = time.perf_counter()
             if now - last >= (max(every, CHECKPOINT_COST * cost) if every else 0):
@@ -445,6 +449,7 @@ class DocumentIndex:
             uncertain = [r[0] for r in self.db.execute("select id from chunks")]
             self.db.execute("delete from chunks")
             self.db.execute("delete from files")
+            self.db.execute("delete from origins")
             dense.reset()
         else:
             log.warning(
@@ -499,12 +504,20 @@ class DocumentIndex:
         )
         self.db.execute("update chunks set path = ? where path = ?", (new, old))
         self.db.execute("update files set path = ? where path = ?", (new, old))
+        self.db.execute("delete from origins where path = ?", (old,))
+        self._origin(new)
+
+    def _origin(self, path: str) -> None:
+        """Keep the directory a relative ``path`` was typed from (found from elsewhere later)."""
+        if not os.path.isabs(path):
+            self.db.execute("insert or replace into origins values (?, ?)", (path, os.getcwd()))
 
     def _drop(self, path: str) -> list[int]:
         """Remove ``path`` from the database; its chunk ids, whose vectors the caller removes."""
         ids = [r[0] for r in self.db.execute("select id from chunks where path = ?", (path,))]
         self.db.execute("delete from chunks where path = ?", (path,))
         self.db.execute("delete from files where path = ?", (path,))
+        self.db.execute("delete from origins where path = ?", (path,))
         return ids
 
     def _build_bm25(self) -> None:

@@ -58,11 +58,14 @@ def not_given(
     kept: Sequence[Path],
     paths: Sequence[str | Path],
     prune: bool,
+    origins: dict[str, str] | None = None,
 ) -> tuple[dict[str, list[str]], list[str]]:
     """Of the files indexed earlier and not among ``files`` (nor under ``kept``: folders not
     listed), by content hash those to drop (or move: gone from disk, under ``paths`` but not
     listed, or any with ``prune``), and those kept (on disk, outside ``paths``). A path
-    typed elsewhere (``docs/a.txt``, ``/home/me/docs/a.txt``) is the file: moved, not kept."""
+    typed elsewhere (``docs/a.txt``, ``/home/me/docs/a.txt``) is the file: moved, not kept.
+    A relative path is looked for from the directory it was typed in (``origins``, where the
+    index recorded it), else from this one."""
     present = {str(f) for f in files}
     given: list[str] | None = None  # real paths, found only when needed
     listed: set[str] = set()
@@ -71,11 +74,12 @@ def not_given(
     for path, digest in sorted(known.items()):
         if path in present or any(Path(path).is_relative_to(k) for k in kept):
             continue
-        if not prune and os.path.exists(path):
+        where = os.path.join((origins or {}).get(path, ""), path)
+        if not prune and os.path.exists(where):
             if given is None:
                 given = [os.path.realpath(p) for p in paths]
                 listed = {os.path.realpath(f) for f in files}
-            real = os.path.realpath(path)
+            real = os.path.realpath(where)
             if real not in listed and not any(Path(real).is_relative_to(g) for g in given):
                 outside.append(path)
                 continue
