@@ -63,6 +63,23 @@ def _whole(out: Path, sources: dict[str, str]) -> None:
     assert not (out / "updating").exists()
 
 
+def _goes_on(
+    out: Path,
+    folder: Path,
+    embedded: Callable[[str | None], list[str]],
+    sources: dict[str, str],
+) -> list[str]:
+    """Update ``out`` from ``folder`` again after a stop: one file indexed again, three
+    unchanged, the index whole (:func:`_whole`); the texts that update embedded."""
+    texts = embedded(None)
+    with DocumentIndex(out) as index:
+        report = index.update([folder])
+    assert (report.added_files, report.unchanged_files) == (1, 3)
+    seen = list(texts)
+    _whole(out, sources)
+    return seen
+
+
 def test_a_folder_not_given_again_is_kept_and_dropped_only_with_prune(
     small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -157,20 +174,14 @@ def test_a_stop_between_saving_the_vectors_and_committing_is_set_right_by_the_ne
         with pytest.raises(KeyboardInterrupt):
             index.update([small], checkpoint_seconds=0)
     assert saves == [3, 4]
-    texts = embedded(None)
-    with DocumentIndex(out) as index:
-        report = index.update([small])
-    assert (report.added_files, report.unchanged_files) == (1, 3)
+    sources = {
+        "a volcano in Sicily": "etna.txt",
+        "a desert in Africa": "sahara.txt",
+        "bees dance": "bees.txt",
+        "a river in Egypt": "nile.txt",
+    }
+    texts = _goes_on(out, small, embedded, sources)
     assert SAHARA in texts and NILE not in texts and BEES not in texts
-    _whole(
-        out,
-        {
-            "a volcano in Sicily": "etna.txt",
-            "a desert in Africa": "sahara.txt",
-            "bees dance": "bees.txt",
-            "a river in Egypt": "nile.txt",
-        },
-    )
 
 
 def test_a_stopped_update_of_a_qdrant_index_goes_on_from_its_last_checkpoint(
@@ -190,20 +201,14 @@ def test_a_stopped_update_of_a_qdrant_index_goes_on_from_its_last_checkpoint(
     embedded("Sahara")  # after bees (changed) and nile, while sahara is embedded
     with DocumentIndex(out) as index, pytest.raises(KeyboardInterrupt):
         index.update([small], checkpoint_seconds=0)
-    texts = embedded(None)
-    with DocumentIndex(out) as index:
-        report = index.update([small])
-    assert (report.added_files, report.unchanged_files) == (1, 3)
+    sources = {
+        "a volcano in Sicily": "etna.txt",
+        "a desert in Africa": "sahara.txt",
+        "where bumblebees sleep": "bees.txt",
+        "a river in Egypt": "nile.txt",
+    }
+    texts = _goes_on(out, small, embedded, sources)
     assert SAHARA in texts and NILE not in texts and sleep not in texts
-    _whole(
-        out,
-        {
-            "a volcano in Sicily": "etna.txt",
-            "a desert in Africa": "sahara.txt",
-            "where bumblebees sleep": "bees.txt",
-            "a river in Egypt": "nile.txt",
-        },
-    )
 
 
 def test_a_relative_path_indexed_from_another_directory_is_found_and_kept(

@@ -31,14 +31,13 @@ def null_odds_path(predictions: Path) -> Path:
 def _trained_dedupe_ids(checkpoint: str) -> bool:
     """The checkpoint's ``data.dedupe_ids``, read from its saved config without loading the
     model (False where there is none to read: loading it then says what is wrong)."""
+    from structqa.models.build import checkpoint_config
     from structqa.paths import reader_checkpoint_of
 
-    config = reader_checkpoint_of(checkpoint) / "structqa_config.json"
     try:
-        data = json.loads(config.read_text(encoding="utf-8")).get("data")
-    except (OSError, ValueError, AttributeError):
+        return checkpoint_config(reader_checkpoint_of(checkpoint)).data.dedupe_ids is True
+    except (OSError, ValueError, AttributeError, TypeError):
         return False
-    return isinstance(data, dict) and data.get("dedupe_ids") is True
 
 
 def cmd_predict(args: argparse.Namespace, extra: list[str]) -> int:

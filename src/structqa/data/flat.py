@@ -53,7 +53,7 @@ def is_flat_record(value: Any) -> bool:
     without ``answers``; not an MRQA context, which has ``qas``, nor its header)."""
     return (
         isinstance(value, dict)
-        and {"question", "context"} <= value.keys()
+        and set(FLAT_KEYS[:2]) <= value.keys()
         and not {"qas", "header"} & value.keys()
     )
 

@@ -309,7 +309,7 @@ class DocumentIndex:
             # (marked in the database, so that an update stopped part way goes on from there)
             self.db.execute("update files set sha256 = 'stale ' || sha256")
             self.db.execute("insert or replace into meta values ('reread', ?)", (_READERS,))
-            known = dict(self.db.execute("select path, sha256 from files"))
+            known = {path: f"stale {digest}" for path, digest in known.items()}
         origins = dict(self.db.execute("select path, cwd from origins"))
         gone, report.kept = not_given(known, files, kept, paths, prune, origins)
         todo = []

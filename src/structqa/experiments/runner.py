@@ -76,7 +76,7 @@ def run_experiment(
     pre-training arm another worker is training is put off: once nothing else is left, the
     worker waits for that arm's claim and then fine-tunes from it (or, if its holder stopped
     before finishing, resumes the arm itself). However it leaves, the worker rewrites the
-    tables from every result on disk as its last act (:func:`_refresh_on_exit`)."""
+    tables from every result on disk as its last act (:func:`_refresh_from_disk`)."""
     check_not_stale(experiment, paths, load_results(paths.results))
     if note := selection_note(experiment):
         log.warning("%s", note)
@@ -86,16 +86,12 @@ def run_experiment(
         code = _work_through(experiment, paths, launch, only, max_runs, data_dir)
     except BaseException:
         with suppress(Exception):  # (the error that stopped the worker is the one to see)
-            _refresh_on_exit(experiment, paths)
+            _refresh_from_disk(experiment, paths)
         raise
-    _refresh_on_exit(experiment, paths)
-    return code
-
-
-def _refresh_on_exit(experiment: Experiment, paths: Paths) -> None:
-    """Rewrite the tables from every result on disk as the worker leaves (started by hand too,
-    not only by ``--workers``): the last word on them is then always a complete view."""
+    # every worker (started by hand too, not only by --workers) rewrites the tables from disk
+    # as it leaves: the last word on them is then always a complete view
     _refresh_from_disk(experiment, paths)
+    return code
 
 
 def _refresh_from_disk(experiment: Experiment, paths: Paths) -> None:

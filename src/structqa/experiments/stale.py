@@ -77,11 +77,12 @@ def stale_keys(experiment: Experiment, run: Run, result: Mapping[str, Any]) -> l
     cfg = experiment.config_for(run)
     weights_now = local_weights(cfg)
     by_weights = same_weights(result, weights_now)
-    if pretrain_arm(str(getattr(cfg.model, "encoder", ""))) is not None:
-        by_weights.pop("model.encoder", None)  # (the arm's own recipe is compared instead)
+    arm = pretrain_arm(str(getattr(cfg.model, "encoder", ""))) is not None
+    if arm:  # (the arm's own recipe is compared instead)
+        by_weights.pop("model.encoder", None)
         weights_now = {k: v for k, v in weights_now.items() if k != "model.encoder"}
     skip: set[str] = set(by_weights)
-    if pretrain_arm(str(getattr(cfg.model, "encoder", ""))) is not None:
+    if arm:
         skip.add("model.encoder")
     if experiment.validation is not None:  # the runner's split files stand in for these
         skip |= {"data.train", "data.eval", "data.validation"}

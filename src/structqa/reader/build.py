@@ -403,8 +403,11 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
         }
 
     data = _run_stage(opts, "data", data_stage)
-    # the data stage wrote the training file for one slice (a record without it: passages)
-    made_for = data.get("slice", "passages")
+    # the data stage wrote the training file for one slice (a record without it: articles
+    # where it held some out)
+    made_for = data.get("slice") or (
+        "articles" if data["counts"].get("slice_articles") else "passages"
+    )
     if made_for != opts.slice:
         raise ValueError(
             f"{opts.out} holds training data made for --slice {made_for}, not {opts.slice}: "

@@ -186,18 +186,21 @@ def assemble(
     counts.slice_articles = slice_articles(squad2) if hold_out_articles else []
     held_articles = set(counts.slice_articles)
     in_slice = {passage_key(ex.context) for ex in squad2 if ex.title in held_articles}
-    pool_train = [ex for ex in pool if passage_key(ex.context) not in in_slice]
-    sliced = [ex for ex in pool if passage_key(ex.context) in in_slice]
+    pool_train: list[Example] = []
+    sliced: list[Example] = []
+    for ex in pool:  # (each passage keyed once)
+        (sliced if passage_key(ex.context) in in_slice else pool_train).append(ex)
     counts.pool_in_slice = len(sliced)
     seen = {_question_key(ex) for ex in pool}
     ids = {ex.id for ex in pool}
     added: list[Example] = []
     for ex in squad2:
-        if _question_key(ex) in seen or ex.id in ids:
+        key = _question_key(ex)  # (passage, question)
+        if key in seen or ex.id in ids:
             counts.squad2_repeated += 1
             continue
-        seen.add(_question_key(ex))
-        if passage_key(ex.context) in in_slice:
+        seen.add(key)
+        if key[0] in in_slice:
             sliced.append(ex)
             continue
         added.append(ex)
