@@ -167,6 +167,21 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"structqa {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
+    finally:
+        end_distributed()
+
+
+def end_distributed() -> None:
+    """Close the process group a command started under ``torchrun`` (training's gloo or NCCL):
+    left to the interpreter's exit, gloo's threads are torn down in no set order, and a
+    process that finished its work could still abort ("terminate called without an active
+    exception"). Nothing to do in a single process, and torch is not imported for it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -187,6 +187,22 @@ def test_two_process_gloo_training(tmp_path, tiny_checkpoint, shared_data):
     )
 
 
+def test_a_command_closes_the_process_group_it_ran_in(tmp_path, capsys):
+    # under torchrun a command's process group is closed before the interpreter exits, where
+    # gloo's teardown could abort a process that had finished its work
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        assert main(["config", "train.lr"]) == 0
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert "train.lr" in capsys.readouterr().out
+
+
 def test_resume_refuses_a_changed_config(tmp_path, tiny_checkpoint, shared_data, monkeypatch):
     args = ("train.max_steps=6", "train.lr=1e-3")
     interrupt_at_batch(monkeypatch, 3)
