@@ -406,6 +406,32 @@ def test_a_generated_multi_span_answer_is_scored_as_its_spans():
     assert span.answer == "Kasay, Smith"
 
 
+def test_two_generated_numbers_are_two_spans_where_the_passage_writes_them_apart():
+    from structqa.models.genbert import read_generated
+
+    tokens = ("100", ",", "200")
+    passage = "The first drive gained 100 yards, the second 200 yards."
+    # one number with a thousands group, unless the passage writes both and not that number
+    assert read_generated(tokens, False, "How far?", passage) == ("100 , 200", ("100", "200"))
+    assert read_generated(tokens, False, "How many?", "About 100,200 people, 100 or 200 more.") == (
+        "100,200",
+        (),
+    )
+    assert read_generated(("1", ",", "000"), False, "How many?", "1 of 3,000 or 1,000.") == (
+        "1,000",
+        (),
+    )
+    # a number inside a larger one is not written: "200" of "1200"
+    assert read_generated(tokens, False, "How far?", "100 yards, then 1200 yards.") == (
+        "100,200",
+        (),
+    )
+    assert read_generated(("kasay", ",", "smith"), False, "Who?", "Kasay and Smith.") == (
+        "kasay , smith",
+        ("kasay", "smith"),
+    )
+
+
 def test_replaced_heads_patterns():
     from structqa.models.genbert import replaced_heads
 

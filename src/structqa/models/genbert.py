@@ -430,8 +430,9 @@ class GenBERT(nn.Module):
                     ids[: ids.index(sep_id)] if sep_id in ids else ids[: self.config.max_decode_len]
                 )
                 tokens = tuple(tokenizer.convert_ids_to_tokens(ids))
-                text = tokens_to_text(tokens, self.config.lsdf)
-                spans = generated_spans(text, feature.question, feature.passage)
+                text, spans = read_generated(
+                    tokens, self.config.lsdf, feature.question, feature.passage
+                )
                 preds.append(
                     GenBERTPrediction(
                         text,
@@ -500,9 +501,34 @@ def tokens_to_text(tokens: Sequence[str], use_lsdf: bool = False) -> str:
             return from_lsdf(tokens)
         except ValueError:
             pass
-    text = ""
-    for tok in tokens:
-        text += tok[2:] if tok.startswith("##") else " " + tok
-    text = text.strip()
+    text = _wordpiece_text(tokens)
     glued = text.replace(" ", "")
     return glued if _ONE_NUMBER.fullmatch(glued) else text
+
+
+def _wordpiece_text(tokens: Sequence[str]) -> str:
+    return "".join(t[2:] if t.startswith("##") else " " + t for t in tokens).strip()
+
+
+def _written(number: str, text: str) -> bool:
+    """Whether ``number`` is written in ``text`` as a whole number (not inside a larger one)."""
+    return re.search(rf"(?<![0-9.,]){re.escape(number)}(?![0-9]|[.,][0-9])", text) is not None
+
+
+def read_generated(
+    tokens: Sequence[str], use_lsdf: bool, question: str, passage: str
+) -> tuple[str, tuple[str, ...]]:
+    """A generated answer's text and, for one that joins several spans, its spans
+    (:func:`generated_spans`). Numbers joined by the spans' joiner decode as one number with
+    thousands groups ("100 , 200" -> "100,200"): they are read as two spans where the passage
+    or question writes each of them and not the one number."""
+    text = tokens_to_text(tokens, use_lsdf)
+    spans = generated_spans(text, question, passage)
+    plain = _wordpiece_text(tokens)
+    if spans or plain == text or DECODED_SPANS_JOINER not in plain:
+        return text, spans
+    parts = [part.strip() for part in plain.split(DECODED_SPANS_JOINER)]
+    source = f"{question} {passage}"
+    if _written(text, source) or not all(_written(part, source) for part in parts):
+        return text, spans
+    return plain, tuple(parts)
