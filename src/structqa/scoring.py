@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from structqa.data.squad import decode_failure
 from structqa.metrics.drop import (
     QuestionScore,
     drop_question_scores,
@@ -39,7 +40,11 @@ def _load_json(path: str | Path, what: str) -> Any:
         return json.loads(raw.decode("utf-8-sig"))  # (a byte-order mark is tolerated)
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise ValueError(f"{path}: the {what} file is not valid gzip ({e})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        record, _, problem = decode_failure(path, e)  # the line and byte, and what to do
+        where = "" if record == "(file)" else f", {record}"
+        raise ValueError(f"{path}: the {what} file{where}: {problem}") from None
+    except json.JSONDecodeError as e:
         raise ValueError(f"{path}: the {what} file is not valid JSON ({e})") from None
     except RecursionError:
         raise ValueError(f"{path}: the {what} file's JSON is nested too deeply to parse") from None

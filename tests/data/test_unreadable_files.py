@@ -148,6 +148,26 @@ def test_score_reports_deep_or_cut_files_with_exit_2(tmp_path, capsys):
     assert "data.json.gz: the dataset file is not valid gzip" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("what", "name"),
+    [("dataset", "data.json"), ("predictions", "preds.json"), ("predictions", "preds.json.gz")],
+)
+def test_score_names_the_line_of_a_byte_that_is_not_utf8(tmp_path, capsys, what, name):
+    """A latin-1 file (an editor's default) was "not valid JSON ('utf-8' codec can't decode
+    byte 0xe9 in position 4: ...)": now its line and byte and what to do, as the readers say."""
+    from structqa.cli import main
+
+    files = {"dataset": tmp_path / "data.json", "predictions": tmp_path / "preds.json"}
+    files[what] = tmp_path / name
+    files["dataset"].write_text(json.dumps(squad_doc(version="1.1")))
+    files["predictions"].write_text('{"q1": "The cat"}')
+    raw = b'{\n  \xe9"q1": "The cat"}'
+    files[what].write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+    assert main(["score", str(files["dataset"]), str(files["predictions"])]) == 2
+    problem = "line 2: byte 0xe9 at offset 2 of the line is not UTF-8; save the file as UTF-8"
+    assert f"{name}: the {what} file, {problem}" in capsys.readouterr().err
+
+
 def test_a_byte_that_is_not_utf8_is_named_on_its_own_line(tmp_path: Path) -> None:
     """Decoded in blocks, a stray byte deep in a JSON-lines file was named at the first line of
     its block (line 1 for a byte on line 2): each line is now decoded alone."""
