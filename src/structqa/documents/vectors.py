@@ -121,8 +121,12 @@ class QdrantStore:
         self.models = models
         self.collection = collection
         try:
+            # check_compatibility: the client's own version check warned "Failed to obtain
+            # server version" (from a thread, at any moment) beside the clear error below
             self.client = (
-                QdrantClient(url=url) if url else QdrantClient(path=str(directory / "qdrant"))
+                QdrantClient(url=url, check_compatibility=False)
+                if url
+                else QdrantClient(path=str(directory / "qdrant"))
             )
         except RuntimeError as err:  # an embedded store takes one client at a time
             if url or "already accessed" not in str(err):
