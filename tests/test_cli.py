@@ -298,8 +298,10 @@ def test_score_drop_file(tmp_path, shared_data, capsys):
                 preds[qa["query_id"]] = " ".join(x for x in (d["day"], d["month"], d["year"]) if x)
     (tmp_path / "p.json").write_text(json.dumps(preds))
     assert main(["score", str(path), str(tmp_path / "p.json")]) == 0
-    got = _stdout_json(capsys)
+    out, err = capsys.readouterr()
+    got = json.loads(out)  # the official DROP output's fractions; percent on stderr
     assert got["global_em"] == 1.0 and got["global_f1"] == 1.0
+    assert "DROP: EM 100.00, F1 100.00 (percent, over" in err
 
 
 def test_training_on_a_drop_file_is_a_clear_error(shared_data, capsys):
@@ -444,6 +446,35 @@ def test_os_errors_are_one_line(tmp_path, capsys):
     assert main(["score", str(tmp_path), str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("structqa score: error:") and "Traceback" not in err
+
+
+def test_compare_says_a_runs_answers_were_not_kept_and_what_to_do(tmp_path, shared_data, capsys):
+    results = tmp_path / "docs" / "results" / "lowdata"
+    run, other = "head=dyrex,train_size=1024,seed=0", "head=joint,train_size=1024,seed=1"
+    (results / "runs").mkdir(parents=True)
+    (results / "answers").mkdir()
+    out = tmp_path / "runs" / run
+    result = {"run": run, "config_file": "configs/lowdata/heads.yaml"}
+    result["config"] = {"train": {"output_dir": str(out)}, "data": {"validation": None}}
+    (results / "runs" / f"{run}.json").write_text(json.dumps(result))
+    (results / "answers" / f"{other}.json.gz").write_bytes(b"")
+    unkept = results / "answers" / f"{run}.json.gz"
+    argv = ["compare", str(shared_data / MINI), "--a", str(unkept), "--b", str(unkept)]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{unkept}: no such predictions file" in err and "Errno" not in err
+    assert "its answers were not kept" in err
+    assert f"`structqa experiment configs/lowdata/heads.yaml --only {run}`" in err
+    assert f"compare runs that kept theirs (1 in {results / 'answers'}/)" in err
+    (out / "best").mkdir(parents=True)  # its output directory still has them
+    (out / "best" / "predictions.json").write_text("{}")
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"compare {out / 'best' / 'predictions.json'}, or keep them with" in err
+    assert main(["score", str(shared_data / MINI), str(tmp_path / "p.json")]) == 2
+    assert (
+        capsys.readouterr().err.strip().endswith("no such predictions file or checkpoint directory")
+    )
 
 
 def test_score_names_the_file_record_and_field(tmp_path, capsys):

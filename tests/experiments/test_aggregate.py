@@ -410,3 +410,25 @@ def test_a_commit_nobody_checked_is_not_shown_as_clean():
     assert "not checked" in _commit({"git": {"commit": "abc", "dirty": None}})
     assert _commit({"git": {"commit": "abc", "dirty": False}}) == "`abc` (clean)"
     assert _commit({"git": {"commit": None}}) == "`unknown` (not a git checkout)"
+
+
+def test_the_header_names_a_cut_evaluation_file_and_the_model_init_weights():
+    exp = experiment_from_dict(HEADS, source="configs/lowdata/heads.yaml")
+    results = heads_results()
+    text = render_table(exp, exp.runs(), results, "c.yaml")
+    assert "data.eval_size" not in text and "model.init)" not in text  # neither was recorded
+    eval_file = "splits/squad1-heldout.mrqa.jsonl.gz"
+    for r in results.values():
+        r["config"] = {"data": {"eval": eval_file, "eval_size": 64}}
+    text = render_table(exp, exp.runs(), results, "c.yaml")
+    assert f"scored on the first 64 questions of `{eval_file}` (data.eval_size)" in text
+    results["head=independent,train_size=256,seed=0"]["config"]["data"]["eval_size"] = None
+    text = render_table(exp, exp.runs(), results, "c.yaml")
+    assert f"the first 64 questions of `{eval_file}` (5 of 6 runs)" in text
+    # a DROP grid's start (model.init), by the digest its results recorded (older ones: none)
+    start = "runs/ncbert/pretrain-synthetic/best"
+    digest = "ab12" * 16
+    for name in list(results)[:3]:
+        results[name]["local_weights"] = {"model.init": {"path": start, "weights_sha256": digest}}
+    text = render_table(exp, exp.runs(), results, "c.yaml")
+    assert f"- started from (model.init): `{start}` (weights sha256 `{digest[:12]}`)" in text

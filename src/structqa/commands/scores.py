@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from structqa.commands.common import command
 
@@ -12,25 +16,36 @@ from structqa.commands.common import command
 def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.scoring import score_file
 
-    print(
-        json.dumps(
-            score_file(
-                args.data_file,
-                args.predictions,
-                args.na_probs,
-                args.na_prob_thresh,
-                args.by,
-                args.dedupe_ids,
-            )
-        )
+    check_predictions(args.predictions)
+    scores = score_file(
+        args.data_file,
+        args.predictions,
+        args.na_probs,
+        args.na_prob_thresh,
+        args.by,
+        args.dedupe_ids,
     )
+    print(json.dumps(scores))
+    if "global_f1" in scores:  # DROP: the official output's fractions, also said in percent
+        print(drop_percent_line(scores), file=sys.stderr)
     return 0
+
+
+def drop_percent_line(scores: Mapping[str, Any]) -> str:
+    """A DROP score in percent, as SQuAD scores, result files, tables and `compare` give them
+    (the JSON keeps the official evaluation's fractions)."""
+    return (
+        f"DROP: EM {100 * scores['global_em']:.2f}, F1 {100 * scores['global_f1']:.2f} "
+        f"(percent, over {scores.get('total', '?')} questions; the JSON's global_em/global_f1 "
+        "are fractions, as the official DROP evaluation writes them)"
+    )
 
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     from structqa.io import write_json
     from structqa.scoring import compare_files
 
+    check_predictions([*args.a, *args.b])  # before the data file is read
     c = compare_files(
         args.data_file,
         args.a,
@@ -66,6 +81,78 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
         )
         print(f"wrote {args.json}")
     return 0
+
+
+def check_predictions(paths: Sequence[str]) -> None:
+    """Stop with a message naming the first of ``paths`` that is not there, and for a run's
+    answers that an experiment did not keep, what to do instead."""
+    for given in paths:
+        if not Path(given).exists():
+            raise FileNotFoundError(missing_predictions(Path(given)))
+
+
+def missing_predictions(path: Path) -> str:
+    """Why ``path`` (not there) cannot be scored: for ``<results>/answers/<run>.json.gz`` of a
+    run whose result ``<results>/runs/<run>.json`` is there, that its answers were not kept
+    (it finished before they were), and how to get them or what to compare instead."""
+    from structqa.experiments.store import ANSWERS_DIR, answers_file, answers_source
+
+    text = f"{path}: no such predictions file or checkpoint directory"
+    name = path.name.removesuffix(".json.gz")
+    results = path.parent.parent
+    result_file = results / "runs" / f"{name}.json"
+    if path.parent.name != ANSWERS_DIR or name == path.name or not result_file.is_file():
+        return text
+    result = _json_or_empty(result_file)
+    config = result.get("config") or {}
+    kind = "drop" if isinstance(result.get("test"), dict) else "extractive"
+    output = (config.get("train") or {}).get("output_dir")
+    source = answers_source(kind, Path(output), config.get("data") or {}) if output else None
+    kept = sorted(path.parent.glob("*.json.gz"))
+    reused = result.get("reused_from")
+    experiment = result.get("config_file") or "CONFIG"
+    if isinstance(reused, dict) and reused.get("result"):  # the experiment that trained it
+        theirs = answers_file(Path(reused["result"]).parent.parent, reused.get("run", name))
+        if theirs.is_file():
+            return text + (
+                f". Run {name!r} was taken over from another experiment, which keeps its "
+                f"answers: compare {theirs}"
+            )
+        experiment = _table_config(results)  # (the result names the other one's YAML)
+    text += (
+        f". Run {name!r} has a result ({result_file}) but its answers were not kept: it "
+        "finished before `structqa experiment` kept each run's answers beside its result "
+        "(docs/experiments.md, 'What a run leaves')"
+    )
+    if source is not None and source.is_file():
+        refresh = f", or keep them with `structqa experiment {experiment} --refresh`"
+        return text + (
+            f". Its output directory still has them: compare {source}" + ("" if reused else refresh)
+        )
+    again = f"structqa experiment {experiment} --only {name}" + (" --no-reuse" if reused else "")
+    return text + (
+        f". To compare it, move {result_file} aside and run it again (`{again}`), which keeps "
+        f"its answers; or compare runs that kept theirs ({len(kept) or 'none'} in "
+        f"{path.parent}/)"
+    )
+
+
+def _table_config(results: Path) -> str:
+    """The YAML that the table.md in ``results`` names (``- config: `FILE```), else CONFIG."""
+    try:
+        lines = (results / "table.md").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        lines = []
+    found = (x.removeprefix("- config: ").strip("`") for x in lines if x.startswith("- config: "))
+    return next(found, "CONFIG")
+
+
+def _json_or_empty(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 _COMPARE_TEXT = """paired bootstrap over questions: is A's score above B's beyond question sampling?

@@ -167,6 +167,40 @@ def _start(result: Mapping[str, Any]) -> str:
     return text + ")"
 
 
+def _init_weights(result: Mapping[str, Any]) -> str:
+    """The ``model.init`` checkpoint a run started from (a DROP run's), by the digest of its
+    weights recorded when it finished (``local_weights``); '' for a result without one (made
+    before digests were recorded, or not started from a local checkpoint)."""
+    recorded = result.get("local_weights")
+    entry = recorded.get("model.init") if isinstance(recorded, Mapping) else None
+    if not isinstance(entry, Mapping) or not entry.get("weights_sha256"):
+        return ""
+    return f"`{entry.get('path')}` (weights sha256 `{str(entry['weights_sha256'])[:12]}`)"
+
+
+def _eval_limits(done: Sequence[Mapping[str, Any]]) -> str:
+    """A header line for results scored on part of their evaluation file (``data.eval_size``):
+    which first N questions of which file, and of how many runs; '' when none was."""
+    limits: dict[tuple[int, str], int] = {}
+    for r in done:
+        data = (r.get("config") or {}).get("data") or {}
+        if data.get("eval_size") is not None:
+            file = f"`{data['eval']}`" if data.get("eval") else "the evaluation file"
+            key = (int(data["eval_size"]), file)
+            limits[key] = limits.get(key, 0) + 1
+    if not limits:
+        return ""
+    parts = [
+        f"the first {size} questions of {file}"
+        + ("" if count == len(done) else f" ({count} of {len(done)} runs)")
+        for (size, file), count in limits.items()
+    ]
+    return (
+        f"- evaluation: scored on {'; '.join(parts)} (data.eval_size), not the whole file: "
+        "not comparable with a table scored on all of it"
+    )
+
+
 def _commit(result: Mapping[str, Any]) -> str:
     git = result.get("git") or {}
     if not git.get("commit"):
@@ -253,6 +287,12 @@ def render_table(
     starts = list(dict.fromkeys(_start(r) for r in done if r.get("init_from")))
     if starts:
         lines.append(f"- started from (model.init_from): {'; '.join(starts)}")
+    inits = list(dict.fromkeys(init for r in done if (init := _init_weights(r))))
+    if inits:
+        lines.append(f"- started from (model.init): {'; '.join(inits)}")
+    limited = _eval_limits(done)
+    if limited:
+        lines.append(limited)
     arms = list(
         dict.fromkeys(
             encoder.removeprefix("pretrain:")

@@ -3,7 +3,9 @@ when done), and the pre-training arms with theirs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from structqa.experiments.claims import holder
 from structqa.experiments.results import load_results, metric_value
@@ -12,22 +14,36 @@ from structqa.experiments.run_config import resolve_config
 from structqa.experiments.runner import selected
 from structqa.experiments.spec import Experiment, Run, plan, pretrain_arm
 from structqa.experiments.stale import selection_note, stale_arms, stale_partial, stale_results
-from structqa.experiments.store import Paths, display_path, pretrain_status, read_json, run_status
+from structqa.experiments.store import (
+    ANSWERS_DIR,
+    Paths,
+    answers_file,
+    answers_source,
+    display_path,
+    pretrain_status,
+    read_json,
+    run_status,
+)
 from structqa.training.checkpoint import resumable
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 def print_plan(
     experiment: Experiment, paths: Paths, only: str | None = None, data_dir: str | None = None
 ) -> None:
     """The --dry-run listing: every planned run with its status (and scores when done)."""
-    from rich.console import Console
     from rich.table import Table
 
     results = load_results(paths.results)
     runs = selected(plan(experiment, results), only)
     table = Table(title=f"{experiment.name}: {len(runs)} run(s)")
     for col in ("#", "run", "status", "F1", "EM"):
-        table.add_column(col, justify="right" if col in ("#", "F1", "EM") else "left")
+        # a run's name (and a status naming a path) folds onto more lines, never cut
+        justify = "right" if col in ("#", "F1", "EM") else "left"
+        table.add_column(col, justify=justify, overflow="fold" if col in WHOLE else "ellipsis")
     counts: dict[str, int] = {}
     candidates = reuse_candidates(experiment)  # (read once for the whole listing)
     changed_arms = stale_arms(experiment, paths)
@@ -62,7 +78,7 @@ def print_plan(
             scores = [f"{metric_value(m, 'f1'):.2f}", f"{metric_value(m, 'em'):.2f}"]
         name = run.name + (" (extra seed)" if run.extra else "")
         table.add_row(str(i), name, status, *scores)
-    console = Console()
+    tables = [table]
     if experiment.pretrain is not None:
         arms = Table(
             title=f"{experiment.name}: {len(experiment.pretrain.arms)} pre-training arm(s)"
@@ -80,8 +96,10 @@ def print_plan(
                 "" if acc is None else f"{100 * acc:.2f}",
                 "" if loss is None else f"{loss:.4f}",
             )
-        console.print(arms)
-    console.print(table)
+        tables.insert(0, arms)
+    console = _console(tables)
+    for shown in tables:
+        console.print(shown)
     console.print(
         ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "partial", "todo"))
         + (
@@ -91,11 +109,83 @@ def print_plan(
         )
     )
     console.print(f"outputs: {paths.runs}  results: {paths.results}")
+    if line := unkept_answers(experiment, runs, paths, results):
+        console.print(f"answers: {line}", markup=False)
     todo = [r for r in runs if r.name not in results]
     for line in missing_starts(experiment, todo, paths, data_dir):
         console.print(f"missing: {line}", markup=False)
     if note := selection_note(experiment):
         console.print(f"note: {note}", markup=False)
+
+
+#: the listing's columns whose text is folded onto more lines rather than cut short
+WHOLE = ("run", "status")
+
+
+UNBOUNDED = 100_000  # columns: what a table is measured in when nothing limits it
+
+
+def _console(tables: Sequence[Table]) -> Console:
+    """The console the listing prints to: the terminal's; when the output goes to a pipe or
+    a file (80 columns otherwise), one wide enough for each row to stay on one line, so that
+    `| grep NAME` finds the whole name."""
+    from rich.console import Console
+
+    console = Console()
+    if console.is_terminal:
+        return console
+    unbounded = console.options.update(max_width=UNBOUNDED)
+    widest = max(console.measure(t, options=unbounded).maximum for t in tables)
+    return Console(width=max(console.width, widest))
+
+
+def unkept_answers(
+    experiment: Experiment,
+    runs: list[Run],
+    paths: Paths,
+    results: Mapping[str, Mapping[str, Any]],
+) -> str:
+    """How many of the finished ``runs`` have no answers kept beside their results
+    (``answers/<run>.json.gz``; a reused result: those of the experiment that trained it), and
+    how many of those still have them in their output directory; '' when every one has its
+    answers kept. ``structqa compare`` and ``--bootstrap`` score only kept or still present
+    answers: a table made before answers were kept cannot be recomputed question by question."""
+    done = [r for r in runs if r.name in results]
+    unkept, in_output = 0, 0
+    for run in done:
+        result = results[run.name]
+        reused = result.get("reused_from")
+        if isinstance(reused, Mapping) and reused.get("result"):
+            source = Path(str(reused["result"]))  # <results dir>/runs/<run>.json
+            kept = answers_file(source.parent.parent, str(reused.get("run", run.name)))
+        else:
+            kept = paths.answers(run)
+        if kept.is_file():
+            continue
+        unkept += 1
+        config = result.get("config") or {}  # (a result written by hand has none)
+        output = (config.get("train") or {}).get("output_dir") if reused else None
+        out = Path(output) if output else paths.output(run)  # (what --bootstrap reads)
+        in_output += answers_source(experiment.kind, out, config.get("data") or {}).is_file()
+    if not unkept:
+        return ""
+    text = (
+        f"{unkept} of {len(done)} finished run(s) have no answers kept "
+        f"({ANSWERS_DIR}/<run>.json.gz beside their results: runs finished before answers "
+        "were kept have none)"
+    )
+    if in_output:
+        text += (
+            f"; {in_output} of them still have theirs in the output directory that trained "
+            "them, which `--bootstrap` reads (and `--refresh` keeps, for runs trained here)"
+        )
+    lost = unkept - in_output
+    if lost:
+        text += (
+            f"; `structqa compare` and `--bootstrap` cannot score {lost} of them again: "
+            "to have a run's answers kept, move its result aside and run it again"
+        )
+    return text
 
 
 def missing_starts(
