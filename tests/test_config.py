@@ -238,3 +238,62 @@ def test_choice_settings_are_the_names_their_registries_build() -> None:
 def test_a_choice_outside_its_names_fails_when_the_config_is_read(override, message) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["model.head=dyrex", "model.query_mask=full"],
+            "model.query_mask 'full': model.head 'dyrex' takes bidirectional | causal | "
+            "independent; 'full' is for dyref, dyref+joint",
+        ),
+        (
+            ["model.head=dyrex+joint", "model.query_mask=full"],
+            "model.head 'dyrex+joint' takes bidirectional | causal | independent",
+        ),
+        (["model.head=dyrex", "model.dyrex_layers=-1"], "model.dyrex_layers must be >= 1, got -1"),
+        (["model.dyrex_layers=0"], "model.dyrex_layers must be >= 1, got 0"),
+    ],
+)
+def test_head_settings_the_model_cannot_build_fail_before_it_is_built(overrides, message):
+    from structqa.config import validate
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(load_config(None, overrides))
+    validate(load_config(None, ["model.head=dyref", "model.query_mask=full"]))
+    validate(load_config(None, ["model.head=independent", "model.query_mask=full"]))  # unused
+
+
+def test_the_query_masks_a_config_accepts_are_the_ones_each_head_builds():
+    import typing
+
+    from structqa.config import QueryMask, query_masks
+    from structqa.heads import HEADS, build_head
+
+    for head in HEADS:
+        for mask in typing.get_args(QueryMask):
+            try:
+                build_head(head, 8, num_heads=2, query_mask=mask, dyrex_layers=1)
+                built = True
+            except ValueError:
+                built = False
+            accepted = not query_masks(head) or mask in query_masks(head)
+            assert built == accepted, (head, mask)
+
+
+@pytest.mark.parametrize("command", ["train", "drop-train", "pretrain"])
+def test_an_experiment_grid_given_to_a_training_command_says_to_run_experiment(
+    tmp_path, capsys, command
+):
+    from structqa.cli import main
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("name: g\nbase: {train: {lr: 1.0e-4}}\ngrid: {train.seed: [0, 1]}\n")
+    assert main([command, str(grid)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"{grid} is an experiment grid (it has name, base, grid), not the config of one run: "
+        f"run `structqa experiment {grid}`"
+    ) in err
+    assert "did you mean" not in err

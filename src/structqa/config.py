@@ -283,6 +283,10 @@ class ConfigError(ValueError):
     pass
 
 
+# top-level keys that only an experiment grid (structqa.experiments.grid) has, no config
+GRID_KEYS = frozenset({"base", "grid", "variants", "extends"})
+
+
 def _closest(name: str, options: list[str]) -> str:
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.4)
     return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(options)}"
@@ -383,6 +387,13 @@ def load_config(
             raise ConfigError(f"{path}: not valid YAML: {err}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        if GRID_KEYS & set(data):
+            sections = {f.name for f in dataclasses.fields(cls)}
+            keys = ", ".join(k for k in data if k not in sections)
+            raise ConfigError(
+                f"{path} is an experiment grid (it has {keys}), not the config of one run: "
+                f"run `structqa experiment {path}`"
+            )
         _apply(cfg, data, "")
     return apply_overrides(cfg, overrides or [])
 
@@ -452,6 +463,7 @@ def validate(cfg: Config) -> Config:
         "train.log_every_steps": t.log_every_steps,
         "train.save_every_steps": t.save_every_steps,
         "train.max_steps": t.max_steps,
+        "model.dyrex_layers": cfg.model.dyrex_layers,
         "data.eval_size": d.eval_size,
         "data.doc_stride": d.doc_stride,
         "data.max_query_len": d.max_query_len,
@@ -488,7 +500,22 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(str(err)) from None
     if cfg.model.block is not None:
         check_block(cfg.model.block)
+    masks = query_masks(cfg.model.head)
+    if masks and cfg.model.query_mask not in masks:
+        takers = [h for h in typing.get_args(HeadName) if cfg.model.query_mask in query_masks(h)]
+        raise ConfigError(
+            f"model.query_mask {cfg.model.query_mask!r}: model.head {cfg.model.head!r} takes "
+            f"{' | '.join(masks)}; {cfg.model.query_mask!r} is for {', '.join(takers)}"
+        )
     return cfg
+
+
+def query_masks(head: str) -> tuple[str, ...]:
+    """The ``model.query_mask`` names ``head`` builds, from the tables its query source looks
+    them up in; () for the heads whose queries do not attend to each other (they ignore it)."""
+    from structqa.attention.query_masks import DYREF_MASKS, PAIR_MASKS
+
+    return tuple({"dyrex": PAIR_MASKS, "dyref": DYREF_MASKS}.get(head.split("+")[0], ()))
 
 
 def check_block(block: Sequence[str]) -> None:

@@ -64,13 +64,24 @@ def test_drop_keys_are_checked_against_the_drop_config():
     assert exp.table.metrics[:2] == ("em", "f1") and "spans_f1" in exp.table.metrics
     with pytest.raises(ConfigError, match="did you mean 'nc_heads'"):
         experiment_from_dict(drop_spec(grid={"model.nc_head": [[0]]}))
-    with pytest.raises(ConfigError, match="'model.max_decode_len'"):  # not an extractive key
+    with pytest.raises(ConfigError, match="model.max_decode_len is a setting of `kind: drop`"):
         experiment_from_dict({**drop_spec(), "kind": "extractive"})
+    with pytest.raises(ConfigError, match=r"decode\.\* is a setting of `kind: extractive` grids"):
+        experiment_from_dict(drop_spec(grid={"decode.n_best": [5]}))
     with pytest.raises(ConfigError, match="did you mean 'drop'"):
         experiment_from_dict(drop_spec(kind="dorp"))
     # whole-config validation of every run: NC heads without the NC layer
     with pytest.raises(ConfigError, match=r"run variant=bad,seed=0: .*nc_layer"):
         experiment_from_dict(drop_spec(variants=[{"name": "bad", "model.nc_heads": [0]}]))
+    # a head the encoder does not have: refused with the grid, not when the run's model is built
+    with pytest.raises(ConfigError) as err:
+        bad = {"name": "bad", "model": {"nc_layer": True, "nc_heads": [0, 40]}}
+        experiment_from_dict(drop_spec(variants=[{"name": "ok"}, bad]), source="x.yaml")
+    assert str(err.value).startswith(
+        "x.yaml.variants[1]: run variant=bad,seed=0: model.nc_heads [0, 40]: head 40 does not "
+        "exist: the encoder (model.encoder 'default', "
+    ), err.value
+    assert "has 12 attention heads, numbered 0 to 11; list heads below 12" in str(err.value)
     with pytest.raises(ConfigError, match="data.test"):
         spec = drop_spec()
         spec["base"]["data"]["test"] = None

@@ -134,6 +134,97 @@ def test_invalid_experiments_are_rejected(data):
         experiment_from_dict(data)
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            spec(
+                variants=[
+                    {"name": "ok", "model.head": "dyref", "model.query_mask": "full"},
+                    {"name": "bad", "model": {"head": "dyrex", "query_mask": "full"}},
+                ]
+            ),
+            "x.yaml.variants[1]: run variant=bad: model.query_mask 'full': model.head 'dyrex' "
+            "takes bidirectional | causal | independent; 'full' is for dyref, dyref+joint",
+        ),
+        (
+            spec(variants=[{"name": "ok"}, {"name": "bad", "model.dyrex_layers": -1}]),
+            "x.yaml.variants[1]: run variant=bad: model.dyrex_layers must be >= 1, got -1",
+        ),
+        (
+            spec(grid={"model.dyrex_layers": [1, 0]}),
+            "x.yaml.grid: run dyrex_layers=0: model.dyrex_layers must be >= 1, got 0",
+        ),
+        (
+            spec(base={"model": {"head": "dyrex", "query_mask": "full"}}),
+            "x.yaml.base: run base: model.query_mask 'full': model.head 'dyrex' takes",
+        ),
+    ],
+)
+def test_settings_the_model_cannot_build_are_refused_naming_where_they_are_set(data, message):
+    with pytest.raises(ConfigError) as err:
+        experiment_from_dict(data, source="x.yaml")
+    assert str(err.value).startswith(message), err.value
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            spec(variants=[{"name": "nc", "model.nc_layer": True}]),
+            "x.yaml.variants[0]: model.nc_layer is a setting of `kind: drop` grids "
+            "(structqa drop-train), not of this `kind: extractive` grid (structqa train)",
+        ),
+        (
+            spec(base={"model": {"nc_layer": True}}),
+            "x.yaml.base: model.nc_layer is a setting of `kind: drop` grids",
+        ),
+        (
+            spec(variants=[{"name": "anna", "masking": {"scheme": "anna"}}]),
+            "x.yaml.variants[0]: masking.* belongs in a pre-training arm (`pretrain.arms.NAME`",
+        ),
+        (spec(grid={"masking.scheme": ["anna"]}), "x.yaml.grid: masking.* belongs in a pre-"),
+        (  # a structqa drop-train config given as a grid
+            {"model": {"max_decode_len": 12}, "train": {"lr": 1e-4}},
+            "x.yaml is not an experiment grid (it has model, train and no name, base, grid or "
+            "variants): it looks like a config for `structqa drop-train`: run `structqa "
+            "drop-train x.yaml`",
+        ),
+        (
+            {"model": {"added_init": "copy"}, "masking": {"scheme": "anna"}},
+            "x.yaml is not an experiment grid (it has model, masking and no name, base, grid or "
+            "variants): it looks like a config for `structqa pretrain`",
+        ),
+        (
+            spec(model={"head": "dyrex"}),
+            "x.yaml: model at the top level: an experiment sets its runs' config under base",
+        ),
+    ],
+)
+def test_a_key_or_file_of_another_command_says_whose_it_is(data, message):
+    with pytest.raises(ConfigError) as err:
+        experiment_from_dict(data, source="x.yaml")
+    assert str(err.value).startswith(message), err.value
+    assert "did you mean" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (spec(grid={"train.lr": [1e-4, "fast"]}), "x.yaml.grid: train.lr: expected float"),
+        (
+            spec(variants=[{"name": "a", "train": {"lr": "fast"}}]),
+            "x.yaml.variants[0]: train.lr: expected float, got 'fast'",
+        ),
+        (spec(base={"train": {"lr": "fast"}}), "x.yaml.base: train.lr: expected float"),
+    ],
+)
+def test_a_bad_value_names_its_key_once(data, message):
+    with pytest.raises(ConfigError) as err:
+        experiment_from_dict(data, source="x.yaml")
+    assert str(err.value).startswith(message) and str(err.value).count("train.lr") == 1
+
+
 def test_mapping_valued_keys_are_one_value_in_variants_grids_and_names():
     exp = experiment_from_dict(
         spec(

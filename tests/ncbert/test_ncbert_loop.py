@@ -18,7 +18,7 @@ from tiny import weights_sha256
 from structqa.cli import main
 from structqa.config import ConfigError
 from structqa.ncbert import loop
-from structqa.ncbert.config import decode_cap_note, load_drop_config
+from structqa.ncbert.config import decode_cap_note, load_drop_config, validate
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 
@@ -202,6 +202,34 @@ def test_grad_accum_is_bounded_by_the_dice_seed_slots():
 def test_nc_heads_need_the_nc_layer():
     with pytest.raises(ConfigError, match="nc_layer"):
         load_drop_config(overrides=["model.nc_heads=[0]"])
+
+
+def test_nc_heads_the_encoder_lacks_are_refused_when_the_config_loads(tmp_path):
+    """The encoder's head count is read from its config file (model.init's checkpoint, else
+    model.encoder's); a checkpoint not written yet is checked again when the run starts."""
+    on = ["model.nc_layer=true"]
+    with pytest.raises(ConfigError) as err:
+        load_drop_config(overrides=[*on, "model.nc_heads=[0,1,2,40]"])
+    assert str(err.value).startswith(
+        "model.nc_heads [0, 1, 2, 40]: head 40 does not exist: the encoder (model.encoder "
+        "'default', "
+    ) and str(err.value).endswith("has 12 attention heads, numbered 0 to 11; list heads below 12")
+    assert load_drop_config(overrides=[*on, "model.nc_heads=[0,11]"]).model.nc_heads == [0, 11]
+    encoder, init = tmp_path / "encoder", tmp_path / "init"
+    encoder.mkdir(), init.mkdir()
+    (encoder / "config.json").write_text(json.dumps({"num_attention_heads": 4}))
+    (init / "encoder_config.json").write_text(json.dumps({"num_heads": 2}))
+    with pytest.raises(ConfigError, match=r"\[0, 4\]: head 4 .* has 4 attention heads"):
+        load_drop_config(overrides=[*on, "model.nc_heads=[0,4]", f"model.encoder={encoder}"])
+    with pytest.raises(ConfigError, match=r"head 2 .*\(model.init, .*\) has 2 attention heads"):
+        load_drop_config(overrides=[*on, "model.nc_heads=[2]", f"model.init={init}"])
+    # a checkpoint still to be written (stage one of two): checked by validate, which
+    # loop.run calls first, once it is there
+    later = load_drop_config(overrides=[*on, "model.nc_heads=[40]", f"model.init={tmp_path}/x"])
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "encoder_config.json").write_text(json.dumps({"num_heads": 12}))
+    with pytest.raises(ConfigError, match="head 40 does not exist"):
+        validate(later)
 
 
 def test_type_window_must_hold_its_words():

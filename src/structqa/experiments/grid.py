@@ -51,10 +51,12 @@ from structqa.experiments.spec import (
     PretrainSpec,
     TableSpec,
     ValidationSpec,
+    config_commands,
     flatten,
     format_value,
     lookup,
     merge_over,
+    misplaced_key,
     nested,
     pretrain_arm,
 )
@@ -106,8 +108,9 @@ def _resolve_value(key: str, value: Any, where: str, cls: type = Config) -> Any:
         raise ConfigError(f"{where}: {key!r} is set by the runner (see --runs-dir / --data)")
     try:
         cfg = config_from_dict(nested({key: value}), cls=cls)
-    except ConfigError as err:
-        raise ConfigError(f"{where}: {err}") from None
+    except ConfigError as err:  # the message names the key: ``where`` need not say it again
+        at = where.removesuffix(f".{key}")
+        raise ConfigError(f"{at}: {misplaced_key(key, cls) or err}") from None
     return lookup(cfg, key)
 
 
@@ -423,6 +426,19 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
     where = source or "experiment"
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: the top level must be a mapping")
+    stray = {k: v for k, v in data.items() if k not in TOP_KEYS}  # model:, train:, ...?
+    if stray and (commands := config_commands(stray)):
+        keys = ", ".join(map(str, stray))
+        if len(stray) < len(data):
+            raise ConfigError(
+                f"{where}: {keys} at the top level: an experiment sets its runs' config under "
+                f"base (base: {{{next(iter(stray))}: ...}}), grid or variants"
+            )
+        raise ConfigError(
+            f"{where} is not an experiment grid (it has {keys} and no name, base, grid or "
+            f"variants): it looks like a config for {' or '.join(f'`{c}`' for c in commands)}: "
+            f"run `{commands[0]} {source or 'FILE'}`"
+        )
     _check_keys(data, TOP_KEYS, where)
     name = data.get("name")
     if not name or format_value(str(name)) != str(name):
@@ -440,7 +456,8 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
     try:
         base_cfg = config_from_dict(copy.deepcopy(dict(base)), cls=kind.config_cls)
     except ConfigError as err:
-        raise ConfigError(f"{where}.base: {err}") from None
+        hints = (misplaced_key(k, kind.config_cls) for k in flatten(base))
+        raise ConfigError(f"{where}.base: {next(filter(None, hints), err)}") from None
     del base_cfg
     axes = _parse_grid(data.get("grid"), f"{where}.grid", kind.config_cls)
     variants = _parse_variants(data.get("variants"), axes, f"{where}.variants", kind.config_cls)
@@ -500,7 +517,8 @@ def experiment_from_dict(data: Mapping[str, Any], source: str = "") -> Experimen
         try:
             cfg = experiment.config_for(run)
         except ConfigError as err:
-            raise ConfigError(f"{where}: run {run.name}: {err}") from None
+            at = experiment.origin(run, str(err))
+            raise ConfigError(f"{where}{at}: run {run.name}: {err}") from None
         arm = pretrain_arm(str(getattr(cfg.model, "encoder", "")))
         if arm is not None and (experiment.pretrain is None or arm not in experiment.pretrain.arms):
             known = list(experiment.pretrain.arms) if experiment.pretrain else []

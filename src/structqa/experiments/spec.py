@@ -10,7 +10,10 @@ holds the records and the dotted-key functions both sides use.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
+import re
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +113,78 @@ KINDS = {
     ),
     "drop": Kind("drop", DropConfig, validate_drop, DROP_METRICS, DROP_METRIC_NAMES),
 }
+
+
+# the command each kind of config is for (commands/settings.py's CONFIG_CLASSES), named by the
+# errors that say a file or a key belongs to another command
+COMMANDS: dict[type, str] = {
+    Config: "structqa train",
+    DropConfig: "structqa drop-train",
+    PretrainConfig: "structqa pretrain",
+}
+
+
+def _lacks(cls: type, dotted: str) -> str | None:
+    """The first part of ``dotted`` that the config class ``cls`` has no field for (``masking``
+    of ``masking.scheme``, ``model.nc_layer``), or None where it has them all."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return None  # a value (a mapping-valued setting's keys are data)
+        if part not in {f.name for f in dataclasses.fields(cls)}:
+            return ".".join(parts[: i + 1])
+        cls = typing.get_type_hints(cls)[part]
+    return None
+
+
+def misplaced_key(dotted: str, cls: type) -> str | None:
+    """What the dotted key of a grid whose runs are ``cls`` configs is, where ``cls`` lacks it
+    but another kind of config has it (``model.nc_layer`` in an extractive grid, ``masking.*``
+    anywhere); None where ``cls`` has it or no config does (a typo: the closest key says more).
+    """
+    missing = _lacks(cls, dotted)
+    if missing is None:
+        return None
+    owners = [c for c in COMMANDS if c is not cls and _lacks(c, missing) is None]
+    if not owners:
+        return None
+    this = next((name for name, kind in KINDS.items() if kind.config_cls is cls), "?")
+    key = missing if "." in missing else f"{missing}.*"
+    if owners == [PretrainConfig]:
+        return (
+            f"{key} belongs in a pre-training arm (`pretrain.arms.NAME`, a `structqa pretrain` "
+            f"config), not in the runs of this `kind: {this}` grid; a run fine-tunes an arm's "
+            "encoder with model.encoder: pretrain:NAME"
+        )
+    places = [
+        f"`kind: {name}` grids ({COMMANDS[kind.config_cls]})"
+        for name, kind in KINDS.items()
+        if kind.config_cls in owners
+    ]
+    if PretrainConfig in owners:
+        places.append("pre-training arms (`pretrain.arms`)")
+    return (
+        f"{key} is a setting of {' and of '.join(places)}, not of this `kind: {this}` grid "
+        f"({COMMANDS[cls]})"
+    )
+
+
+def config_commands(data: Mapping[str, Any]) -> list[str]:
+    """The commands whose config file ``data`` (a YAML file's mapping) could be: those whose
+    sections hold all its top-level keys, and of them the ones it loads as, if any."""
+    fits = [
+        cls
+        for cls in COMMANDS
+        if data and all(isinstance(k, str) and _lacks(cls, k) is None for k in data)
+    ]
+    loads = []
+    for cls in fits:
+        try:
+            config_from_dict(copy.deepcopy(dict(data)), cls=cls)
+        except ConfigError:
+            continue
+        loads.append(cls)
+    return [COMMANDS[cls] for cls in loads or fits]
 
 
 def format_value(value: Any) -> str:
@@ -247,6 +322,20 @@ class Experiment:
         return kind.check(
             config_from_dict(merge_over(self.base, nested(run.overrides)), cls=kind.config_cls)
         )
+
+    def origin(self, run: Run, error: str) -> str:
+        """Where the settings that ``error`` (about ``run``'s config) names were written: the
+        run's variant (``.variants[I]``), a grid axis (``.grid``), ``.base``, or "" (none)."""
+
+        def named(keys: Any) -> bool:
+            return any(re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", error) for k in keys)
+
+        for i, (name, overrides) in enumerate(self.variants):
+            if name == run.values.get(VARIANT) and named(overrides):
+                return f".variants[{i}]"
+        if named(self.axes):
+            return ".grid"
+        return ".base" if named(flatten(self.base)) else ""
 
     def runs(self) -> list[Run]:
         """Every run of the grid itself, in execution order (no extra seeds): seed by seed

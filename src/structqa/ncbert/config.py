@@ -17,6 +17,8 @@ from typing import Any, Literal
 from structqa.attention.nc_masks import NCMaskConfig
 from structqa.config import ConfigError, Optimisation, from_attributes, load_config, setting
 from structqa.features.drop_features import DropFeatureConfig
+from structqa.io import read_json
+from structqa.models.build import resolve_encoder_path
 from structqa.models.genbert import GenBERTConfig
 from structqa.runtime import check_bf16
 from structqa.text.annotate import DEFAULT_MODEL
@@ -184,6 +186,13 @@ def validate(cfg: DropConfig) -> DropConfig:
         raise ConfigError("model.init must be a drop-train checkpoint directory or null")
     if len(set(m.nc_heads)) != len(m.nc_heads) or any(h < 0 for h in m.nc_heads):
         raise ConfigError(f"model.nc_heads must be distinct and >= 0, got {m.nc_heads}")
+    heads = encoder_heads(cfg) if m.nc_heads else None
+    if heads is not None and max(m.nc_heads) >= heads[0]:
+        n, source = heads
+        raise ConfigError(
+            f"model.nc_heads {m.nc_heads}: head {max(m.nc_heads)} does not exist: the encoder "
+            f"({source}) has {n} attention heads, numbered 0 to {n - 1}; list heads below {n}"
+        )
     if m.type_words < 1 or m.type_window < 1:
         raise ConfigError(
             f"model.type_words (m) and model.type_window (k) must be >= 1, got "
@@ -222,6 +231,22 @@ def validate(cfg: DropConfig) -> DropConfig:
     if not 0.0 <= t.warmup_ratio <= 1.0:
         raise ConfigError(f"train.warmup_ratio must be in [0, 1], got {t.warmup_ratio}")
     return cfg
+
+
+def encoder_heads(cfg: DropConfig) -> tuple[int, str] | None:
+    """The attention heads per layer of the encoder a run starts from and where that is
+    written (``model.init``'s encoder_config.json, else ``model.encoder``'s config.json), or
+    None while that file is not there (a checkpoint an earlier run or a grid's pre-training
+    arm is still to write: :func:`structqa.ncbert.loop.run` checks again before training)."""
+    m = cfg.model
+    try:
+        if m.init is not None:
+            file = Path(m.init).expanduser() / "encoder_config.json"
+            return int(read_json(file)["num_heads"]), f"model.init, {file}"
+        file = resolve_encoder_path(m.encoder) / "config.json"
+        return int(read_json(file)["num_attention_heads"]), f"model.encoder {m.encoder!r}, {file}"
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
 
 
 def load_drop_config(
