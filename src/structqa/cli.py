@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose)
     tune_allocator()  # large CPU tensors reuse freed memory (see its docstring)
     try:
-        return args.func(args, extra)
+        code = args.func(args, extra)
     except (OSError, ValueError) as e:
         # bad input (files, configs, data, a port in use): one clear line; --verbose shows
         # the traceback
@@ -167,15 +167,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"structqa {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
-    finally:
-        end_distributed()
+    end_distributed()
+    return code
 
 
 def end_distributed() -> None:
-    """Close the process group a command started under ``torchrun`` (training's gloo or NCCL):
-    left to the interpreter's exit, gloo's threads are torn down in no set order, and a
-    process that finished its work could still abort ("terminate called without an active
-    exception"). Nothing to do in a single process, and torch is not imported for it."""
+    """Close the process group of a command that finished under ``torchrun`` (training's gloo
+    or NCCL): left to the interpreter's exit, gloo's threads are torn down in no set order,
+    and a process that finished its work could still abort ("terminate called without an
+    active exception"). Not after an error: the other processes may be waiting in a
+    collective, and closing the group would wait for them. Nothing to do in a single
+    process, and torch is not imported for it."""
     torch = sys.modules.get("torch")
     if torch is None:
         return

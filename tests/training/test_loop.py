@@ -188,13 +188,16 @@ def test_two_process_gloo_training(tmp_path, tiny_checkpoint, shared_data):
 
 
 def test_a_command_closes_the_process_group_it_ran_in(tmp_path, capsys):
-    # under torchrun a command's process group is closed before the interpreter exits, where
-    # gloo's teardown could abort a process that had finished its work
+    # under torchrun a finished command's process group is closed before the interpreter
+    # exits, where gloo's teardown could abort a process that had finished its work
     import torch.distributed as dist
 
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
+        # not after an error: the other processes may still wait in a collective
+        assert main(["config", "train.no_such_setting"]) == 2
+        assert dist.is_initialized()
         assert main(["config", "train.lr"]) == 0
         assert not dist.is_initialized()
     finally:
