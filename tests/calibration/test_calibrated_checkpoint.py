@@ -474,3 +474,16 @@ def test_calibrate_fits_for_an_unanswerable_share_and_records_it(checkpoint, v2_
     assert fit["unanswerable_share_of_questions"] == pytest.approx(0.4)
     assert main(args) == 0
     assert "unanswerable_share" not in load_calibration(checkpoint).fit
+
+
+def test_calibrate_moves_the_fitted_threshold_by_the_offset_given(checkpoint, v2_file):
+    """`--threshold-offset D` adds D to the threshold fitted on the questions and records it;
+    the probability map is fitted at the moved threshold (what the checkpoint then does)."""
+    args = ["calibrate", str(checkpoint), "--on", str(v2_file), "--bf16", "off", "--no-verifier"]
+    assert main(args) == 0
+    fitted = load_calibration(checkpoint)
+    assert "threshold_offset" not in fitted.fit
+    assert main([*args, "--threshold-offset", "-0.75"]) == 0
+    moved = load_calibration(checkpoint)
+    assert moved.null_threshold == pytest.approx(fitted.null_threshold - 0.75)
+    assert moved.fit["threshold_offset"] == -0.75

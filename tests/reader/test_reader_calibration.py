@@ -116,3 +116,80 @@ def test_the_share_is_counted_on_squad2_training_questions_off_held_out_passages
     share = squad2_unanswerable_share(shared_data)
     # the split is 1,753 of 3,406 unanswerable; its questions on held-out passages dropped
     assert 0.45 < share < 0.55 and share != pytest.approx(1753 / 3406)
+
+
+def test_the_offset_moves_the_threshold_and_is_recorded(
+    checkpoint: Path, shared_data: Path, tmp_path: Path
+):
+    validation = tmp_path / "run" / "validation.v2.json"
+    validation.parent.mkdir()
+    _slice(shared_data, validation)
+    plain = calibrate_reader(checkpoint, validation, 0.5, False)
+    moved = calibrate_reader(checkpoint, validation, 0.5, False, threshold_offset=-1.25)
+    assert plain["threshold_offset"] == 0.0 and moved["threshold_offset"] == -1.25
+    shift = moved["calibration"]["null_threshold"] - plain["calibration"]["null_threshold"]
+    assert shift == pytest.approx(-1.25)
+    assert load_calibration(checkpoint).null_threshold == moved["calibration"]["null_threshold"]
+
+
+def test_a_build_calibrated_at_another_offset_is_calibrated_and_scored_again(
+    tmp_path: Path, monkeypatch
+):
+    import json
+
+    from structqa.reader import build, calibrate
+
+    stages = tmp_path / "stages"
+    stages.mkdir()
+
+    def records(calibrated: dict) -> None:
+        for stage, record in (
+            ("train", {}),
+            ("calibrate", calibrated),
+            ("export", {}),
+            ("heldout", {}),
+        ):
+            (stages / f"{stage}.json").write_text(json.dumps(record))
+
+    monkeypatch.setattr(calibrate, "THRESHOLD_OFFSET", -1.0)
+    every = {"train", "calibrate", "export", "heldout"}
+    records({"threshold_offset": -1.0, "threshold_offset_asked": -1.0})
+    build._drop_if_offset_changed(tmp_path)  # the recipe's offset: nothing to do
+    assert {p.stem for p in stages.glob("*.json")} == every
+    # asked for, not added (the odds were of another kind): not calibrated again each run
+    records({"threshold_offset": 0.0, "threshold_offset_asked": -1.0})
+    build._drop_if_offset_changed(tmp_path)
+    assert {p.stem for p in stages.glob("*.json")} == every
+    records({"questions": 449})  # from before the offset: 0
+    build._drop_if_offset_changed(tmp_path)
+    # its training stands; the int8 graph carries a copy of the calibration: exported again
+    assert {p.stem for p in stages.glob("*.json")} == {"train"}
+    records({"skipped": "no validation slice"})
+    build._drop_if_offset_changed(tmp_path)
+    assert {p.stem for p in stages.glob("*.json")} == every
+
+
+def test_an_offset_measured_on_other_odds_is_not_added_and_the_record_says_so(
+    checkpoint: Path, shared_data: Path, tmp_path: Path
+):
+    validation = tmp_path / "run" / "validation.v2.json"
+    validation.parent.mkdir()
+    _slice(shared_data, validation)
+    plain = calibrate_reader(checkpoint, validation, 0.5, False)  # no verifier: model's odds
+    record = calibrate_reader(checkpoint, validation, 0.5, False, -1.25, "similarity")
+    assert record["threshold_offset"] == 0.0 and record["threshold_offset_asked"] == -1.25
+    assert "measured on the similarity verifier's odds" in record["offset_note"]
+    assert record["calibration"]["null_threshold"] == plain["calibration"]["null_threshold"]
+
+
+def test_the_stage_asks_for_the_recipes_offset(tmp_path: Path, monkeypatch):
+    from structqa.config import load_config
+    from structqa.reader import calibrate
+
+    asked: list[tuple] = []
+    monkeypatch.setattr(calibrate, "THRESHOLD_OFFSET", -0.5)
+    monkeypatch.setattr(calibrate, "calibrate_reader", lambda *a: asked.append(a) or {})
+    cfg = load_config(overrides=["decode.unanswerable_share=0.5"])
+    trained = {"checkpoint": str(tmp_path / "best"), "validation_file": str(tmp_path / "v.json")}
+    assert calibrate.calibrate_stage(trained, cfg, tmp_path)["share_from"]
+    assert asked[0][2:] == (0.5, cfg.decode.verifier, -0.5, calibrate.OFFSET_VERIFIER)

@@ -68,6 +68,7 @@ def calibrate(
     source: str = "",
     verifier: bool | str = False,
     unanswerable_share: float | None = None,
+    threshold_offset: float = 0.0,
 ) -> Calibrator:
     """The null threshold (SQuAD 2.0: the F1-best one on these questions) and the probability
     map fitted on ``examples`` (validation questions the model did not train on); with
@@ -77,7 +78,10 @@ def calibrate(
     verifier of that kind is fitted first and the threshold and map are fitted on its
     out-of-fold null odds (:mod:`structqa.calibration.verifier`). "auto" fits the similarity
     one where it has enough questions and ranks them better than the model alone
-    (:func:`_fit_verifier`); the calibration's ``fit["verifier_note"]`` says why not."""
+    (:func:`_fit_verifier`); the calibration's ``fit["verifier_note"]`` says why not.
+    ``threshold_offset`` (SQuAD 2.0) is added to the fitted threshold before the probability
+    map is fitted: where these questions' passages come from documents the model trained on,
+    the threshold that is best on new documents lies elsewhere by a measured amount."""
     gold = {ex.id: list(ex.gold_texts) for ex in examples}
     ids = list(gold)
     predictions = with_null_answers(examples, predictions)
@@ -104,11 +108,17 @@ def calibrate(
                 "--unanswerable-share (decode.unanswerable_share: null)"
             ) from None
         best = best_null_threshold(gold, predictions, unanswerable_share)
-        threshold = midway(best, scores.null_odds)
+        threshold = midway(best, scores.null_odds) + threshold_offset
     elif unanswerable_share is not None:
         log.warning("no unanswerable share to fit for: these questions are all answerable")
+    if not version_2 and threshold_offset:
+        log.warning(
+            "no threshold to move by %+g: these questions are all answerable", threshold_offset
+        )
     cal = fit_calibrator(scores, outcomes(gold, predictions, ids), threshold, method, weights)
     cal = dataclasses.replace(cal, verifier=fitted)
+    if version_2 and threshold_offset:
+        cal.fit["threshold_offset"] = threshold_offset
     if version_2 and unanswerable_share is not None:
         cal.fit["unanswerable_share"] = unanswerable_share
         cal.fit["unanswerable_share_of_questions"] = float(unanswerable.mean())

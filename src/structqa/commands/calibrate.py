@@ -91,6 +91,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "the checkpoint's decode.unanswerable_share, else the questions' own share",
     )
     c.add_argument(
+        "--threshold-offset",
+        type=float,
+        default=0.0,
+        metavar="D",
+        help="SQuAD 2.0: add D to the fitted no-answer threshold (a built reader's recipe "
+        "adds the offset measured for new articles: its card says which)",
+    )
+    c.add_argument(
         "--answer-all",
         action="store_true",
         help="questions all answerable, checkpoint that abstains: fit anyway, and have it "
@@ -125,6 +133,7 @@ def cmd_calibrate(args: argparse.Namespace, extra: list[str]) -> int:
         FROM_CONFIG if args.unanswerable_share is None else args.unanswerable_share,
         args.answer_all,
         "lines" if args.no_progress else "bar",
+        args.threshold_offset,
     )
     print(json.dumps({k: v for k, v in cal.to_dict().items() if k != "isotonic"}, indent=2))
     return 0

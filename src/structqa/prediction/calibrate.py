@@ -121,6 +121,7 @@ def calibrate_checkpoint(
     unanswerable_share: float | None | str = FROM_CONFIG,
     answer_all: bool = False,
     progress: str = "off",
+    threshold_offset: float = 0.0,
 ):
     """Fit and save the checkpoint's calibration (see the module's docstring); ``verifier``
     None follows the checkpoint's ``decode.verifier``; ``predictions_dir`` holds the
@@ -130,7 +131,8 @@ def calibrate_checkpoint(
     :data:`FROM_CONFIG`: the checkpoint's ``decode.unanswerable_share``). Questions that are
     all answerable fit no threshold, so a checkpoint that abstains would answer every
     question from then on: refused unless ``answer_all``. ``progress``: bar, lines or off,
-    over the windows the model answers."""
+    over the windows the model answers; ``threshold_offset``: see
+    :func:`structqa.calibration.report.calibrate`."""
     from structqa.models.build import checkpoint_config
     from structqa.paths import reader_checkpoint_of
     from structqa.prediction.predictor import Predictor
@@ -204,7 +206,16 @@ def calibrate_checkpoint(
         any_unanswerable = any(ex.is_impossible for ex in examples)
         require_models_own_odds(Path(predictions_dir), any_unanswerable, verifies)
         predictions = saved_predictions(Path(predictions_dir), examples, source)
-    cal = calibrate(examples, predictions, version_2, method, source, verifier, unanswerable_share)
+    cal = calibrate(
+        examples,
+        predictions,
+        version_2,
+        method,
+        source,
+        verifier,
+        unanswerable_share,
+        threshold_offset,
+    )
     # what produced the scores it was fitted on (torch bf16/fp32, an ONNX graph, saved files)
     cal.fit["answered_by"] = (
         predictor.runtime if predictor is not None else f"saved answers in {predictions_dir}"

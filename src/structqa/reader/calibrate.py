@@ -23,6 +23,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from structqa.calibration import Calibrator
 from structqa.config import Config
 from structqa.data.readers import read_extractive
 from structqa.data.records import Example
@@ -33,6 +34,15 @@ log = logging.getLogger(__name__)
 
 #: the slice's human-written questions, written beside it (run/validation-human.v2.json)
 HUMAN_FILE = "validation-human.v2.json"
+
+#: added to the no-answer threshold fitted on the slice: the slice's passages come from the
+#: articles the reader trained on, where it tells unanswerable questions apart far better
+#: than on new articles; 0 until measured on a fold reader by ``scripts/threshold_offset.py``
+#: (docs/results/reader/README.md), on training articles only
+THRESHOLD_OFFSET = 0.0
+#: the odds the offset was measured on (the kind of verifier the fold reader's calibration
+#: chose): added only to a threshold on the same kind of odds
+OFFSET_VERIFIER = "similarity"
 
 
 def calibrate_stage(trained: dict[str, Any], cfg: Config, data_dir: Path) -> dict[str, Any]:
@@ -49,19 +59,32 @@ def calibrate_stage(trained: dict[str, Any], cfg: Config, data_dir: Path) -> dic
     if share is None:
         share, source = squad2_unanswerable_share(data_dir), "SQuAD 2.0's training split"
     record = calibrate_reader(
-        Path(trained["checkpoint"]), Path(trained["validation_file"]), share, cfg.decode.verifier
+        Path(trained["checkpoint"]),
+        Path(trained["validation_file"]),
+        share,
+        cfg.decode.verifier,
+        THRESHOLD_OFFSET,
+        OFFSET_VERIFIER,
     )
     return {**record, "share_from": source}
 
 
 def calibrate_reader(
-    checkpoint: Path, validation: Path, share: float, verifier: bool | str
+    checkpoint: Path,
+    validation: Path,
+    share: float,
+    verifier: bool | str,
+    threshold_offset: float = 0.0,
+    offset_verifier: str | None = None,
 ) -> dict[str, Any]:
     """Fit ``checkpoint``'s calibration on the human-written questions of ``validation`` (the
     slice), weighted to ``share`` unanswerable; the calibrate stage's record. A slice whose
     human-written questions are not of both kinds (a tiny build) is fitted whole, and the
     record's ``fallback`` says so; where the whole slice is not of both kinds either, no
-    threshold can be fitted on it, and the run's own calibration is kept (``skipped``)."""
+    threshold can be fitted on it, and the run's own calibration is kept (``skipped``).
+    ``threshold_offset`` is added to the fitted threshold (:data:`THRESHOLD_OFFSET`) where
+    the calibration's odds are those of an ``offset_verifier`` verifier (any, if None): the
+    record keeps the offset asked for and the one added."""
     from structqa.prediction.calibrate import calibrate_checkpoint
 
     examples = read_extractive(validation).examples
@@ -83,17 +106,36 @@ def calibrate_reader(
         log.warning("reader calibration: %s", fallback)
     path = validation.parent / HUMAN_FILE
     write_squad_json(path, chosen)
+
     # the verifier is fitted unweighted (its ranking does not depend on the share); the
     # threshold, temperatures and map are fitted at the share
-    cal = calibrate_checkpoint(
-        checkpoint, on=str(path), verifier=verifier, unanswerable_share=weighted
-    )
+    def fit(offset: float) -> Calibrator:
+        return calibrate_checkpoint(
+            checkpoint,
+            on=str(path),
+            verifier=verifier,
+            unanswerable_share=weighted,
+            threshold_offset=offset,
+        )
+
+    cal, added, offset_note = fit(threshold_offset), threshold_offset, None
+    odds = odds_kind(cal.verifier)
+    if threshold_offset and offset_verifier is not None and odds != offset_verifier:
+        offset_note = (
+            f"threshold offset {threshold_offset:+.2f} not added: it was measured on the "
+            f"{offset_verifier} verifier's odds, this calibration's are {odds}"
+        )
+        log.warning("reader calibration: %s", offset_note)
+        cal, added = fit(0.0), 0.0
     return {
         "validation_file": str(path),
         "questions": len(chosen),
         "unanswerable": sum(ex.is_impossible for ex in chosen),
         "rewrites_left_out": len(examples) - len(chosen),
         "unanswerable_share": weighted,
+        "threshold_offset": added,
+        "threshold_offset_asked": threshold_offset,
+        "offset_note": offset_note,
         "fallback": fallback,
         "calibration": {
             "method": cal.method,
@@ -102,6 +144,13 @@ def calibrate_reader(
             "fit": cal.fit,
         },
     }
+
+
+def odds_kind(verifier: Any) -> str:
+    """Whose odds a calibration's threshold applies to: a verifier's kind, else the model's."""
+    if verifier is None:
+        return "model's own"
+    return "similarity" if verifier.encoder is not None else "lexical"
 
 
 def _both_kinds(examples: list[Example]) -> bool:

@@ -68,7 +68,18 @@ def _calibrated_on(record: dict[str, Any] | None) -> str:
         f"'s {record['questions']} human-written questions ({record['unanswerable']} "
         f"unanswerable{rewrites}), weighted to "
         f"an unanswerable share of {100 * record['unanswerable_share']:.1f} % "
-        f"({source})"
+        f"({source})" + _offset(record.get("threshold_offset"), record.get("offset_note"))
+    )
+
+
+def _offset(offset: float | None, note: str | None) -> str:
+    if note:
+        return f"; {note}"
+    if not offset:
+        return ""
+    return (
+        f", then moved by {offset:+.2f}: the offset measured for articles the reader never "
+        "trained on (docs/results/reader/README.md)"
     )
 
 
