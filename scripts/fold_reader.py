@@ -67,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     seen = args.out / "seen-slice.v2.json"
     write_json(seen, data)
     cfg = json.loads(config_file.read_text(encoding="utf-8"))
-    cfg["data"]["exclude"] = [str(args.fold.resolve()), str(slice_file.resolve())]
+    excluded = [str(args.fold.resolve()), str(slice_file.resolve())]
+    cfg["data"]["exclude"] = [*(cfg["data"].get("exclude") or []), *excluded]
     cfg["data"]["validation"] = str(seen.resolve())
     cfg["train"]["output_dir"] = str((args.out / "run").resolve())
     config = args.out / "fold.yaml"

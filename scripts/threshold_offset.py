@@ -34,6 +34,7 @@ from structqa.decoding import Prediction
 from structqa.evaluation import best_null_threshold, share_weights
 from structqa.io import write_json
 from structqa.metrics.squad import raw_scores_v2
+from structqa.models.build import checkpoint_config
 from structqa.paths import resolve_data_dir
 from structqa.prediction.scoring import evaluate_checkpoint
 from structqa.provenance import git_info, machine_info
@@ -41,9 +42,13 @@ from structqa.reader.calibrate import calibrate_reader, odds_kind
 from structqa.reader.data import squad2_unanswerable_share
 
 
-def scored(folder: Path, examples_file: Path) -> tuple[dict[str, list[str]], dict[str, Prediction]]:
-    """Gold answers and the saved answers (best span, the odds it was scored at)."""
-    gold = {ex.id: list(ex.gold_texts) for ex in read_extractive(examples_file).examples}
+def scored(
+    folder: Path, examples_file: Path, dedupe_ids: bool = False
+) -> tuple[dict[str, list[str]], dict[str, Prediction]]:
+    """Gold answers (repeated ids renamed as evaluate renamed them) and the saved answers
+    (best span, the odds it was scored at)."""
+    examples = read_extractive(examples_file, dedupe_ids=dedupe_ids).examples
+    gold = {ex.id: list(ex.gold_texts) for ex in examples}
     saved = predictions_from_files(folder)
     return gold, {q: saved[q] for q in gold}
 
@@ -59,6 +64,31 @@ def weighted_f1(
     return float(100 * np.average([f1[q] for q in ids], weights=weights))
 
 
+def best_threshold_interval(
+    gold: dict[str, list[str]],
+    predictions: dict[str, Prediction],
+    share: float,
+    resamples: int,
+    seed: int = 0,
+) -> list[float]:
+    """The 2.5th and 97.5th percentiles of the F1-best threshold over questions drawn with
+    replacement (the same search, :func:`best_null_threshold`, on each draw)."""
+    ids = list(gold)
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(resamples):
+        drawn = [ids[i] for i in rng.integers(0, len(ids), len(ids))]
+        keys = [f"{q}#{n}" for n, q in enumerate(drawn)]
+        found.append(
+            best_null_threshold(
+                {k: gold[q] for k, q in zip(keys, drawn, strict=True)},
+                {k: predictions[q] for k, q in zip(keys, drawn, strict=True)},
+                share,
+            )
+        )
+    return [float(x) for x in np.percentile(found, [2.5, 97.5])]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the fold reader's run folder (its best/)")
@@ -66,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--unseen", type=Path, required=True, help="the fold's questions")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--data", help="data directory (else $STRUCTQA_DATA or ../shared/data)")
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, help="draws of the unseen questions (0: none)"
+    )
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     share = squad2_unanswerable_share(resolve_data_dir(args.data, "--data"))
@@ -76,13 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     seen = args.out / "seen" / args.seen.name  # its human-written questions are written beside
     seen.parent.mkdir(exist_ok=True)
     shutil.copy(args.seen, seen)
-    record = calibrate_reader(copy, seen, share, "auto")
+    cfg = checkpoint_config(copy)  # the recipe's verifier and id renaming, as the stage uses
+    record = calibrate_reader(copy, seen, share, cfg.decode.verifier)
     if "calibration" not in record:
         parser.error(f"{args.seen}: {record['skipped']}")
     seen_threshold = float(record["calibration"]["null_threshold"])
     folder = args.out / "unseen"
     evaluate_checkpoint(copy, str(args.unseen), folder, "torch")
-    gold, predictions = scored(folder, args.unseen)
+    gold, predictions = scored(folder, args.unseen, cfg.data.dedupe_ids)
     best = best_null_threshold(gold, predictions, share)
     unseen_threshold = midway(best, np.array([p.null_odds for p in predictions.values()]))
     summary = {
@@ -97,6 +131,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seen_threshold": seen_threshold,
         "unseen_threshold": unseen_threshold,
         "offset": unseen_threshold - seen_threshold,
+        # over draws of the unseen questions; the seen threshold's own noise is not in it
+        "offset_interval_95": [
+            t - seen_threshold
+            for t in best_threshold_interval(gold, predictions, share, args.bootstrap)
+        ]
+        if args.bootstrap
+        else None,
         "unseen_f1_at_seen_threshold": weighted_f1(gold, predictions, share, seen_threshold),
         "unseen_f1_at_unseen_threshold": weighted_f1(gold, predictions, share, unseen_threshold),
         "commit": git_info(),
@@ -106,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(args.out / "offset.json", summary)
     print(
         f"threshold {seen_threshold:.3f} on the seen slice, {unseen_threshold:.3f} best on the "
-        f"unseen articles: offset {summary['offset']:+.3f} (weighted F1 there "
+        f"unseen articles: offset {summary['offset']:+.3f}, 95 % over draws of those questions "
+        f"{summary['offset_interval_95']} (weighted F1 there "
         f"{summary['unseen_f1_at_seen_threshold']:.2f} -> "
         f"{summary['unseen_f1_at_unseen_threshold']:.2f})"
     )

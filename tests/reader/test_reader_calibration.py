@@ -167,6 +167,13 @@ def test_a_build_calibrated_at_another_offset_is_calibrated_and_scored_again(
     records({"skipped": "no validation slice"})
     build._drop_if_offset_changed(tmp_path)
     assert {p.stem for p in stages.glob("*.json")} == every
+    # an article-slice build takes no offset: one calibrated with the recipe's is redone
+    records({"threshold_offset": 0.0, "threshold_offset_asked": 0.0})
+    build._drop_if_offset_changed(tmp_path, "articles")
+    assert {p.stem for p in stages.glob("*.json")} == every
+    records({"threshold_offset": -1.0, "threshold_offset_asked": -1.0})
+    build._drop_if_offset_changed(tmp_path, "articles")
+    assert {p.stem for p in stages.glob("*.json")} == {"train"}
 
 
 def test_an_offset_measured_on_other_odds_is_not_added_and_the_record_says_so(
@@ -193,3 +200,6 @@ def test_the_stage_asks_for_the_recipes_offset(tmp_path: Path, monkeypatch):
     trained = {"checkpoint": str(tmp_path / "best"), "validation_file": str(tmp_path / "v.json")}
     assert calibrate.calibrate_stage(trained, cfg, tmp_path)["share_from"]
     assert asked[0][2:] == (0.5, cfg.decode.verifier, -0.5, calibrate.OFFSET_VERIFIER)
+    # a slice of whole held-out articles is new articles already: nothing added
+    calibrate.calibrate_stage(trained, cfg, tmp_path, "articles")
+    assert asked[1][4] == 0.0

@@ -13,7 +13,8 @@ the same command run again goes on from where it stopped.
 3. **calibrate**: the threshold, verifier and probabilities fitted again on the slice's
    human-written questions, weighted to SQuAD 2.0's unanswerable share
    (:mod:`structqa.reader.calibrate`), the threshold then moved by the recipe's offset for
-   new articles (:data:`structqa.reader.calibrate.THRESHOLD_OFFSET`); a build whose held-out
+   new articles (:data:`structqa.reader.calibrate.THRESHOLD_OFFSET`; none with ``--slice
+   articles``, whose slice is new articles already); a build whose held-out
    scores were taken at an earlier calibration is scored again, and one calibrated at another
    offset is calibrated, exported and scored again;
 4. **export**: the int8 ONNX graph beside the checkpoint (``run/best/onnx``);
@@ -133,23 +134,25 @@ def done(out: Path, stage: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _drop_if_offset_changed(out: Path) -> None:
+def _drop_if_offset_changed(out: Path, slice_kind: str = "passages") -> None:
     """A build calibrated at another threshold offset (one from before it had any: 0) is
     calibrated, exported (the int8 graph carries a copy of the calibration) and scored again;
     its training stands."""
-    from structqa.reader.calibrate import THRESHOLD_OFFSET
+    from structqa.reader.calibrate import recipe_offset
+
+    offset = recipe_offset(slice_kind)
 
     record = done(out, "calibrate")
     if record is None or record.get("skipped"):
         return
     asked = record.get("threshold_offset_asked", record.get("threshold_offset", 0.0))
-    if asked == THRESHOLD_OFFSET:
+    if asked == offset:
         return
     log.info(
         "reader build: calibrated with threshold offset %s, the recipe's is %s: calibrating, "
         "exporting and scoring again",
         asked,
-        THRESHOLD_OFFSET,
+        offset,
     )
     for stage in ("calibrate", "export", "heldout"):
         _record_path(out, stage).unlink(missing_ok=True)
@@ -502,8 +505,8 @@ def build(opts: BuildOptions, say: Callable[[str], None] = _say) -> dict[str, An
     if done(opts.out, "calibrate") is None and done(opts.out, "heldout") is not None:
         log.info("reader build: held-out scores taken before the calibrate stage: scoring again")
         _record_path(opts.out, "heldout").unlink()
-    _drop_if_offset_changed(opts.out)
-    _run_stage(opts, "calibrate", lambda: calibrate_stage(trained, cfg, data_dir))
+    _drop_if_offset_changed(opts.out, opts.slice)
+    _run_stage(opts, "calibrate", lambda: calibrate_stage(trained, cfg, data_dir, opts.slice))
 
     def export_stage() -> dict[str, Any]:
         from structqa.runtimes.onnx_export import export_onnx

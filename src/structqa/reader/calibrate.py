@@ -47,11 +47,19 @@ THRESHOLD_OFFSET = -0.37
 OFFSET_VERIFIER = "similarity"
 
 
-def calibrate_stage(trained: dict[str, Any], cfg: Config, data_dir: Path) -> dict[str, Any]:
+def recipe_offset(slice_kind: str) -> float:
+    """The offset the calibrate stage adds for a build of this ``--slice``: a slice of whole
+    held-out articles is already new articles to the reader, so nothing is added there."""
+    return THRESHOLD_OFFSET if slice_kind == "passages" else 0.0
+
+
+def calibrate_stage(
+    trained: dict[str, Any], cfg: Config, data_dir: Path, slice_kind: str = "passages"
+) -> dict[str, Any]:
     """The calibrate stage of a build whose train stage recorded ``trained``: at the share
-    its settings give (``decode.unanswerable_share``), else SQuAD 2.0's own; a run without
-    a validation slice (``data.validation: none``) keeps the calibration it has, and the
-    record says so."""
+    its settings give (``decode.unanswerable_share``), else SQuAD 2.0's own, the threshold
+    moved by :func:`recipe_offset` for the build's ``--slice``; a run without a validation
+    slice (``data.validation: none``) keeps the calibration it has, and the record says so."""
     from structqa.reader.data import squad2_unanswerable_share
 
     if not trained.get("validation_file"):
@@ -65,7 +73,7 @@ def calibrate_stage(trained: dict[str, Any], cfg: Config, data_dir: Path) -> dic
         Path(trained["validation_file"]),
         share,
         cfg.decode.verifier,
-        THRESHOLD_OFFSET,
+        recipe_offset(slice_kind),
         OFFSET_VERIFIER,
     )
     return {**record, "share_from": source}

@@ -14,7 +14,8 @@ structqa train /work/fold-a/fold.yaml --no-progress
 #    it), slice F1 73.76 / 76.69 / 77.08 after epochs 1-3 (fold-reader.epochs.jsonl)
 # 3. the offset: calibrated on the seen slice's human-written questions at SQuAD 2.0's
 #    unanswerable share (as the calibrate stage does), best threshold on the fold's 750
-#    questions at that share less it: -0.366 (offset.json; 24 s wall, peak RSS 1.4 GB)
+#    questions at that share less it: -0.366, 95 % over 1,000 draws of those questions
+#    [-1.39, +0.32] (offset.json; 45 s wall, peak RSS 1.4 GB)
 python scripts/threshold_offset.py /work/fold-a/run --seen /work/fold-a/seen-slice.v2.json \
   --unseen /work/reader-art-seed0/data/slice.v2.json --out /work/fold-a/offset
 # 4. the recipe's offset set to -0.37 (structqa.reader.calibrate.THRESHOLD_OFFSET, 22ba4cb);
