@@ -68,6 +68,8 @@ def driver(tmp_path_factory):
 @pytest.fixture(scope="module")
 def page_url(tiny_dyrex_run: Path):
     checkpoint = os.environ.get("STRUCTQA_BROWSER_CHECKPOINT") or tiny_dyrex_run
+    if not Path(checkpoint).is_dir():  # (else every test waits out the server's start)
+        pytest.fail(f"STRUCTQA_BROWSER_CHECKPOINT={checkpoint}: no such checkpoint directory")
     with serve_command(Path(checkpoint)) as url:
         yield url
 
