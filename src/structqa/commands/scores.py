@@ -95,7 +95,7 @@ def missing_predictions(path: Path) -> str:
     """Why ``path`` (not there) cannot be scored: for ``<results>/answers/<run>.json.gz`` of a
     run whose result ``<results>/runs/<run>.json`` is there, that its answers were not kept
     (it finished before they were), and how to get them or what to compare instead."""
-    from structqa.experiments.store import ANSWERS_DIR, answers_file, answers_source
+    from structqa.experiments.store import ANSWERS_DIR, answers_source, kept_answers
 
     text = f"{path}: no such predictions file or checkpoint directory"
     name = path.name.removesuffix(".json.gz")
@@ -111,8 +111,8 @@ def missing_predictions(path: Path) -> str:
     kept = sorted(path.parent.glob("*.json.gz"))
     reused = result.get("reused_from")
     experiment = result.get("config_file") or "CONFIG"
-    if isinstance(reused, dict) and reused.get("result"):  # the experiment that trained it
-        theirs = answers_file(Path(reused["result"]).parent.parent, reused.get("run", name))
+    theirs = kept_answers(results, name, result)  # a reused run's: the experiment that trained it
+    if theirs != path:
         if theirs.is_file():
             return text + (
                 f". Run {name!r} was taken over from another experiment, which keeps its "

@@ -30,7 +30,7 @@ from structqa.experiments.aggregate import axis_values, group_cells, key_label, 
 from structqa.experiments.results import ACCURACY, METRIC_NAMES, load_results
 from structqa.experiments.spec import Experiment, Run, plan
 from structqa.experiments.stale import check_not_stale
-from structqa.experiments.store import ANSWERS_DIR, Paths, answers_file, answers_source
+from structqa.experiments.store import ANSWERS_DIR, Paths, answers_source, kept_answers
 from structqa.io import write_json, write_text
 from structqa.metrics.paired import BootstrapResult, paired_bootstrap
 from structqa.paths import resolve_data_dir, resolve_data_file
@@ -77,13 +77,10 @@ class _Scores:
         """The run's kept answers (``<results>/answers/<run>.json.gz``; for a result reused
         from another experiment, that experiment's), else :func:`answers_source` in the
         output directory that trained it (this experiment's, so --runs-dir counts)."""
-        reused = result.get("reused_from")
-        if reused:
-            source = Path(reused["result"])  # <results dir>/runs/<run>.json
-            kept = answers_file(source.parent.parent, reused.get("run", run.name))
+        kept = kept_answers(self.paths.results, run.name, result)
+        if result.get("reused_from"):
             out = Path(result["config"]["train"]["output_dir"])
         else:
-            kept = self.paths.answers(run)
             out = self.paths.output(run)
         return kept if kept.is_file() else answers_source(self.kind, out, result["config"]["data"])
 

@@ -17,9 +17,9 @@ from structqa.experiments.stale import selection_note, stale_arms, stale_partial
 from structqa.experiments.store import (
     ANSWERS_DIR,
     Paths,
-    answers_file,
     answers_source,
     display_path,
+    kept_answers,
     pretrain_status,
     read_json,
     run_status,
@@ -154,16 +154,11 @@ def unkept_answers(
     unkept, in_output = 0, 0
     for run in done:
         result = results[run.name]
-        reused = result.get("reused_from")
-        if isinstance(reused, Mapping) and reused.get("result"):
-            source = Path(str(reused["result"]))  # <results dir>/runs/<run>.json
-            kept = answers_file(source.parent.parent, str(reused.get("run", run.name)))
-        else:
-            kept = paths.answers(run)
-        if kept.is_file():
+        if kept_answers(paths.results, run.name, result).is_file():
             continue
         unkept += 1
         config = result.get("config") or {}  # (a result written by hand has none)
+        reused = result.get("reused_from")
         output = (config.get("train") or {}).get("output_dir") if reused else None
         out = Path(output) if output else paths.output(run)  # (what --bootstrap reads)
         in_output += answers_source(experiment.kind, out, config.get("data") or {}).is_file()

@@ -35,6 +35,16 @@ def answers_file(results_dir: Path, run_name: str) -> Path:
     return results_dir / ANSWERS_DIR / f"{run_name}.json.gz"
 
 
+def kept_answers(results_dir: Path, run_name: str, result: Mapping[str, Any]) -> Path:
+    """Where a finished run's answers are kept: beside its result in ``results_dir``, or for a
+    result reused from another experiment (``reused_from``), beside that experiment's."""
+    reused = result.get("reused_from")
+    if isinstance(reused, Mapping) and reused.get("result"):
+        source = Path(str(reused["result"]))  # <results dir>/runs/<run>.json
+        return answers_file(source.parent.parent, str(reused.get("run", run_name)))
+    return answers_file(results_dir, run_name)
+
+
 def tested_once(data: Mapping[str, Any]) -> bool:
     """Whether an extractive run with these data settings chose best/ on a validation slice
     of its training file and then scored its test file (data.eval) once, into best/eval/."""
