@@ -37,16 +37,16 @@ def seen_slice(slice_file: Path, fold_file: Path) -> tuple[dict, int, int]:
     fold = json.loads(fold_file.read_text(encoding="utf-8"))
     passages = {p["context"] for a in fold["data"] for p in a["paragraphs"]}
     data = json.loads(slice_file.read_text(encoding="utf-8"))
-    kept = dropped = 0
+
+    def questions() -> int:
+        return sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])
+
+    total = questions()
     for article in data["data"]:
-        left = [p for p in article["paragraphs"] if p["context"] not in passages]
-        kept += sum(len(p["qas"]) for p in left)
-        dropped += sum(len(p["qas"]) for p in article["paragraphs"]) - sum(
-            len(p["qas"]) for p in left
-        )
-        article["paragraphs"] = left
+        article["paragraphs"] = [p for p in article["paragraphs"] if p["context"] not in passages]
     data["data"] = [a for a in data["data"] if a["paragraphs"]]
-    return data, kept, dropped
+    kept = questions()
+    return data, kept, total - kept
 
 
 def main(argv: Sequence[str] | None = None) -> int:
